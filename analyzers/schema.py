@@ -1,0 +1,64 @@
+"""The canonical trace table every reader produces and every analyzer consumes.
+
+One row per request, in *analysis order* (``request_index`` 0..n-1):
+
+===================  ==============  ===========================================================
+column               dtype           meaning
+===================  ==============  ===========================================================
+request_index        Int64           position in analysis order (see ``Trace.order``)
+session_id           String, null    session the request belongs to; null when the trace has none
+turn                 Int32, null     turn number within the session (0-based when derived)
+parent_request       Int64, null     ``request_index`` of the request this one continues
+timestamp_s          Float64         arrival, seconds (trace start, or session start when
+                                     ``Trace.order == "session"``)
+input_tokens         Int64           prompt tokens (>= 0)
+output_tokens        Int64           generated tokens (>= 0)
+block_size_tokens    Int32           tokens per hashed block
+hash_ids             List(UInt64),   prefix block hashes in prompt order; null when the trace
+                     null            carries none (Azure)
+===================  ==============  ===========================================================
+
+Analysis order: requests by timestamp (stable) for ``order == "time"``; for ``order ==
+"session"`` (per-session clocks, Claude Code) sessions in file order, requests within a session
+by time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import polars as pl
+
+SCHEMA: dict[str, pl.DataType] = {
+    "request_index": pl.Int64(),
+    "session_id": pl.String(),
+    "turn": pl.Int32(),
+    "parent_request": pl.Int64(),
+    "timestamp_s": pl.Float64(),
+    "input_tokens": pl.Int64(),
+    "output_tokens": pl.Int64(),
+    "block_size_tokens": pl.Int32(),
+    "hash_ids": pl.List(pl.UInt64()),
+}
+COLUMNS: tuple[str, ...] = tuple(SCHEMA)
+
+Order = Literal["time", "session"]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A parsed trace: the canonical table plus what the reader knows about it."""
+
+    path: str
+    format: str
+    requests: pl.DataFrame
+    order: Order = "time"
+    has_hashes: bool = True
+    has_sessions: bool = False
+    block_size_tokens: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def num_requests(self) -> int:
+        return self.requests.height

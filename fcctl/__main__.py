@@ -1,0 +1,3 @@
+from fcctl.cli import main
+
+main()

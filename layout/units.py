@@ -1,0 +1,95 @@
+"""Parse and format byte sizes. Binary (KiB, MiB, GiB, TiB) and decimal (KB, MB, GB, TB) units."""
+
+from __future__ import annotations
+
+import re
+
+from layout.errors import UnitError
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1024**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1024**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+    "p": 1024**5,
+    "pb": 1000**5,
+    "pib": 1024**5,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str | int, *, what: str = "size") -> int:
+    """Parse ``"64GiB"``, ``"1.5TB"``, ``"4096"`` into bytes (an int).
+
+    Bare letters (``k``, ``m``, ``g``, ``t``) are binary, like ``dd`` and fio.
+    """
+    if isinstance(text, int):
+        if text < 0:
+            raise UnitError(f"{what}: must be >= 0; got {text!r}")
+        return text
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise UnitError(f"{what}: expected a number with an optional unit like 64GiB; got {text!r}")
+    number, unit = m.groups()
+    factor = _UNITS.get(unit.lower())
+    if factor is None:
+        raise UnitError(
+            f"{what}: unknown unit {unit!r} (use B, KiB, MiB, GiB, TiB or KB, MB, GB, TB); "
+            f"got {text!r}"
+        )
+    value = float(number) * factor
+    if value != int(value) and factor == 1:
+        raise UnitError(f"{what}: a byte count must be whole; got {text!r}")
+    return int(value)
+
+
+def parse_size_list(text: str, *, what: str = "sizes") -> list[int]:
+    """Parse a comma-separated list of sizes; each must be > 0."""
+    items = [t for t in (s.strip() for s in str(text).split(",")) if t]
+    if not items:
+        raise UnitError(f"{what}: expected a comma-separated list like 64GiB,256GiB; got {text!r}")
+    out = []
+    for item in items:
+        v = parse_size(item, what=what)
+        if v <= 0:
+            raise UnitError(f"{what}: each size must be > 0; got {item!r}")
+        out.append(v)
+    return out
+
+
+def parse_int_list(text: str, *, what: str = "values", minimum: int = 1) -> list[int]:
+    """Parse ``"1,4,16"`` into ints, each >= ``minimum``."""
+    out = []
+    for item in (s.strip() for s in str(text).split(",")):
+        if not item:
+            continue
+        try:
+            v = int(item)
+        except ValueError:
+            raise UnitError(f"{what}: expected whole numbers like 1,4,16; got {text!r}") from None
+        if v < minimum:
+            raise UnitError(f"{what}: each value must be >= {minimum}; got {v!r}")
+        out.append(v)
+    if not out:
+        raise UnitError(f"{what}: expected whole numbers like 1,4,16; got {text!r}")
+    return out
+
+
+def format_bytes(n: float) -> str:
+    """Human form with binary units: ``format_bytes(3 * 2**30) == '3.00 GiB'``."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
