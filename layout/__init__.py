@@ -4,7 +4,59 @@ This package is the drop-in part of fcctl: it imports nothing else of ours and n
 torch and kvikio are imported lazily, by the code paths that need them.
 """
 
-from layout.errors import FcctlInputError, LayoutError
+from layout.address import (
+    MEDIUM_MEMORY,
+    MEDIUM_SSD,
+    BlockAddress,
+    decode_address,
+    decode_addresses,
+    encode_address,
+    encode_addresses,
+)
+from layout.errors import CorruptSessionFile, FcctlInputError, LayoutError, VerificationError
 from layout.geometry import KvGeometry, geometry_from_hf_config, model_geometry
+from layout.planner import Extent, ReadCommand, ReadPlan, plan_reads
+from layout.readers import (
+    ENGINES,
+    EngineUnavailable,
+    ReadEngine,
+    ReadResult,
+    drop_file_cache,
+    open_engine,
+    probe_engine,
+)
+from layout.session_file import SessionFile, TurnRecord
+from layout.staging import RestoreStats, StagingWindow, restore_session
 
-__all__ = ["FcctlInputError", "KvGeometry", "LayoutError", "geometry_from_hf_config", "model_geometry"]
+__all__ = [
+    "ENGINES",
+    "MEDIUM_MEMORY",
+    "MEDIUM_SSD",
+    "BlockAddress",
+    "CorruptSessionFile",
+    "EngineUnavailable",
+    "Extent",
+    "FcctlInputError",
+    "KvGeometry",
+    "LayoutError",
+    "ReadCommand",
+    "ReadEngine",
+    "ReadPlan",
+    "ReadResult",
+    "RestoreStats",
+    "SessionFile",
+    "StagingWindow",
+    "TurnRecord",
+    "VerificationError",
+    "decode_address",
+    "decode_addresses",
+    "drop_file_cache",
+    "encode_address",
+    "encode_addresses",
+    "geometry_from_hf_config",
+    "model_geometry",
+    "open_engine",
+    "plan_reads",
+    "probe_engine",
+    "restore_session",
+]
