@@ -1,0 +1,86 @@
+"""The canonical trace as a Parquet file: what ``fcctl convert`` writes.
+
+The table is :data:`analyzers.schema.SCHEMA`, rows in analysis order. What the reader knew
+about the trace goes in the Parquet file's key-value metadata under :data:`METADATA_KEY`
+as one JSON object (``schema_version``, ``format``, ``order``, ``has_hashes``,
+``has_sessions``, ``block_size_tokens``, ``path`` of the source trace, ``notes``), so that
+reading the file back (the ``"parquet"`` reader) gives a :class:`Trace` equal to the one
+written (:func:`traces_equal`), including the source ``path`` and ``format``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from analyzers.schema import COLUMNS, Trace
+from layout.errors import FcctlInputError
+
+METADATA_KEY = "fcctl.trace"
+METADATA_VERSION = 1
+
+
+def trace_metadata(trace: Trace) -> dict[str, str]:
+    """The Parquet key-value metadata that describes ``trace``."""
+    return {
+        METADATA_KEY: json.dumps(
+            {
+                "schema_version": METADATA_VERSION,
+                "format": trace.format,
+                "order": trace.order,
+                "has_hashes": trace.has_hashes,
+                "has_sessions": trace.has_sessions,
+                "block_size_tokens": trace.block_size_tokens,
+                "path": trace.path,
+                "notes": list(trace.notes),
+            }
+        )
+    }
+
+
+def write_canonical(trace: Trace, path: str | Path) -> None:
+    """Write ``trace`` as canonical Parquet at ``path``, atomically.
+
+    The table goes to a temporary file in the same directory, which is renamed over ``path``
+    only once complete: an interrupted or failed write leaves nothing at ``path``.
+    """
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    if not directory.is_dir():
+        raise FcctlInputError(f"{target}: output directory {str(directory)!r} does not exist")
+    if target.is_dir():
+        raise FcctlInputError(f"{target}: is a directory, expected an output file name")
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        trace.requests.select(COLUMNS).write_parquet(
+            tmp_name, compression="zstd", metadata=trace_metadata(trace)
+        )
+        os.replace(tmp_name, target)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def read_canonical(path: str | Path) -> Trace:
+    """Read a canonical Parquet file (same as ``read_trace(path, format="parquet")``)."""
+    from analyzers.readers import read_trace
+
+    return read_trace(path, format="parquet")
+
+
+def traces_equal(a: Trace, b: Trace) -> bool:
+    """Field-by-field equality (``Trace.__eq__`` cannot compare the DataFrames)."""
+    return (
+        a.path == b.path
+        and a.format == b.format
+        and a.order == b.order
+        and a.has_hashes == b.has_hashes
+        and a.has_sessions == b.has_sessions
+        and a.block_size_tokens == b.block_size_tokens
+        and tuple(a.notes) == tuple(b.notes)
+        and a.requests.schema == b.requests.schema
+        and a.requests.equals(b.requests)
+    )

@@ -1,0 +1,98 @@
+"""Trace readers: every supported format becomes the canonical table (:mod:`analyzers.schema`).
+
+``read_trace(path)`` detects the format from the content (gzip by its magic bytes, then the
+first record or header), not from the file name; ``format=`` overrides detection. Formats are
+a :class:`TraceReader` protocol plus the :data:`FORMATS` registry: a new format is one module
+and one registry entry.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from analyzers.readers._common import TraceFormatError, read_head, show
+from analyzers.readers.azure import AzureReader
+from analyzers.readers.bailian import BailianReader
+from analyzers.readers.claude_code import ClaudeCodeReader
+from analyzers.readers.mooncake import MooncakeReader
+from analyzers.readers.parquet import ParquetReader
+from analyzers.schema import Trace
+
+__all__ = ["FORMATS", "TraceFormatError", "TraceReader", "detect_format", "read_trace"]
+
+
+@runtime_checkable
+class TraceReader(Protocol):
+    """One trace format."""
+
+    name: str
+    description: str
+
+    def sniff(self, head: bytes) -> bool:
+        """Whether ``head`` (the first 64 KiB of decompressed content) looks like this format."""
+        ...
+
+    def read(self, path: Path, progress: bool = False) -> Trace:
+        """Parse the whole file into a :class:`Trace`; bad input raises TraceFormatError."""
+        ...
+
+
+# Sniffed in this order: the most specific signatures first (Bailian rows also carry
+# Mooncake's fields, so Bailian goes before Mooncake).
+FORMATS: dict[str, TraceReader] = {
+    reader.name: reader
+    for reader in (
+        ParquetReader(),
+        AzureReader(),
+        ClaudeCodeReader(),
+        BailianReader(),
+        MooncakeReader(),
+    )
+}
+
+
+def detect_format(path: str | Path) -> str:
+    """The registry name of the format of ``path``, judged from its content."""
+    path = Path(path)
+    if path.is_dir():
+        if any(path.glob("trace_*.json")):
+            return "claude-code"
+        raise TraceFormatError(
+            f"{path}: directory holds no trace_*.json files (the Claude Code directory layout)"
+        )
+    head = read_head(path)
+    if not head.strip():
+        raise TraceFormatError(f"{path}: file is empty")
+    for name, reader in FORMATS.items():
+        if reader.sniff(head):
+            return name
+    first = head.split(b"\n", 1)[0][:60]
+    raise TraceFormatError(
+        f"{path}: unknown trace format (expected one of {', '.join(FORMATS)}; "
+        f"pass --format to choose); got first bytes {show(first)}"
+    )
+
+
+def read_trace(path: str | Path, format: str | None = None, *, progress: bool = False) -> Trace:
+    """Read a trace file (or Claude Code directory) into the canonical :class:`Trace`.
+
+    ``format`` is a :data:`FORMATS` name; ``None`` detects it from the content. ``progress``
+    shows a rich progress bar on stderr (when stderr is a terminal).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise TraceFormatError(f"{path}: no such file or directory")
+    if format is None:
+        format = detect_format(path)
+    reader = FORMATS.get(format)
+    if reader is None:
+        raise TraceFormatError(
+            f"{path}: unknown format {format!r}; expected one of {', '.join(FORMATS)}"
+        )
+    if path.is_dir() and format != "claude-code":
+        raise TraceFormatError(
+            f"{path}: is a directory; only the claude-code format reads directories "
+            f"(got --format {format})"
+        )
+    return reader.read(path, progress=progress)

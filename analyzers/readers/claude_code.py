@@ -1,0 +1,271 @@
+"""Claude Code session traces in the kv-cache-tester format (WEKA, callanjfox/kv-cache-tester).
+
+Input: JSON Lines with one session object per line (plain or gzip), or a directory of
+``trace_NNNN.json`` files (one session each, taken in name order). A session has ``id``,
+``block_size`` (64) and ``requests``; a request has ``t`` (s since session start), ``in``,
+``out`` and ``hash_ids`` (one per *full* block: ``floor(in / block_size)``, kept as given). A
+``type: "subagent"`` marker carries its own ``requests`` whose ``t`` is relative to the
+marker's ``t``.
+
+Mapping to the canonical table (``order == "session"``):
+
+* sessions keep file order; requests of a session (its own and its subagents', whose absolute
+  time is marker ``t`` + own ``t``) are sorted by time, stable, listing order breaking ties;
+* ``session_id`` = the session's ``id``; ``turn`` = position within the session after that
+  sort (0-based); ``parent_request`` = the ``request_index`` of the session's previous request
+  (null for its first): each call resends the conversation so far, so the previous call is
+  the one it extends. Subagent requests are part of the parent session;
+* ``timestamp_s`` is the session clock (seconds since the session started);
+* **hash id namespacing**: upstream ids are local to a session (``hash_id_scope: "local"``),
+  so equal ids in two sessions are unrelated. Each id becomes
+  ``(session_ordinal + 1) << 40 | local_id`` where ``session_ordinal`` is the 0-based position
+  of the session in the file: 40 bits for local ids (checked: a local id >= 2**40 is an
+  error) and 24 bits for the session (at most 2**24 - 1 sessions). Subagents share their
+  parent session's namespace, as upstream. Ids from different sessions never collide.
+"""
+
+from __future__ import annotations
+
+import array
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from analyzers.readers._common import (
+    JSONDecodeError,
+    TraceFormatError,
+    bad_hash_id,
+    build_frame,
+    byte_progress,
+    fail,
+    finite_number,
+    first_json_record,
+    gather_segments,
+    hash_column,
+    hash_list,
+    is_sorted,
+    iter_lines,
+    loads,
+    non_negative_int,
+    require,
+    show,
+)
+from analyzers.schema import Trace
+
+LOCAL_ID_BITS = 40
+MAX_SESSIONS = 2 ** (64 - LOCAL_ID_BITS) - 1
+
+
+def namespace_base(session_ordinal: int) -> int:
+    """The high bits OR-ed into every hash id of the session at 0-based ``session_ordinal``."""
+    return (session_ordinal + 1) << LOCAL_ID_BITS
+
+
+class _Session:
+    """One session's requests, time-ordered, with namespaced hash ids."""
+
+    __slots__ = ("block_size", "inputs", "offsets", "outputs", "session_id", "times", "values")
+
+    def __init__(self, record: Any, ordinal: int, path: Path, place: str) -> None:
+        if not isinstance(record, dict):
+            raise fail(path, place, f"session must be a JSON object; got {show(record)}")
+        session_id = require(record, "id", path, place)
+        if not isinstance(session_id, str):
+            raise fail(path, place, f"field 'id' must be a string; got {show(session_id)}")
+        block_size = non_negative_int(record, "block_size", path, place)
+        if block_size == 0:
+            raise fail(path, place, f"field 'block_size' must be > 0; got {block_size!r}")
+        requests = require(record, "requests", path, place)
+        if not isinstance(requests, list):
+            raise fail(path, place, f"field 'requests' must be a list; got {show(requests)}")
+
+        times: list[float] = []
+        inputs: list[int] = []
+        outputs: list[int] = []
+        lengths: list[int] = []
+        values = array.array("Q")
+
+        def add(requests: list[Any], t0: float, prefix: str) -> None:
+            for i, request in enumerate(requests):
+                where = f"{place}, {prefix}[{i}]"
+                if not isinstance(request, dict):
+                    raise fail(path, where, f"request must be a JSON object; got {show(request)}")
+                t = finite_number(request, "t", path, where)
+                if request.get("type") == "subagent":
+                    nested = require(request, "requests", path, where)
+                    if not isinstance(nested, list):
+                        raise fail(
+                            path, where, f"field 'requests' must be a list; got {show(nested)}"
+                        )
+                    add(nested, t0 + t, f"{prefix}[{i}].requests")
+                    continue
+                times.append(t0 + t)
+                inputs.append(non_negative_int(request, "in", path, where))
+                outputs.append(non_negative_int(request, "out", path, where))
+                ids = hash_list(request, "hash_ids", path, where)
+                try:
+                    values.extend(ids)  # array('Q') rejects non-ints, negatives, >= 2**64
+                except (TypeError, OverflowError):
+                    raise bad_hash_id(ids, "hash_ids", path, where) from None
+                lengths.append(len(ids))
+
+        add(requests, 0.0, "requests")
+
+        flat = np.frombuffer(values, dtype=np.uint64) if values else np.zeros(0, np.uint64)
+        if flat.size and int(flat.max()) >= 1 << LOCAL_ID_BITS:
+            raise fail(
+                path,
+                place,
+                f"session {session_id!r}: local hash ids must be < 2**{LOCAL_ID_BITS} to be "
+                f"namespaced per session; got {int(flat.max())!r}",
+            )
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        times_s = np.asarray(times, dtype=np.float64)
+        ins = np.asarray(inputs, dtype=np.int64)
+        outs = np.asarray(outputs, dtype=np.int64)
+        if not is_sorted(times_s):
+            order = np.argsort(times_s, kind="stable")
+            times_s, ins, outs = times_s[order], ins[order], outs[order]
+            flat, offsets = gather_segments(flat, offsets, order)
+        else:
+            flat = flat.copy()  # detach from the array('Q') buffer so it can be freed
+        flat |= np.uint64(namespace_base(ordinal))
+
+        self.session_id = session_id
+        self.block_size = block_size
+        self.times = times_s
+        self.inputs = ins
+        self.outputs = outs
+        self.values = flat
+        self.offsets = offsets
+
+
+class ClaudeCodeReader:
+    name = "claude-code"
+    description = "Claude Code sessions (kv-cache-tester): one session per line, or a directory"
+
+    def sniff(self, head: bytes) -> bool:
+        record = first_json_record(head)
+        if isinstance(record, dict):
+            return isinstance(record.get("requests"), list) and (
+                "block_size" in record or "hash_id_scope" in record
+            )
+        # Sessions are long lines (up to MBs), so the head usually holds only a first part.
+        start = head.lstrip()[:1]
+        return (
+            start == b"{"
+            and b'"requests"' in head
+            and (b'"hash_id_scope"' in head or b'"block_size"' in head)
+        )
+
+    def read(self, path: Path, progress: bool = False) -> Trace:
+        sessions: list[_Session] = []
+        seen: dict[str, str] = {}
+        for place, record in self._records(path, progress):
+            ordinal = len(sessions)
+            if ordinal >= MAX_SESSIONS:
+                raise fail(path, place, f"more than {MAX_SESSIONS} sessions cannot be namespaced")
+            session = _Session(record, ordinal, path, place)
+            if session.session_id in seen:
+                raise fail(
+                    path,
+                    place,
+                    f"field 'id' must be unique; got {session.session_id!r} again "
+                    f"(first at {seen[session.session_id]})",
+                )
+            seen[session.session_id] = place
+            if sessions and session.block_size != sessions[0].block_size:
+                raise fail(
+                    path,
+                    place,
+                    f"field 'block_size' must be the same in every session "
+                    f"({sessions[0].block_size}); got {session.block_size!r}",
+                )
+            sessions.append(session)
+        if not sessions:
+            raise fail(path, None, "no sessions found")
+        return self._trace(path, sessions)
+
+    def _records(self, path: Path, progress: bool) -> Any:
+        """Yield ``(place, parsed session)`` one at a time: never all sessions at once."""
+        if path.is_dir():
+            files = sorted(path.glob("trace_*.json"))
+            if not files:
+                raise TraceFormatError(f"{path}: directory holds no trace_*.json files")
+            done = 0
+            with byte_progress(path, progress) as update:
+                for file in files:
+                    data = file.read_bytes()
+                    done += len(data)
+                    update(done)
+                    if not data.strip():
+                        raise TraceFormatError(f"{file}: file is empty")
+                    try:
+                        record = loads(data)
+                    except JSONDecodeError as e:
+                        raise TraceFormatError(f"{file}: invalid JSON ({e})") from None
+                    yield file.name, record
+            return
+        for lineno, line in iter_lines(path, progress=progress):
+            try:
+                record = loads(line)
+            except JSONDecodeError as e:
+                raise fail(path, f"line {lineno}", f"invalid JSON ({e})") from None
+            yield f"line {lineno}", record
+
+    def _trace(self, path: Path, sessions: list[_Session]) -> Trace:
+        counts = np.fromiter((len(s.times) for s in sessions), dtype=np.int64, count=len(sessions))
+        total_blocks = sum(len(s.values) for s in sessions)
+        values = np.empty(total_blocks, dtype=np.uint64)
+        offsets = np.zeros(int(counts.sum()) + 1, dtype=np.int64)
+        pos_values = 0
+        pos_rows = 0
+        # Copy session by session and drop each as it is copied, to keep the peak near 1x.
+        parts: dict[str, list[np.ndarray]] = {"t": [], "in": [], "out": [], "turn": []}
+        for k in range(len(sessions)):
+            s = sessions[k]
+            n = len(s.times)
+            values[pos_values : pos_values + len(s.values)] = s.values
+            offsets[pos_rows + 1 : pos_rows + n + 1] = s.offsets[1:] + pos_values
+            pos_values += len(s.values)
+            pos_rows += n
+            parts["t"].append(s.times)
+            parts["in"].append(s.inputs)
+            parts["out"].append(s.outputs)
+            parts["turn"].append(np.arange(n, dtype=np.int32))
+            s.values = s.offsets = None  # type: ignore[assignment]
+        session_ids = pl.Series([s.session_id for s in sessions], dtype=pl.String())
+        frame = build_frame(
+            timestamp_s=np.concatenate(parts["t"]),
+            input_tokens=np.concatenate(parts["in"]),
+            output_tokens=np.concatenate(parts["out"]),
+            block_size_tokens=sessions[0].block_size,
+            hash_ids=hash_column(values, offsets),
+            session_id=session_ids.gather(np.repeat(np.arange(len(sessions)), counts)),
+            turn=np.concatenate(parts["turn"]),
+        )
+        frame = frame.with_columns(
+            pl.when(pl.col("turn") == 0)
+            .then(None)
+            .otherwise(pl.col("request_index") - 1)
+            .cast(pl.Int64())
+            .alias("parent_request")
+        )
+        return Trace(
+            path=str(path),
+            format=self.name,
+            requests=frame,
+            order="session",
+            has_hashes=True,
+            has_sessions=True,
+            block_size_tokens=sessions[0].block_size,
+            notes=(
+                "timestamps are per-session clocks (seconds since each session started)",
+                "hash ids are local to a session upstream; namespaced here as "
+                f"(session_ordinal + 1) << {LOCAL_ID_BITS} | local_id, so cross-session "
+                "sharing (e.g. a common system prompt) is not visible",
+            ),
+        )

@@ -1,0 +1,140 @@
+"""Canonical Parquet, as written by :func:`analyzers.canonical.write_canonical`.
+
+With fcctl metadata the table is taken as written (checked: canonical columns and dtypes,
+``request_index`` 0..n-1). A Parquet file with the canonical columns but no metadata is taken
+as ``order == "time"``: rows are sorted by ``timestamp_s`` (stable), ``request_index`` is
+renumbered and ``parent_request`` remapped to the new numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from analyzers.canonical import METADATA_KEY
+from analyzers.readers._common import TraceFormatError, fail, show, stable_time_order
+from analyzers.schema import SCHEMA, Trace
+
+PARQUET_MAGIC = b"PAR1"
+_INTEGERS = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64)
+
+
+class ParquetReader:
+    name = "parquet"
+    description = "canonical Parquet (what `fcctl convert` writes)"
+
+    def sniff(self, head: bytes) -> bool:
+        return head.startswith(PARQUET_MAGIC)
+
+    def read(self, path: Path, progress: bool = False) -> Trace:
+        try:
+            metadata = pl.read_parquet_metadata(path)
+            frame = pl.read_parquet(path)
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise fail(
+                path, None, f"unreadable Parquet ({' '.join(str(e).split())[:160]})"
+            ) from None
+        frame = self._conform(path, frame)
+        info = self._info(path, metadata.get(METADATA_KEY))
+        if info is None:
+            frame = stable_time_order(self._renumber(path, frame))
+            block_sizes = frame["block_size_tokens"].drop_nulls()
+            return Trace(
+                path=str(path),
+                format=self.name,
+                requests=frame,
+                order="time",
+                has_hashes=frame["hash_ids"].null_count() < frame.height,
+                has_sessions=frame["session_id"].null_count() < frame.height,
+                block_size_tokens=int(block_sizes[0]) if len(block_sizes) else 0,
+                notes=("Parquet without fcctl metadata: taken as time-ordered",),
+            )
+        index = frame["request_index"].to_numpy()
+        if not np.array_equal(index, np.arange(frame.height)):
+            raise fail(path, None, "column 'request_index' must be 0..n-1 in row order")
+        return Trace(
+            path=info["path"],
+            format=info["format"],
+            requests=frame,
+            order=info["order"],
+            has_hashes=info["has_hashes"],
+            has_sessions=info["has_sessions"],
+            block_size_tokens=info["block_size_tokens"],
+            notes=tuple(info["notes"]),
+        )
+
+    @staticmethod
+    def _renumber(path: Path, frame: pl.DataFrame) -> pl.DataFrame:
+        """Row positions as ``request_index``; ``parent_request`` mapped from old numbers."""
+        index = frame["request_index"]
+        if index.null_count() or index.n_unique() != frame.height:
+            raise fail(path, None, "column 'request_index' must hold unique, non-null values")
+        lookup = pl.DataFrame(
+            {"request_index": index, "_position": np.arange(frame.height, dtype=np.int64)}
+        )
+        parents = (
+            frame.select("parent_request")
+            .join(
+                lookup,
+                left_on="parent_request",
+                right_on="request_index",
+                how="left",
+                maintain_order="left",
+            )
+            .get_column("_position")
+        )
+        return frame.with_columns(
+            pl.Series("request_index", np.arange(frame.height, dtype=np.int64)),
+            parents.alias("parent_request"),
+        )
+
+    @staticmethod
+    def _conform(path: Path, frame: pl.DataFrame) -> pl.DataFrame:
+        """Check every canonical column is there with a compatible dtype; cast to the schema."""
+        columns = []
+        for name, dtype in SCHEMA.items():
+            if name not in frame.columns:
+                raise fail(path, None, f"missing column {name!r}; got columns {frame.columns!r}")
+            got = frame.schema[name]
+            ok = (
+                got == dtype
+                or (
+                    isinstance(dtype, pl.List)
+                    and isinstance(got, pl.List)
+                    and isinstance(got.inner, _INTEGERS)
+                )
+                or (got.is_integer() and (dtype.is_integer() or dtype == pl.Float64()))
+            )
+            ok = ok or (got == pl.Null())
+            if not ok:
+                raise fail(path, None, f"column {name!r} must be {dtype}; got {got}")
+            try:
+                columns.append(frame[name].cast(dtype, strict=True))
+            except pl.exceptions.PolarsError:
+                raise fail(
+                    path, None, f"column {name!r} has values that do not fit {dtype}"
+                ) from None
+        return pl.DataFrame(columns)
+
+    @staticmethod
+    def _info(path: Path, raw: str | None) -> dict[str, Any] | None:
+        if raw is None:
+            return None
+        try:
+            info = json.loads(raw)
+            keys = ("format", "order", "has_hashes", "has_sessions", "block_size_tokens", "path")
+            if not isinstance(info, dict) or any(k not in info for k in keys):
+                raise ValueError
+            if info["order"] not in ("time", "session"):
+                raise ValueError
+            info.setdefault("notes", [])
+            return info
+        except ValueError:
+            raise TraceFormatError(
+                f"{path}: metadata {METADATA_KEY!r} must be a JSON object with the trace "
+                f"description; got {show(raw)}"
+            ) from None
