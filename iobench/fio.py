@@ -1,0 +1,229 @@
+"""fio, the device's reference: sequential direct reads and replays of our exact read sequences.
+
+* **Sequential reference**: ``--rw=read --direct=1`` over the benchmark's own data files, one
+  stonewalled job per request size (1, 4, 8 MiB) and queue depth (8, 16, 32). The best job is
+  the device's limit, ``seq_read_bytes_per_s``. Each job stops after ``runtime_s`` seconds or
+  one pass over the files, whichever comes first, so the pass takes about
+  ``9 x runtime_s`` seconds at most.
+* **Replay**: each layout's exact read commands, written as fio iolog v2 files (``fio version 2
+  iolog``; ``add``/``open``/``read``/``close`` lines), replayed with ``read_iolog``,
+  ``replay_no_stall=1`` (as fast as possible, order kept), ``--direct=1``. The sessions are split
+  round-robin into ``streams`` logs, replayed by as many fio jobs (``numjobs``) at ``iodepth``
+  each, like the restore's concurrent sessions.
+
+ioengine: ``io_uring`` (on this machine's virtio disk it held 2.7-3.1 GB/s at QD16 where libaio
+swung 1.2-3.3 GB/s); ``libaio`` when fio cannot run io_uring here. fio runs with ``--readonly``
+and ``--allow_file_create=0`` so it can never write or create a file.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MiB = 2**20
+SEQ_REQUEST_BYTES = (1 * MiB, 4 * MiB, 8 * MiB)
+SEQ_IODEPTHS = (8, 16, 32)
+IOENGINES = ("io_uring", "libaio")
+
+
+class FioError(RuntimeError):
+    """fio ran but failed or printed something we cannot parse."""
+
+
+@dataclass(frozen=True)
+class FioJob:
+    name: str
+    request_bytes: int | None
+    iodepth: int
+    io_bytes: int
+    runtime_s: float
+
+    @property
+    def read_bytes_per_s(self) -> float:
+        return self.io_bytes / self.runtime_s if self.runtime_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class FioReport:
+    """What fio measured; ``available`` False (and None figures) when fio could not run."""
+
+    available: bool
+    reason: str = ""
+    version: str = ""
+    ioengine: str | None = None
+    seq_jobs: tuple[FioJob, ...] = ()
+    replay_bytes_per_s: dict[str, float | None] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def seq_read_bytes_per_s(self) -> float | None:
+        if not self.seq_jobs:
+            return None
+        return max(j.read_bytes_per_s for j in self.seq_jobs)
+
+    @property
+    def best_seq_job(self) -> FioJob | None:
+        return max(self.seq_jobs, key=lambda j: j.read_bytes_per_s) if self.seq_jobs else None
+
+
+def find_fio() -> str | None:
+    return shutil.which("fio")
+
+
+def fio_version(fio_bin: str) -> str:
+    out = subprocess.run([fio_bin, "--version"], capture_output=True, text=True, timeout=30)
+    return out.stdout.strip()
+
+
+def parse_fio_json(text: str) -> list[FioJob]:
+    """Jobs from ``fio --output-format=json`` output (fio may print notes before the JSON)."""
+    start = text.find("{")
+    if start < 0:
+        raise FioError(f"fio printed no JSON: {text.strip()[:200]!r}")
+    try:
+        doc = json.loads(text[start:])
+    except json.JSONDecodeError as e:
+        raise FioError(f"fio JSON output does not parse at line {e.lineno}: {e.msg}") from None
+    jobs = []
+    for job in doc.get("jobs", []):
+        if job.get("error"):
+            raise FioError(f"fio job {job.get('jobname')!r} failed with error {job['error']}")
+        opts = job.get("job options", {})
+        read = job.get("read", {})
+        bs = opts.get("bs")
+        jobs.append(
+            FioJob(
+                name=str(job.get("jobname", "")),
+                request_bytes=_fio_size(bs) if bs else None,
+                iodepth=int(opts.get("iodepth", 1)),
+                io_bytes=int(read.get("io_bytes", 0)),
+                runtime_s=float(read.get("runtime", 0)) / 1000.0,
+            )
+        )
+    return jobs
+
+
+def _fio_size(text: str) -> int:
+    text = str(text).strip().lower().rstrip("b").rstrip("i")
+    mult = {"k": 2**10, "m": 2**20, "g": 2**30}.get(text[-1:], 1)
+    return int(text.rstrip("kmg")) * mult
+
+
+def _escape(path: str) -> str:
+    # fio splits --filename and --read_iolog on ':'; a backslash escapes it.
+    return str(path).replace(":", "\\:")
+
+
+def write_iolog(path: Path, commands: Iterable[tuple[str, int, int]]) -> int:
+    """Write an iolog v2 file reading ``(file, offset, length)`` in order; returns the count."""
+    commands = list(commands)
+    files = list(dict.fromkeys(f for f, _, _ in commands))
+    for f in files:
+        if any(c.isspace() for c in f):
+            raise FioError(f"iolog: fio cannot replay a path with whitespace; got {f!r}")
+    lines = ["fio version 2 iolog"]
+    lines += [f"{f} add" for f in files]
+    lines += [f"{f} open" for f in files]
+    lines += [f"{f} read {off} {length}" for f, off, length in commands]
+    lines += [f"{f} close" for f in files]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+    return len(commands)
+
+
+def _run(fio_bin: str, args: Sequence[str], timeout_s: float) -> list[FioJob]:
+    cmd = [fio_bin, "--output-format=json", "--readonly", "--allow_file_create=0", *args]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise FioError(f"fio did not finish within {timeout_s:.0f} s") from None
+    if out.returncode != 0:
+        tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or [""]
+        raise FioError(f"fio exited with {out.returncode}: {tail[0][:200]}")
+    return parse_fio_json(out.stdout)
+
+
+def seq_read_jobs(
+    fio_bin: str,
+    files: Sequence[str],
+    *,
+    ioengine: str,
+    runtime_s: float = 1.5,
+    request_bytes: Sequence[int] = SEQ_REQUEST_BYTES,
+    iodepths: Sequence[int] = SEQ_IODEPTHS,
+) -> list[FioJob]:
+    """Sequential direct reads of ``files`` (one after the other) per request size and depth."""
+    args = [
+        f"--ioengine={ioengine}",
+        "--direct=1",
+        "--rw=read",
+        "--file_service_type=sequential",
+        f"--runtime={int(runtime_s * 1000)}ms",
+        "--filename=" + ":".join(_escape(f) for f in files),
+    ]
+    for bs in request_bytes:
+        for depth in iodepths:
+            args += [
+                f"--name=seq-{bs // MiB}m-qd{depth}",
+                f"--bs={bs}",
+                f"--iodepth={depth}",
+                "--stonewall",
+            ]
+    jobs = len(request_bytes) * len(iodepths)
+    return _run(fio_bin, args, timeout_s=60 + jobs * (runtime_s + 10))
+
+
+def replay(
+    fio_bin: str,
+    iologs: Sequence[Path],
+    *,
+    ioengine: str,
+    iodepth: int = 8,
+    runtime_s: float = 20,
+) -> FioJob:
+    """Replay ``iologs`` (one fio job each, concurrently) as fast as possible; aggregate result."""
+    args = [
+        "--name=replay",
+        f"--ioengine={ioengine}",
+        "--direct=1",
+        "--replay_no_stall=1",
+        f"--iodepth={iodepth}",
+        f"--numjobs={len(iologs)}",
+        "--group_reporting",
+        f"--runtime={int(runtime_s)}",
+        "--read_iolog=" + ":".join(_escape(str(p)) for p in iologs),
+    ]
+    jobs = _run(fio_bin, args, timeout_s=runtime_s + 60)
+    if not jobs:
+        raise FioError("fio replay reported no job")
+    return jobs[0]
+
+
+def pick_ioengine(fio_bin: str, probe_file: str) -> tuple[str, str]:
+    """The first of IOENGINES that reads ``probe_file`` here, with a note on what failed."""
+    failures = []
+    for engine in IOENGINES:
+        try:
+            _run(
+                fio_bin,
+                [
+                    f"--name=probe-{engine}",
+                    f"--ioengine={engine}",
+                    "--direct=1",
+                    "--rw=read",
+                    "--bs=4k",
+                    "--io_size=64k",
+                    f"--filename={_escape(probe_file)}",
+                ],
+                timeout_s=30,
+            )
+            return engine, "; ".join(failures)
+        except FioError as e:
+            failures.append(f"{engine}: {e}")
+    raise FioError("no fio ioengine works here: " + "; ".join(failures))

@@ -1,0 +1,94 @@
+"""The flat layout: each session as one FC-CIO session file (``layout.session_file``).
+
+Turns are appended in the workload's arrival order, so files grow the way a serving engine
+would grow them. Each file is pre-allocated to exactly the bytes its turns take (the extent size
+is the whole file), so no pre-allocated but unwritten space is left for fio to read as zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from iobench.pattern import fill_pieces, piece_keys
+from iobench.workload import Workload
+from layout.session_file import ALIGN, DATA_START, SessionFile
+
+
+def _align_up(n: int, align: int = ALIGN) -> int:
+    return -(-n // align) * align
+
+
+def _record_bytes(layers: int) -> int:
+    # A turn record (88 fixed + 4 per layer + 4 CRC bytes) padded to 4096 (layout.session_file).
+    return _align_up(88 + 4 * layers + 4)
+
+
+def session_file_bytes(workload: Workload, session: int) -> int:
+    """Bytes the session's file takes on disk: headers, then per turn a record and padded layers."""
+    layers = workload.geometry.layers
+    per_turn = [
+        _record_bytes(layers) + layers * _align_up(blocks * workload.piece_bytes)
+        for blocks in workload.sessions[session].turn_blocks
+    ]
+    return DATA_START + sum(per_turn)
+
+
+def flat_bytes_needed(workload: Workload) -> int:
+    return sum(session_file_bytes(workload, s) for s in range(len(workload.sessions)))
+
+
+@dataclass(frozen=True)
+class FlatLayout:
+    directory: Path
+    session_files: tuple[Path, ...]
+    bytes_written: int
+
+
+def write_flat_layout(
+    workload: Workload,
+    directory: Path,
+    *,
+    on_bytes: Callable[[int], None] | None = None,
+) -> FlatLayout:
+    """Write every session's file under ``directory``; block content from ``iobench.pattern``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = [directory / f"session-{s.index:05d}.fcc" for s in workload.sessions]
+    sizes = [session_file_bytes(workload, s.index) for s in workload.sessions]
+    files: list[SessionFile | None] = [None] * len(paths)
+    next_block = [0] * len(paths)
+    written = 0
+    try:
+        for s, turn in workload.arrivals:
+            if files[s] is None:
+                size = _align_up(sizes[s])
+                files[s] = SessionFile.create(
+                    paths[s],
+                    workload.geometry,
+                    block_tokens=workload.block_tokens,
+                    session_id=workload.sessions[s].session_id[:64],
+                    reserve_bytes=size - DATA_START,
+                    extent_bytes=size,
+                )
+            blocks = workload.sessions[s].turn_blocks[turn]
+            first = next_block[s]
+            block_ids = np.arange(first, first + blocks, dtype=np.uint64)
+
+            def fill(
+                layer: int, view: memoryview, _s: int = s, _ids: np.ndarray = block_ids
+            ) -> None:
+                fill_pieces(view, piece_keys(_s, _ids, layer), workload.piece_bytes)
+
+            files[s].append_turn(blocks * workload.block_tokens, fill)
+            next_block[s] += blocks
+            written += blocks * workload.block_bytes
+            if on_bytes is not None:
+                on_bytes(blocks * workload.block_bytes)
+    finally:
+        for f in files:
+            if f is not None:
+                f.close()
+    return FlatLayout(directory, tuple(paths), written)

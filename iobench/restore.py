@@ -1,0 +1,287 @@
+"""Cold, layer-wise restores of every session at concurrency K, every byte verified.
+
+One *run* restores all sessions of one layout: K worker threads each take the next session and
+read it layer by layer (one :class:`~layout.planner.ReadPlan` per layer, all turns), the way a
+layer-wise prefill consumes it. Before a run every file of the layout is fsynced and dropped
+from the page cache (the posix engine also reads with O_DIRECT).
+
+* ``flat``: the session file's per-layer plans from the planner (default 64 KiB gap), so one
+  command per (turn, layer) range, split at ``max_command_bytes`` when set.
+* ``eviction``: one command per (block, layer) piece, as the tiered baseline reads them
+  (``gap_bytes=0`` and ``max_command_bytes`` = the piece, so pieces are never merged).
+
+Timing and verification are separate on purpose: the clock covers only the reads (each
+session's first read to its last, and the run's wall time); the destination buffers are
+allocated and pre-faulted before the clock starts and checked against the block pattern after
+it stops, so the figures are I/O figures, not numpy's. Every byte read into a placement is
+checked; a mismatching piece counts in ``mismatched_blocks``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from iobench.eviction import EvictionLayout
+from iobench.flat import FlatLayout
+from iobench.pattern import mismatched_pieces, piece_keys
+from iobench.workload import Workload
+from layout.planner import ReadPlan, plan_reads
+from layout.session_file import SessionFile
+
+PAGE_BYTES = 4096
+
+
+def _align_up(n: int, align: int = PAGE_BYTES) -> int:
+    return -(-n // align) * align
+
+
+@dataclass(frozen=True)
+class ExpectedRun:
+    """``keys`` are the pieces expected back to back from ``buffer_offset`` of a layer's buffer."""
+
+    buffer_offset: int
+    keys: np.ndarray
+
+
+@dataclass(frozen=True)
+class SessionRestore:
+    """Everything one session's restore needs: a plan per layer and what each must return."""
+
+    session: int
+    plans: tuple[ReadPlan, ...]
+    expected: tuple[tuple[ExpectedRun, ...], ...]  # per layer
+    layer_base: tuple[int, ...]  # each layer's start in the session's buffer (page-aligned)
+    buffer_bytes: int
+
+    @property
+    def read_commands(self) -> int:
+        return sum(p.read_commands for p in self.plans)
+
+    @property
+    def bytes_requested(self) -> int:
+        return sum(p.bytes_requested for p in self.plans)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(p.bytes_read for p in self.plans)
+
+
+def _session_restore(
+    session: int, plans: Sequence[ReadPlan], expected: Sequence[Sequence[ExpectedRun]]
+) -> SessionRestore:
+    base, at = [], 0
+    for plan in plans:
+        base.append(at)
+        at += _align_up(plan.buffer_bytes)
+    return SessionRestore(session, tuple(plans), tuple(tuple(e) for e in expected), tuple(base), at)
+
+
+def _runs_from_placements(
+    plan: ReadPlan, keys_of: Callable[[object], np.ndarray], piece_bytes: int
+) -> list[ExpectedRun]:
+    """Group placements that sit back to back in the buffer into one run of keys."""
+    items = sorted(((at, keys_of(ext.tag)) for ext, at in plan.placements), key=lambda x: x[0])
+    runs: list[ExpectedRun] = []
+    start, chunks, end = None, [], None
+    for at, keys in items:
+        if start is not None and at == end:
+            chunks.append(keys)
+        else:
+            if start is not None:
+                runs.append(ExpectedRun(start, np.concatenate(chunks)))
+            start, chunks = at, [keys]
+        end = at + keys.size * piece_bytes
+    if start is not None:
+        runs.append(ExpectedRun(start, np.concatenate(chunks)))
+    return runs
+
+
+def flat_restores(
+    workload: Workload,
+    layout: FlatLayout,
+    *,
+    gap_bytes: int = 64 * 1024,
+    max_command_bytes: int | None = None,
+    align: int = PAGE_BYTES,
+) -> list[SessionRestore]:
+    out = []
+    for spec, path in zip(workload.sessions, layout.session_files, strict=True):
+        with SessionFile.open(path) as sf:
+            plans = sf.restore_plans(
+                gap_bytes=gap_bytes, max_command_bytes=max_command_bytes, align=align
+            )
+            first_block = [rec.token_start // workload.block_tokens for rec in sf.turns]
+            blocks = [rec.blocks for rec in sf.turns]
+
+        def keys_of(
+            tag: object,
+            _s: int = spec.index,
+            _first: list[int] = first_block,
+            _n: list[int] = blocks,
+        ) -> np.ndarray:
+            turn, layer = tag  # type: ignore[misc]
+            ids = np.arange(_first[turn], _first[turn] + _n[turn], dtype=np.uint64)
+            return piece_keys(_s, ids, layer)
+
+        expected = [_runs_from_placements(p, keys_of, workload.piece_bytes) for p in plans]
+        out.append(_session_restore(spec.index, plans, expected))
+    return out
+
+
+def eviction_restores(
+    workload: Workload, layout: EvictionLayout, *, align: int = PAGE_BYTES
+) -> list[SessionRestore]:
+    out = []
+    piece = workload.piece_bytes
+    # Never merge two pieces: each (block, layer) is its own read, as the baseline issues them.
+    step = piece if piece % align == 0 else None
+    for spec in workload.sessions:
+        plans = [
+            plan_reads(
+                layout.piece_extents(spec.index, layer),
+                gap_bytes=0,
+                max_command_bytes=step,
+                align=align,
+            )
+            for layer in range(workload.geometry.layers)
+        ]
+
+        def keys_of(tag: object) -> np.ndarray:
+            s, b, layer = tag  # type: ignore[misc]
+            return piece_keys(s, np.uint64(b), layer).reshape(1)
+
+        expected = [_runs_from_placements(p, keys_of, piece) for p in plans]
+        out.append(_session_restore(spec.index, plans, expected))
+    return out
+
+
+def allocate_buffers(restores: Sequence[SessionRestore]) -> list[np.ndarray]:
+    """One page-aligned, pre-faulted buffer per session (a restore's destination)."""
+    bufs = []
+    for r in restores:
+        raw = np.zeros(r.buffer_bytes + PAGE_BYTES, dtype=np.uint8)
+        skip = (-raw.ctypes.data) % PAGE_BYTES
+        bufs.append(raw[skip : skip + r.buffer_bytes])
+    return bufs
+
+
+@dataclass(frozen=True)
+class RunResult:
+    layout: str
+    concurrency: int
+    read_commands: int
+    bytes_requested: int
+    bytes_read: int
+    wall_s: float
+    restore_s: tuple[float, ...]  # per session, in session order
+    verified_bytes: int
+    mismatched_blocks: int
+    mismatch_examples: tuple[str, ...] = ()
+    o_direct: bool = False
+    gds: bool | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def read_amplification(self) -> float:
+        return self.bytes_read / self.bytes_requested if self.bytes_requested else 1.0
+
+    @property
+    def restore_bytes_per_s(self) -> float:
+        return self.bytes_requested / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def restore_p50_s(self) -> float:
+        return float(np.percentile(self.restore_s, 50)) if self.restore_s else 0.0
+
+    @property
+    def restore_p99_s(self) -> float:
+        return float(np.percentile(self.restore_s, 99)) if self.restore_s else 0.0
+
+
+def verify(
+    restore: SessionRestore, buf: np.ndarray, piece_bytes: int
+) -> tuple[int, int, list[str]]:
+    """``(verified_bytes, mismatched_pieces, examples)`` for one restored session buffer."""
+    verified = mismatched = 0
+    examples: list[str] = []
+    for layer, runs in enumerate(restore.expected):
+        base = restore.layer_base[layer]
+        for run in runs:
+            start = base + run.buffer_offset
+            nbytes = run.keys.size * piece_bytes
+            bad = mismatched_pieces(buf[start : start + nbytes], run.keys, piece_bytes)
+            verified += nbytes
+            mismatched += int(bad.size)
+            if bad.size and len(examples) < 3:
+                examples.append(
+                    f"session {restore.session} layer {layer}: buffer offset "
+                    f"{run.buffer_offset + int(bad[0]) * piece_bytes} holds wrong bytes"
+                )
+    return verified, mismatched, examples
+
+
+def run_restore(
+    layout_name: str,
+    restores: Sequence[SessionRestore],
+    buffers: Sequence[np.ndarray],
+    engine: object,
+    *,
+    concurrency: int,
+    piece_bytes: int,
+    drop_cache: Callable[[], None] | None = None,
+) -> RunResult:
+    """One cold run: drop caches, time the concurrent restores, then verify every byte."""
+    for buf in buffers:
+        buf.fill(0)  # a stale byte from an earlier run must not pass verification
+    if drop_cache is not None:
+        drop_cache()
+    seconds = [0.0] * len(restores)
+    results: list[list[object]] = [[] for _ in restores]
+
+    def one(i: int) -> None:
+        r, buf = restores[i], buffers[i]
+        t0 = time.perf_counter()
+        for layer, plan in enumerate(r.plans):
+            base = r.layer_base[layer]
+            results[i].append(engine.read(plan, buf[base : base + plan.buffer_bytes]))  # type: ignore[attr-defined]
+        seconds[i] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="restore") as pool:
+        for f in [pool.submit(one, i) for i in range(len(restores))]:
+            f.result()
+    wall = time.perf_counter() - t0
+
+    verified = mismatched = 0
+    examples: list[str] = []
+    for r, buf in zip(restores, buffers, strict=True):
+        v, m, ex = verify(r, buf, piece_bytes)
+        verified += v
+        mismatched += m
+        examples.extend(ex[: max(0, 3 - len(examples))])
+    flat_results = [x for rs in results for x in rs]
+    notes = tuple(
+        dict.fromkeys(getattr(x, "note", "") for x in flat_results if getattr(x, "note", ""))
+    )
+    return RunResult(
+        layout=layout_name,
+        concurrency=concurrency,
+        read_commands=sum(r.read_commands for r in restores),
+        bytes_requested=sum(r.bytes_requested for r in restores),
+        bytes_read=sum(r.bytes_read for r in restores),
+        wall_s=wall,
+        restore_s=tuple(seconds),
+        verified_bytes=verified,
+        mismatched_blocks=mismatched,
+        mismatch_examples=tuple(examples),
+        o_direct=all(getattr(x, "o_direct", False) for x in flat_results)
+        if flat_results
+        else False,
+        gds=next((getattr(x, "gds", None) for x in flat_results), None),
+        notes=notes,
+    )
