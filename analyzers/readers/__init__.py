@@ -11,7 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from analyzers.readers._common import TraceFormatError, read_head, show
+from analyzers.readers._common import (
+    JSONDecodeError,
+    TraceFormatError,
+    loads,
+    read_head,
+    show,
+)
 from analyzers.readers.azure import AzureReader
 from analyzers.readers.bailian import BailianReader
 from analyzers.readers.claude_code import ClaudeCodeReader
@@ -61,16 +67,26 @@ def detect_format(path: str | Path) -> str:
         raise TraceFormatError(
             f"{path}: directory holds no trace_*.json files (the Claude Code directory layout)"
         )
-    head = read_head(path)
-    if not head.strip():
+    head, gzip_error = read_head(path)
+    if not head.strip() and gzip_error is None:
         raise TraceFormatError(f"{path}: file is empty")
     for name, reader in FORMATS.items():
         if reader.sniff(head):
             return name
-    first = head.split(b"\n", 1)[0][:60]
+    if gzip_error is not None:
+        raise TraceFormatError(f"{path}: gzip stream is broken or truncated ({gzip_error})")
+    first, newline, _ = head.partition(b"\n")
+    if first.lstrip().startswith(b"{") and newline:
+        # Looks like JSON Lines, but line 1 does not parse: say that, not "unknown format".
+        try:
+            loads(first)
+        except JSONDecodeError as e:
+            raise TraceFormatError(
+                f"{path}: line 1: invalid JSON ({e}); got {show(first[:60])}"
+            ) from None
     raise TraceFormatError(
         f"{path}: unknown trace format (expected one of {', '.join(FORMATS)}; "
-        f"pass --format to choose); got first bytes {show(first)}"
+        f"pass --format to choose); got first bytes {show(first[:60])}"
     )
 
 

@@ -71,23 +71,28 @@ def loads(data: bytes | str) -> Any:
     return _loads(data)
 
 
-def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
-    """The first ``size`` bytes of the (decompressed, if gzip) content."""
+def read_head(path: Path, size: int = HEAD_BYTES) -> tuple[bytes, str | None]:
+    """The first ``size`` bytes of the (decompressed, if gzip) content, and the gzip error.
+
+    A broken or truncated gzip stream gives what did decompress plus the error text, so that
+    detection can still work on a long file whose damage lies past the head.
+    """
     check_file(path)
     with path.open("rb") as raw:
         magic = raw.read(2)
         raw.seek(0)
         if magic != GZIP_MAGIC:
-            return raw.read(size)
+            return raw.read(size), None
         try:
             with gzip.GzipFile(fileobj=raw) as gz:
-                return gz.read(size)
+                return gz.read(size), None
         except (OSError, EOFError, zlib.error) as e:
-            # A truncated gzip may still give a usable head; read what decompresses.
+            raw.seek(0)
             try:
-                return zlib.decompressobj(wbits=31).decompress(path.read_bytes()[: size * 4])[:size]
+                partial = zlib.decompressobj(wbits=31).decompress(raw.read(size * 4), size)
             except zlib.error:
-                raise fail(path, None, f"broken gzip stream ({e})") from None
+                partial = b""
+            return partial, str(e)
 
 
 @contextmanager
