@@ -33,6 +33,7 @@ import errno
 import fcntl
 import math
 import os
+import stat
 import struct
 import time
 import zlib
@@ -378,13 +379,13 @@ class SessionFile:
             _write_all(fd, bytes(SLOT_BYTES), 0)  # slot 0: generation 0, invalid until used
             _write_all(fd, _pack_header(p, header), SLOT_BYTES * (header.generation % 2))
             os.fsync(fd)
+            _lock(fd, p)  # flock follows the inode through the rename: no writer gap
             os.replace(tmp, p)
         except BaseException:
             os.close(fd)
             tmp.unlink(missing_ok=True)
             raise
         _fsync_dir(p)
-        _lock(fd, p)
         return cls(p, fd, header, [], writable=True)
 
     @classmethod
@@ -408,6 +409,8 @@ class SessionFile:
         except IsADirectoryError:
             raise LayoutError(f"{p}: is a directory, not a session file") from None
         try:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise LayoutError(f"{p}: is a directory, not a session file")
             if writable:
                 _lock(fd, p)
             header, turns = _load(fd, p, recover)
@@ -709,7 +712,6 @@ def _lock(fd: int, path: Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        os.close(fd)
         raise LayoutError(f"{path}: another writer holds this session file open") from None
 
 
