@@ -58,10 +58,17 @@ def write_canonical(trace: Trace, path: str | Path) -> None:
         trace.requests.select(COLUMNS).write_parquet(
             tmp_name, compression="zstd", metadata=trace_metadata(trace)
         )
+        os.chmod(tmp_name, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
         os.replace(tmp_name, target)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def read_canonical(path: str | Path) -> Trace:

@@ -257,6 +257,23 @@ def test_azure_tiny(tmp_path: Path) -> None:
     assert any("reuse cannot" in note for note in trace.notes)
 
 
+def test_azure_bom_and_crlf(tmp_path: Path) -> None:
+    path = tmp_path / "azure.csv"
+    path.write_bytes(
+        b"\xef\xbb\xbfTIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+        b"2023-11-16 18:15:46.5,374,44\r\n2023-11-16 18:15:47.0,1,2\r\n"
+    )
+    trace = read_trace(path)
+    assert column(trace, "timestamp_s") == [0.0, 0.5]
+    assert column(trace, "output_tokens") == [44, 2]
+
+
+def test_progress_flag_gives_the_same_trace() -> None:
+    # Without a terminal the bar is disabled, but the code path runs.
+    path = SAMPLES / "claude_code_sample.jsonl.gz"
+    assert read_trace(path, progress=True).requests.equals(read_trace(path).requests)
+
+
 # --- detection and canonical Parquet ------------------------------------------------------
 
 

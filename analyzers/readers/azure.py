@@ -43,6 +43,7 @@ class AzureReader:
             table = pl.read_csv(io.BytesIO(text), infer_schema=False)
         except (pl.exceptions.PolarsError, ValueError) as e:
             raise fail(path, None, f"unreadable CSV ({' '.join(str(e).split())[:120]})") from None
+        table = table.rename({c: c.strip().lstrip("\ufeff") for c in table.columns})
         for name in HEADER:
             if name not in table.columns:
                 raise fail(path, "header", f"missing column {name!r}; got {table.columns!r}")
