@@ -268,6 +268,17 @@ def test_azure_bom_and_crlf(tmp_path: Path) -> None:
     assert column(trace, "output_tokens") == [44, 2]
 
 
+@pytest.mark.parametrize("gz", [False, True])
+def test_lines_longer_than_the_read_chunk(gz: bool, tmp_path: Path, monkeypatch) -> None:
+    import analyzers.readers._common as common
+
+    path = write_jsonl(tmp_path / "cc.jsonl", TINY_CLAUDE, gz=gz)
+    whole = read_trace(path)
+    monkeypatch.setattr(common, "CHUNK_BYTES", 7)  # every line spans many reads
+    check_tiny_claude(read_trace(path))
+    assert read_trace(path).requests.equals(whole.requests)
+
+
 def test_progress_flag_gives_the_same_trace() -> None:
     # Without a terminal the bar is disabled, but the code path runs.
     path = SAMPLES / "claude_code_sample.jsonl.gz"

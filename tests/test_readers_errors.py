@@ -258,3 +258,11 @@ def test_truncated_parquet(tmp_path: Path) -> None:
     bad = tmp_path / "bad.parquet"
     bad.write_bytes(good.read_bytes()[:-100])
     expect_error(bad, "Parquet", fmt="parquet")
+
+
+def test_line_numbers_count_blank_lines_and_last_line_without_newline(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(line() + "\n\n" + line() + "\n" + line(input_length=-3))  # no final newline
+    expect_error(path, "line 4", "got -3")
+    path.write_text(line() + "\n\n" + line(timestamp=7))
+    assert read_trace(path).requests["timestamp_s"].to_list() == [0.0, 0.007]
