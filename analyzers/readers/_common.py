@@ -199,7 +199,8 @@ def iter_json_lines(path: Path, *, progress: bool = False) -> Iterator[tuple[int
 
 def first_json_record(head: bytes) -> Any:
     """The first complete JSON line in ``head``, or ``None`` when there is none."""
-    for line in head.split(b"\n")[:-1] or ([head] if head.rstrip().endswith(b"}") else []):
+    # The last piece may be cut short by the head's size; then it simply fails to parse.
+    for line in head.split(b"\n"):
         if line.strip():
             try:
                 return _loads(line)
