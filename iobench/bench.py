@@ -359,7 +359,14 @@ def _fio_round(
     config: IobenchConfig,
     streams: int,
 ) -> dict[str, Any]:
-    seq = fio_mod.seq_read_jobs(fio_bin, files, ioengine=ioengine, runtime_s=config.fio_runtime_s)
+    # fio refuses a request larger than a file; tiny workloads get smaller requests (noted).
+    smallest = min(os.path.getsize(f) for f in files)
+    sizes = [b for b in fio_mod.SEQ_REQUEST_BYTES if b <= smallest]
+    if not sizes:
+        sizes = [max(4096, 1 << (smallest.bit_length() - 1))]
+    seq = fio_mod.seq_read_jobs(
+        fio_bin, files, ioengine=ioengine, runtime_s=config.fio_runtime_s, request_bytes=sizes
+    )
     best = max(seq, key=lambda j: j.read_bytes_per_s)
     out: dict[str, Any] = {
         "seq_read_bytes_per_s": best.read_bytes_per_s,

@@ -24,8 +24,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from layout.errors import FcctlInputError
 from layout.geometry import KvGeometry
 
@@ -109,7 +107,8 @@ def synthetic_workload(
             f"--tokens: {turns} turns need at least {turns * block_tokens} tokens "
             f"({turns} whole pages of {block_tokens}); got {tokens!r}"
         )
-    per_turn = tuple(int(n) for n in np.diff(np.linspace(0, blocks, turns + 1).round().astype(int)))
+    # The first ``blocks % turns`` turns take one page more.
+    per_turn = tuple(blocks // turns + (t < blocks % turns) for t in range(turns))
     specs = tuple(SessionSpec(i, f"synthetic-{i:04d}", per_turn) for i in range(sessions))
     arrivals = tuple((s, t) for t in range(turns) for s in range(sessions))
     notes: list[str] = []

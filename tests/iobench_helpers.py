@@ -1,0 +1,36 @@
+"""Small workloads for the iobench tests: a 4 KiB piece per (block, layer), a few MiB in all."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from iobench.workload import Workload, synthetic_workload
+from layout.geometry import KvGeometry
+
+# 2 (K and V) x 1 head x 64 dims x 2 bytes x 16 tokens = 4096 bytes per block per layer.
+TINY = KvGeometry("tiny", layers=4, kv_heads=1, head_dim=64)
+
+
+def tiny_workload(sessions: int = 6, blocks: int = 40, turns: int = 4, layers: int = 4) -> Workload:
+    geometry = KvGeometry("tiny", layers=layers, kv_heads=1, head_dim=64)
+    return synthetic_workload(
+        geometry, block_tokens=16, sessions=sessions, tokens=16 * blocks, turns=turns
+    )
+
+
+def tiny_model_config(path: Path, layers: int = 4) -> Path:
+    """A Hugging Face-style config.json giving the TINY geometry (for the CLI)."""
+    path.write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": layers,
+                "num_attention_heads": 1,
+                "num_key_value_heads": 1,
+                "hidden_size": 64,
+                "torch_dtype": "bfloat16",
+                "model_type": "tiny",
+            }
+        )
+    )
+    return path

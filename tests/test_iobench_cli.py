@@ -1,0 +1,273 @@
+"""``fcctl iobench`` end to end on a few MiB of real files, and its bad-input handling."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fcctl.cli import app
+from tests.conftest import REPO, SAMPLES
+from tests.iobench_helpers import tiny_model_config
+
+runner = CliRunner()
+RUN_KEYS = {
+    "concurrency",
+    "read_commands",
+    "bytes_requested",
+    "bytes_read",
+    "read_amplification",
+    "restore_bytes_per_s",
+    "restore_s",
+    "verified_bytes",
+    "mismatched_blocks",
+}
+
+
+def _small_args(tmp_path: Path) -> list[str]:
+    cfg = tiny_model_config(tmp_path / "tiny.json")
+    return [
+        "iobench",
+        "--model-config",
+        str(cfg),
+        "--sessions",
+        "4",
+        "--tokens",
+        "320",
+        "--turns",
+        "4",
+        "--bucket-size",
+        "64KiB",
+        "--concurrency",
+        "1,2",
+    ]
+
+
+def test_end_to_end_json(tmp_path, fio_bin):
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app,
+        [
+            *_small_args(tmp_path),
+            "--dir",
+            str(bench),
+            "--json",
+            "--fio-runtime",
+            "0.2",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)  # exactly one JSON document on stdout
+    assert set(doc) == {"schema_version", "engine", "workload", "fio", "layouts", "provenance"}
+    assert doc["schema_version"] == 1
+    assert doc["engine"]["name"] in ("posix", "kvikio")
+    assert set(doc["engine"]) == {"name", "o_direct", "gds"}
+    # 4 sessions x 20 pages x 4 layers x 4 KiB.
+    assert doc["workload"] == {
+        "sessions": 4,
+        "layers": 4,
+        "block_tokens": 16,
+        "bytes": 4 * 20 * 4 * 4096,
+    }
+    assert doc["fio"]["available"] is True
+    assert doc["fio"]["seq_read_bytes_per_s"] > 0
+    assert set(doc["fio"]["replay_bytes_per_s"]) == {"flat", "eviction"}
+    assert all(v > 0 for v in doc["fio"]["replay_bytes_per_s"].values())
+    for layout, commands in (("flat", 4 * 4 * 4), ("eviction", 4 * 20 * 4)):
+        runs = doc["layouts"][layout]
+        assert [r["concurrency"] for r in runs] == [1, 2]
+        for r in runs:
+            assert set(r) == RUN_KEYS
+            assert set(r["restore_s"]) == {"p50", "p99"}
+            assert r["read_commands"] == commands
+            assert r["bytes_requested"] == doc["workload"]["bytes"]
+            assert r["verified_bytes"] == doc["workload"]["bytes"]
+            assert r["mismatched_blocks"] == 0
+            assert r["restore_bytes_per_s"] > 0
+    prov = doc["provenance"]
+    for key in ("fcctl_version", "host", "kernel", "filesystem", "started_utc", "finished_utc"):
+        assert prov[key]
+    assert "engine" in result.stderr  # which engine ran and why
+    assert list(bench.iterdir()) == []  # everything written was removed
+    assert {p.name for p in out.iterdir()} >= {
+        "runs.parquet",
+        "restore_bytes_per_s.png",
+        "read_commands.png",
+    }
+    import polars as pl
+
+    assert pl.read_parquet(out / "runs.parquet").height == 4
+
+
+def test_table_output_and_keep_without_fio(tmp_path):
+    bench = tmp_path / "bench"
+    result = runner.invoke(
+        app, [*_small_args(tmp_path), "--dir", str(bench), "--no-fio", "--layout", "flat", "--keep"]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "flat" in result.stdout and "fio: not run" in result.stdout
+    kept = [p for p in bench.iterdir()]
+    assert len(kept) == 1 and any(kept[0].rglob("*.fcc"))
+
+
+def test_trace_workload_through_the_cli(tmp_path):
+    cfg = tiny_model_config(tmp_path / "tiny.json")
+    result = runner.invoke(
+        app,
+        [
+            "iobench",
+            "--trace",
+            str(SAMPLES / "claude_code_sample.jsonl.gz"),
+            "--model-config",
+            str(cfg),
+            "--sessions",
+            "3",
+            "--size-limit",
+            "2MiB",
+            "--concurrency",
+            "2",
+            "--no-fio",
+            "--json",
+            "--dir",
+            str(tmp_path / "b"),
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert 1 <= doc["workload"]["sessions"] <= 3 and doc["workload"]["bytes"] <= 2 * 2**20
+    assert doc["fio"] == {
+        "available": False,
+        "seq_read_bytes_per_s": None,
+        "replay_bytes_per_s": {"flat": None, "eviction": None},
+    }
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--dir", "{tmp}/missing/bench"], "parent directory does not exist"),
+        (["--dir", "{tmp}/afile"], "must be a directory"),
+        (["--size-limit", "12XB"], "unknown unit"),
+        (["--concurrency", "0"], "--concurrency"),
+        (["--layout", "sideways"], "--layout"),
+        (["--bucket-size", "1KiB"], "--bucket-size"),
+        (["--tokens", "100000000000", "--size-limit", "1PiB"], "not enough free space"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, extra, message):
+    (tmp_path / "afile").write_text("")
+    extra = [e.replace("{tmp}", str(tmp_path)) for e in extra]
+    result = runner.invoke(app, [*_small_args(tmp_path), "--no-fio", *extra])
+    assert result.exit_code == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fcctl: error: ") and message in lines[0]
+    assert result.stdout == ""
+
+
+def test_unknown_model_is_one_line_and_exit_2():
+    result = runner.invoke(app, ["iobench", "--model", "gpt-9", "--no-fio"])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "--model" in result.stderr
+
+
+def test_non_empty_dir_is_refused_without_force(tmp_path):
+    (tmp_path / "theirs").write_text("x")
+    result = runner.invoke(app, [*_small_args(tmp_path), "--no-fio", "--dir", str(tmp_path)])
+    assert result.exit_code == 2 and "not empty" in result.stderr
+    result = runner.invoke(
+        app,
+        [
+            *_small_args(tmp_path),
+            "--no-fio",
+            "--dir",
+            str(tmp_path),
+            "--force",
+            "--layout",
+            "flat",
+            "--concurrency",
+            "1",
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs", "tiny.json"]
+
+
+def test_cleanup_after_an_exception(tmp_path, monkeypatch):
+    import iobench.bench
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("injected failure during the restore")
+
+    monkeypatch.setattr(iobench.bench, "run_restore", boom)
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    from iobench.bench import IobenchConfig, run_iobench
+    from tests.iobench_helpers import tiny_model_config as cfg
+
+    config = IobenchConfig(
+        directory=bench,
+        model_config=cfg(tmp_path / "t.json"),
+        sessions=2,
+        tokens=320,
+        turns=2,
+        bucket_bytes=64 * 1024,
+        fio=False,
+    )
+    with pytest.raises(RuntimeError, match="injected"):
+        run_iobench(config)
+    assert list(bench.iterdir()) == []
+
+
+def test_cleanup_after_ctrl_c(tmp_path):
+    """A real process interrupted while writing removes what it wrote."""
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    cfg = tiny_model_config(tmp_path / "tiny.json", layers=32)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # About 256 MiB per layout: long enough to be interrupted while writing or restoring.
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fcctl",
+            "iobench",
+            "--model-config",
+            str(cfg),
+            "--sessions",
+            "8",
+            "--tokens",
+            "16384",
+            "--turns",
+            "4",
+            "--no-fio",
+            "--repeat",
+            "5",
+            "--dir",
+            str(bench),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=REPO,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(bench.rglob("*.fcc")):
+        time.sleep(0.05)
+    assert any(bench.rglob("*.fcc")), "the benchmark never started writing"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()
+    assert list(bench.iterdir()) == []
+    shutil.rmtree(bench)
