@@ -1,0 +1,121 @@
+"""Reuse metrics from one :func:`analyzers.stack.reuse_pass` (definitions in issue #2, §3).
+
+* ``once_only_block_share`` = distinct blocks accessed exactly once / distinct blocks.
+* ``reuse_access_share`` = accesses to a block seen earlier / all block accesses: the hit
+  ratio of an infinite cache, the ceiling of any cache.
+* reuse distance of every re-access, as p50/p90/p99 with numpy's default (linear)
+  interpolation over all re-accesses: in requests, in seconds, as LRU stack distance in blocks
+  and in bytes (stack distance x block bytes), plus log2 histograms
+  (:data:`analyzers.stack.LOG2_BUCKETS_DOC`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from analyzers.stack import (
+    ReusePass,
+    log2_histogram_from_counts,
+    percentiles_from_counts,
+    seconds_histogram_edges,
+)
+
+QUANTILES = (50.0, 90.0, 99.0)
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """p50/p90/p99 (numpy linear interpolation); None when there is nothing to measure."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> Percentiles:
+        if values.shape[0] == 0:
+            return cls()
+        p = np.percentile(values, QUANTILES)
+        return cls(float(p[0]), float(p[1]), float(p[2]))
+
+    @classmethod
+    def of_counts(cls, counts: np.ndarray) -> Percentiles:
+        a, b, c = percentiles_from_counts(counts, QUANTILES)
+        return cls(a, b, c)
+
+    def scaled(self, factor: float) -> Percentiles:
+        # Linear interpolation commutes with scaling, so this equals the percentiles of
+        # the scaled values.
+        return Percentiles(
+            *(None if v is None else v * factor for v in (self.p50, self.p90, self.p99))
+        )
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {"p50": self.p50, "p90": self.p90, "p99": self.p99}
+
+
+@dataclass(frozen=True, eq=False)
+class ReuseMetrics:
+    once_only_block_share: float | None
+    reuse_access_share: float | None
+    distance_requests: Percentiles
+    distance_seconds: Percentiles
+    distance_stack_blocks: Percentiles
+    distance_stack_bytes: Percentiles
+    histograms: pl.DataFrame  # metric, bucket_lo, bucket_hi, count
+
+
+HISTOGRAM_SCHEMA = {
+    "metric": pl.String(),
+    "bucket_lo": pl.Float64(),
+    "bucket_hi": pl.Float64(),
+    "count": pl.Int64(),
+}
+
+
+def reuse_metrics(rp: ReusePass, block_bytes: int) -> ReuseMetrics:
+    """Shares, distance percentiles and histograms of one reuse pass."""
+    if rp.num_accesses == 0:
+        empty = Percentiles()
+        return ReuseMetrics(
+            None, None, empty, empty, empty, empty, pl.DataFrame(schema=HISTOGRAM_SCHEMA)
+        )
+    once = int(np.count_nonzero(rp.access_count == 1))
+    stack_blocks = Percentiles.of_counts(rp.stack_count)
+    frames = []
+    for metric, counts, scale in (
+        ("stack_blocks", rp.stack_count, 1),
+        ("stack_bytes", rp.stack_count, block_bytes),
+        ("requests", rp.request_count, 1),
+    ):
+        lo, hi, cnt = log2_histogram_from_counts(counts)
+        frames.append(
+            pl.DataFrame(
+                {
+                    "metric": [metric] * lo.shape[0],
+                    "bucket_lo": lo * float(scale),
+                    "bucket_hi": hi * float(scale),
+                    "count": cnt,
+                },
+                schema=HISTOGRAM_SCHEMA,
+            )
+        )
+    lo, hi, cnt = seconds_histogram_edges(rp.seconds_hist)
+    frames.append(
+        pl.DataFrame(
+            {"metric": ["seconds"] * lo.shape[0], "bucket_lo": lo, "bucket_hi": hi, "count": cnt},
+            schema=HISTOGRAM_SCHEMA,
+        )
+    )
+    return ReuseMetrics(
+        once_only_block_share=once / rp.num_blocks,
+        reuse_access_share=rp.num_reaccesses / rp.num_accesses,
+        distance_requests=Percentiles.of_counts(rp.request_count),
+        distance_seconds=Percentiles.of(rp.seconds),
+        distance_stack_blocks=stack_blocks,
+        distance_stack_bytes=stack_blocks.scaled(block_bytes),
+        histograms=pl.concat(frames),
+    )

@@ -1,0 +1,92 @@
+"""``fcctl analyze``: measure KV-cache reuse in a trace and recommend a layout."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fcctl.errors import cli_errors
+
+FORMAT_NAMES = ("mooncake", "claude-code", "bailian", "azure", "parquet")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("analyze")
+    @cli_errors
+    def analyze(
+        trace: Annotated[Path, typer.Argument(help="Trace file (or Claude Code directory).")],
+        format: Annotated[
+            str | None,
+            typer.Option(
+                "--format", help=f"Input format ({', '.join(FORMAT_NAMES)}); detected if omitted."
+            ),
+        ] = None,
+        model: Annotated[
+            str,
+            typer.Option(
+                "--model",
+                help="KV geometry preset (llama-3.1-8b, llama-3.1-70b, qwen2.5-7b, deepseek-v3).",
+            ),
+        ] = "llama-3.1-8b",
+        model_config: Annotated[
+            Path | None,
+            typer.Option("--model-config", help="Hugging Face config.json (overrides --model)."),
+        ] = None,
+        tp: Annotated[
+            int | None, typer.Option("--tp", help="Tensor-parallel ranks (KV is the node total).")
+        ] = None,
+        kv_dtype: Annotated[
+            str | None, typer.Option("--kv-dtype", help="KV dtype: bf16, fp16, fp8, fp32.")
+        ] = None,
+        memory: Annotated[
+            str | None,
+            typer.Option(
+                "--memory",
+                help="Memory-tier capacities, e.g. 64GiB,256GiB "
+                "[default: 16GiB,64GiB,256GiB,1TiB].",
+            ),
+        ] = None,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="Print one JSON document on stdout.")
+        ] = False,
+        out: Annotated[
+            Path | None,
+            typer.Option(
+                "--out",
+                help="Write analysis.json, Parquet tables and PNG charts into this directory.",
+            ),
+        ] = None,
+        force: Annotated[
+            bool, typer.Option("--force", help="Replace a non-empty --out directory.")
+        ] = False,
+    ) -> None:
+        """Measure block reuse, reuse distances, session KV sizes and memory-tier hit shares."""
+        from analyzers.analyze import analyze_trace
+        from analyzers.readers import read_trace
+        from layout.geometry import model_geometry
+        from layout.units import parse_size_list
+        from reports.analyze_report import check_out_dir, render_summary, write_out_dir
+
+        # Flags first: a typo should fail before minutes of parsing.
+        geometry = model_geometry(model, config_path=model_config, tp=tp, kv_dtype=kv_dtype)
+        capacities = parse_size_list(memory, what="--memory") if memory is not None else None
+        if out is not None:
+            check_out_dir(out, force)
+        parsed = read_trace(trace, format, progress=True)
+        result = analyze_trace(
+            parsed, geometry=geometry, memory_capacities_bytes=capacities, progress=True
+        )
+        doc = result.to_json_dict()
+        if out is not None:
+            names = write_out_dir(result, out, force=force, json_doc=doc)
+            print(f"wrote {out}: {', '.join(names)}", file=sys.stderr)
+        if as_json:
+            print(json.dumps(doc, indent=2, allow_nan=False))
+        else:
+            from rich.console import Console
+
+            render_summary(result, Console())

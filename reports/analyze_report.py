@@ -1,0 +1,220 @@
+"""Render an :class:`analyzers.analyze.AnalysisResult`: a rich summary, and ``--out DIR`` files.
+
+``write_out_dir`` writes everything into a temporary directory beside ``DIR`` and moves it into
+place only when all files are complete, so an error never leaves a half-written ``DIR``. A
+non-empty ``DIR`` is refused unless ``force`` (then it is replaced as a whole).
+
+Files: ``analysis.json`` (the ``--json`` document), ``requests.parquet`` (one row per request),
+``sessions.parquet`` (one row per session; absent without sessions), ``histograms.parquet``
+(metric, bucket_lo, bucket_hi, count; log2 buckets), ``memory_tier_curve.parquet``
+(capacity_blocks, capacity_bytes, lru_hit_share), and the charts ``reuse_distance_cdf.png``,
+``session_kv_cdf.png``, ``memory_tier_curve.png`` (each only when there is data for it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from layout.errors import FcctlInputError
+from layout.units import format_bytes
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from analyzers.analyze import AnalysisResult
+    from analyzers.reuse import Percentiles
+
+
+class OutDirError(FcctlInputError):
+    """``--out`` names a non-empty directory (without ``--force``) or something not a directory."""
+
+
+def _num(v: float | None, fmt: str = "{:,.4g}") -> str:
+    return "n/a" if v is None else fmt.format(v)
+
+
+def _share(v: float | None) -> str:
+    return "n/a" if v is None else f"{100.0 * v:.2f}%"
+
+
+def _bytes(v: float | None) -> str:
+    return "n/a" if v is None else format_bytes(v)
+
+
+def render_summary(result: AnalysisResult, console: Console) -> None:
+    """The human summary: tables of every figure, then the verdict and its reasons."""
+    from rich.table import Table
+
+    r = result.reuse
+    head = Table(title=f"fcctl analyze: {result.trace_path}", show_header=False, box=None)
+    head.add_column(style="bold")
+    head.add_column()
+    sessions = "n/a" if result.num_sessions is None else f"{result.num_sessions:,}"
+    if result.sessions_inferred:
+        sessions += " (INFERRED from prefix chains; the trace has no session ids)"
+    rows = [
+        ("format", result.trace_format),
+        ("requests", f"{result.num_requests:,}"),
+        ("sessions", sessions),
+        ("block size", f"{result.block_size_tokens} tokens" if result.block_size_tokens else "n/a"),
+        ("block accesses", _num(result.block_accesses, "{:,}")),
+        ("distinct blocks", _num(result.distinct_blocks, "{:,}")),
+        ("duration", _num(result.duration_s, "{:,.1f} s")),
+        (
+            "KV model",
+            f"{result.model}: {result.bytes_per_token:,} B/token, "
+            f"{_bytes(result.block_bytes)} per block",
+        ),
+    ]
+    for k, v in rows:
+        head.add_row(k, v)
+    console.print(head)
+
+    if r is None:
+        console.print(
+            "[bold]Reuse cannot be measured:[/bold] this trace has no block hashes. "
+            "Only request sizes and arrival rate are reported below."
+        )
+    else:
+        shares = Table(title="Block reuse")
+        shares.add_column("metric")
+        shares.add_column("value", justify="right")
+        shares.add_row("once-only block share", _share(r.once_only_block_share))
+        shares.add_row("reuse access share (ideal hit share)", _share(r.reuse_access_share))
+        console.print(shares)
+        dist = Table(title="Reuse distance of re-accesses")
+        dist.add_column("unit")
+        for q in ("p50", "p90", "p99"):
+            dist.add_column(q, justify="right")
+
+        def row(name: str, p: Percentiles, fmt: Any = _num) -> None:
+            dist.add_row(name, fmt(p.p50), fmt(p.p90), fmt(p.p99))
+
+        row("requests", r.distance_requests)
+        row("seconds", r.distance_seconds)
+        row("LRU stack (blocks)", r.distance_stack_blocks)
+        row("LRU stack (bytes)", r.distance_stack_bytes, _bytes)
+        console.print(dist)
+
+    if result.sessions is not None:
+        s = result.sessions
+        t = Table(title="Sessions" + (" (inferred)" if s.inferred else ""))
+        t.add_column("metric")
+        for q in ("p50", "p90", "p99", "max", "mean"):
+            t.add_column(q, justify="right")
+        kv = s.kv_bytes
+        t.add_row(
+            "KV per session",
+            _bytes(kv.p50),
+            _bytes(kv.p90),
+            _bytes(kv.p99),
+            _bytes(kv.max),
+            _bytes(kv.mean),
+        )
+        t.add_row("turns", _num(s.turns.p50), _num(s.turns.p90), _num(s.turns.p99), "", "")
+        m = s.max_input_tokens
+        t.add_row("largest input (tokens)", _num(m.p50), _num(m.p90), _num(m.p99), "", "")
+        console.print(t)
+
+    tier = Table(title="Memory tier (LRU in front of SSD)")
+    for c in ("capacity", "blocks", "LRU hit share", "share of ideal", "reuse from SSD"):
+        tier.add_column(c, justify="right")
+    for p in result.memory_tier:
+        tier.add_row(
+            _bytes(p.capacity_bytes),
+            _num(p.capacity_blocks, "{:,}"),
+            _share(p.lru_hit_share),
+            _share(p.share_of_ideal),
+            _share(p.ssd_reuse_share),
+        )
+    console.print(tier)
+
+    rs = result.request_sizes
+    sizes = Table(title="Request sizes")
+    sizes.add_column("metric")
+    for q in ("p50", "p90", "p99"):
+        sizes.add_column(q, justify="right")
+    for name, p, fmt in (
+        ("input tokens", rs.input_tokens, _num),
+        ("output tokens", rs.output_tokens, _num),
+        ("KV per request", rs.kv_bytes, _bytes),
+    ):
+        sizes.add_row(name, fmt(p.p50), fmt(p.p90), fmt(p.p99))
+    console.print(sizes)
+    if rs.arrival_rate_per_s is not None:
+        console.print(f"arrival rate: {rs.arrival_rate_per_s:,.3f} requests/s")
+
+    for note in result.notes:
+        console.print(f"note: {note}", highlight=False)
+    layout = result.verdict.layout.upper()
+    console.print(f"\n[bold]Verdict: {layout}[/bold]")
+    for reason in result.verdict.reasons:
+        console.print(f"  - {reason}", highlight=False)
+
+
+def _write_files(result: AnalysisResult, d: Path, json_doc: dict[str, Any]) -> list[str]:
+    from reports import charts
+
+    (d / "analysis.json").write_text(json.dumps(json_doc, indent=2) + "\n")
+    result.requests_table.write_parquet(d / "requests.parquet")
+    if result.sessions is not None:
+        result.sessions.table.write_parquet(d / "sessions.parquet")
+    result.histograms.write_parquet(d / "histograms.parquet")
+    pl.DataFrame(
+        {
+            "capacity_blocks": result.hit_curve_capacity_blocks,
+            "capacity_bytes": result.hit_curve_capacity_blocks * (result.block_bytes or 0),
+            "lru_hit_share": result.hit_curve_share,
+        }
+    ).write_parquet(d / "memory_tier_curve.parquet")
+    charts.reuse_distance_cdf(result, d / "reuse_distance_cdf.png")
+    charts.session_kv_cdf(result, d / "session_kv_cdf.png")
+    charts.memory_tier_curve(result, d / "memory_tier_curve.png")
+    return sorted(p.name for p in d.iterdir())
+
+
+def check_out_dir(out: Path, force: bool) -> None:
+    """Refuse a non-directory or a non-empty directory (unless ``force``) before any work."""
+    if out.exists() and not out.is_dir():
+        raise OutDirError(f"--out {out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise OutDirError(f"--out {out}: directory is not empty (pass --force to replace it)")
+
+
+def write_out_dir(
+    result: AnalysisResult,
+    out: Path,
+    *,
+    force: bool = False,
+    json_doc: dict[str, Any] | None = None,
+) -> list[str]:
+    """Write every table, chart and the JSON into ``out`` all at once; return the file names."""
+    out = Path(out)
+    check_out_dir(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        # mkdtemp makes 0700; give the result the permissions a plain mkdir would.
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)
+        names = _write_files(result, tmp, json_doc or result.to_json_dict())
+        if out.exists():
+            # Keep the old directory until the new one is in place.
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            out.rename(old / "d")
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return names
