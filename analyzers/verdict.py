@@ -15,7 +15,8 @@ or sessions reach GBs". Concretely:
 
 Without block hashes (Azure) reuse cannot be measured: the verdict then rests on request KV
 sizes alone (p90 request KV >= 1 GiB -> flat), and says so. Each reason is a full sentence
-with the figures it was decided on.
+with the figures it was decided on; a flat verdict lists the triggering checks first, then
+the checks that passed.
 """
 
 from __future__ import annotations
@@ -154,7 +155,10 @@ def decide(
                 f"(< {format_bytes(FLAT_SESSION_KV_P90_BYTES)})."
             )
     if flat:
-        return Verdict("flat", (*flat, "A flat per-session SSD layout is recommended."), ref_cap)
+        # The checks that passed are still figures the decision weighed: keep them, after.
+        return Verdict(
+            "flat", (*flat, *tiered, "A flat per-session SSD layout is recommended."), ref_cap
+        )
     return Verdict(
         "tiered", (*tiered, "Tiered storage (memory in front of SSD) is probably fine."), ref_cap
     )
