@@ -197,12 +197,14 @@ def drop_file_cache(path: str | os.PathLike[str]) -> None:
 
 
 class _OpenFile:
-    __slots__ = ("direct", "fd", "note")
+    __slots__ = ("direct", "fd", "ident", "note")
 
     def __init__(self, fd: int, direct: bool, note: str) -> None:
         self.fd = fd
         self.direct = direct
         self.note = note
+        st = os.fstat(fd)
+        self.ident = (st.st_dev, st.st_ino)
 
 
 class PosixEngine:
@@ -225,15 +227,26 @@ class PosixEngine:
         self.want_direct = bool(o_direct) and hasattr(os, "O_DIRECT")
         self.drop_cache = drop_cache
         self._files: dict[str, _OpenFile] = {}
+        self._retired: list[_OpenFile] = []
         self._lock = threading.Lock()
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fc-posix")
         self._closed = False
 
     # -- files
-    def _open(self, path: str) -> _OpenFile:
+    def _open(self, path: str, *, check: bool = False) -> _OpenFile:
+        """The cached descriptor for ``path``; with ``check``, reopen it if the path now names
+        another file (a benchmark that deletes and rewrites its files must not read stale data)."""
         with self._lock:
             f = self._files.get(path)
+            if f is not None and check:
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    raise LayoutError(f"{path}: file to read not found") from None
+                if (st.st_dev, st.st_ino) != f.ident:
+                    self._retired.append(f)  # another thread may still be reading it
+                    f = None
             if f is not None:
                 return f
             f = self._open_new(path)
@@ -268,8 +281,7 @@ class PosixEngine:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             nf = _OpenFile(fd, False, f"O_DIRECT read refused by the filesystem of {path} (EINVAL)")
             self._files[path] = nf
-            # The old fd may still be in use by another thread; it is closed at close().
-            self._files[f"\x00retired-{f.fd}"] = f
+            self._retired.append(f)  # may still be in use by another thread; closed at close()
             return nf
 
     def _bounce(self, nbytes: int) -> np.ndarray:
@@ -332,7 +344,7 @@ class PosixEngine:
             host = aligned_buffer(plan.buffer_bytes)
         else:
             host = _host_bytes(out, plan.buffer_bytes)
-        files = [self._open(p) for p in plan.files]
+        files = [self._open(p, check=True) for p in plan.files]
         if self.drop_cache:
             for f in files:
                 if not f.direct:
@@ -374,10 +386,11 @@ class PosixEngine:
         self._closed = True
         self._pool.shutdown(wait=True)
         with self._lock:
-            for f in self._files.values():
+            for f in [*self._files.values(), *self._retired]:
                 with contextlib.suppress(OSError):
                     os.close(f.fd)
             self._files.clear()
+            self._retired.clear()
 
     def __enter__(self) -> PosixEngine:
         return self

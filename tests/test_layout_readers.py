@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 from pathlib import Path
 
@@ -207,3 +209,60 @@ def test_read_plan_helper(tmp_path: Path) -> None:
     assert res.bytes_read == 8192 and buf.ctypes.data % 4096 == 0
     _check(plan, buf, {str(tmp_path / "f"): data})
     assert os.path.getsize(tmp_path / "f") == 9000
+
+
+def test_rewritten_file_is_reopened_not_read_stale(tmp_path: Path) -> None:
+    name = str(tmp_path / "f")
+    first = _random_file(tmp_path / "f", 8192, seed=1)
+    plan = plan_reads([Extent(name, 0, 8192)], align=4096)
+    with PosixEngine() as eng:
+        buf = aligned_buffer(8192)
+        eng.read(plan, buf)
+        assert bytes(buf) == first
+        os.unlink(name)
+        second = _random_file(tmp_path / "f", 8192, seed=2)  # same path, new inode
+        eng.read(plan, buf)
+        assert bytes(buf) == second
+
+
+# Fault injection: this machine's filesystems accept O_DIRECT, so a refusing filesystem is
+# simulated by making the O_DIRECT open (or read) fail the way tmpfs on older kernels does.
+
+
+def test_o_direct_refused_at_open_falls_back_and_says_so(tmp_path: Path, monkeypatch) -> None:
+    name = str(tmp_path / "f")
+    data = _random_file(tmp_path / "f", 20_000)
+    real_open = os.open
+
+    def refusing_open(path, flags, *args):
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", refusing_open)
+    plan = plan_reads([Extent(name, 10, 15_000)], align=4096)
+    with PosixEngine() as eng:
+        buf = aligned_buffer(plan.buffer_bytes)
+        res = eng.read(plan, buf)
+    assert res.o_direct is False
+    assert "O_DIRECT refused" in res.note and "posix_fadvise(DONTNEED)" in res.note
+    _check(plan, buf, {name: data})
+
+
+def test_o_direct_refused_at_read_falls_back_and_says_so(tmp_path: Path, monkeypatch) -> None:
+    name = str(tmp_path / "f")
+    data = _random_file(tmp_path / "f", 20_000)
+    real_preadv = os.preadv
+
+    def refusing_preadv(fd, buffers, offset):
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", refusing_preadv)
+    plan = plan_reads([Extent(name, 0, 20_000)], align=4096)
+    with PosixEngine() as eng:
+        buf = aligned_buffer(plan.buffer_bytes)
+        res = eng.read(plan, buf)
+    assert res.o_direct is False and "O_DIRECT read refused" in res.note
+    _check(plan, buf, {name: data})
