@@ -76,6 +76,9 @@ class IobenchConfig:
     max_command_bytes: int | None = None
     fio: bool = True
     fio_runtime_s: float = 1.5
+    # Restore destinations: "host" memory, "gpu" (CuPy device arrays), or "auto" (gpu for the
+    # kvikio engine when CuPy sees a GPU, else host).
+    buffers: str = "auto"
 
     def __post_init__(self) -> None:
         if self.layout not in ("flat", "eviction", "both"):
@@ -96,6 +99,8 @@ class IobenchConfig:
             raise FcctlInputError(
                 f"--max-command: must be a multiple of 4096 bytes; got {self.max_command_bytes!r}"
             )
+        if self.buffers not in ("auto", "host", "gpu"):
+            raise FcctlInputError(f"--buffers: must be auto, host or gpu; got {self.buffers!r}")
         if self.fio_runtime_s <= 0:
             raise FcctlInputError(f"--fio-runtime: must be > 0; got {self.fio_runtime_s!r}")
 
@@ -358,6 +363,7 @@ def _fio_round(
     workdir: Path,
     config: IobenchConfig,
     streams: int,
+    round_index: int = 0,
 ) -> dict[str, Any]:
     # fio refuses a request larger than a file; tiny workloads get smaller requests (noted).
     smallest = min(os.path.getsize(f) for f in files)
@@ -374,7 +380,10 @@ def _fio_round(
         "seq_jobs": {j.name: j.read_bytes_per_s for j in seq},
         "replay": {},
     }
-    for name, rs in restores.items():
+    # Alternate which layout's replay goes first, so drift between the two hits both.
+    names = list(restores) if round_index % 2 == 0 else list(reversed(restores))
+    for name in names:
+        rs = restores[name]
         paths = []
         for k, log in enumerate(_iolog_streams(rs, streams)):
             p = workdir / f"{name}-{k:03d}.iolog"
@@ -439,7 +448,8 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
                 ev = written["eviction"]
                 restores["eviction"] = eviction_restores(workload, ev)  # type: ignore[arg-type]
                 files["eviction"] = [str(p) for p in ev.bucket_files]  # type: ignore[union-attr]
-            buffers = {name: allocate_buffers(rs) for name, rs in restores.items()}
+            gpu = _use_gpu_buffers(config.buffers, engine_name)
+            buffers = {name: allocate_buffers(rs, gpu=gpu) for name, rs in restores.items()}
 
             fio_bin = fio_mod.find_fio() if config.fio else None
             fio_reason = (
@@ -464,7 +474,7 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
             raw: dict[tuple[str, int], list[RunResult]] = {}
             total_runs = config.repeat * len(config.concurrency) * len(layouts)
             with bar.task("restore runs", total=total_runs) as advance:
-                for _ in range(config.repeat):
+                for round_index in range(config.repeat):
                     if fio_bin and ioengine:
                         try:
                             fio_rounds.append(
@@ -476,6 +486,7 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
                                     root / "fio",
                                     config,
                                     streams=min(max(config.concurrency), len(workload.sessions)),
+                                    round_index=round_index,
                                 )
                             )
                         except (fio_mod.FioError, OSError) as e:
@@ -543,6 +554,7 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
             "gap_bytes": config.gap_bytes,
             "max_command_bytes": config.max_command_bytes,
             "engine_threads": config.engine_threads,
+            "restore_buffers": "gpu" if gpu else "host",
             "concurrency": list(config.concurrency),
             "repeat": config.repeat,
             "cold": "fsync + posix_fadvise(DONTNEED) on every file before each run"
@@ -577,6 +589,22 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
         provenance=provenance,
         mismatch_examples=examples,
     )
+
+
+def _use_gpu_buffers(choice: str, engine_name: str) -> bool:
+    if choice == "host":
+        return False
+    try:
+        import cupy
+
+        ok = cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception as e:  # no CuPy or no driver: say so only when GPU buffers were demanded
+        if choice == "gpu":
+            raise FcctlInputError(f"--buffers gpu: CuPy cannot use a GPU here ({e})") from None
+        return False
+    if choice == "gpu" and not ok:
+        raise FcctlInputError("--buffers gpu: CuPy sees no GPU here")
+    return ok and (choice == "gpu" or engine_name == "kvikio")
 
 
 def _memory_tier(ev: object) -> int | None:
@@ -621,7 +649,3 @@ def _fio_summary(
         replay_bytes_per_s=replay,
         samples=tuple(rounds),
     )
-
-
-def environment_note() -> str:
-    return f"{platform.node()} {platform.release()} pid {os.getpid()}"

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -160,8 +161,19 @@ def eviction_restores(
     return out
 
 
-def allocate_buffers(restores: Sequence[SessionRestore]) -> list[np.ndarray]:
-    """One page-aligned, pre-faulted buffer per session (a restore's destination)."""
+def allocate_buffers(restores: Sequence[SessionRestore], *, gpu: bool = False) -> list[Any]:
+    """One page-aligned, pre-faulted buffer per session (a restore's destination).
+
+    ``gpu=True`` allocates CuPy device arrays instead (the kvikio engine then reads into GPU
+    memory, as a restore into a KV cache would); they are copied to the host for verification,
+    after the timed region.
+    """
+    if gpu:
+        import cupy
+
+        return [
+            cupy.zeros(max(r.buffer_bytes, 1), dtype=cupy.uint8)[: r.buffer_bytes] for r in restores
+        ]
     bufs = []
     for r in restores:
         raw = np.zeros(r.buffer_bytes + PAGE_BYTES, dtype=np.uint8)
@@ -228,7 +240,7 @@ def verify(
 def run_restore(
     layout_name: str,
     restores: Sequence[SessionRestore],
-    buffers: Sequence[np.ndarray],
+    buffers: Sequence[Any],
     engine: object,
     *,
     concurrency: int,
@@ -260,7 +272,8 @@ def run_restore(
     verified = mismatched = 0
     examples: list[str] = []
     for r, buf in zip(restores, buffers, strict=True):
-        v, m, ex = verify(r, buf, piece_bytes)
+        host = buf if isinstance(buf, np.ndarray) else buf.get()  # a CuPy array: copy back
+        v, m, ex = verify(r, host, piece_bytes)
         verified += v
         mismatched += m
         examples.extend(ex[: max(0, 3 - len(examples))])

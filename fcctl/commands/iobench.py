@@ -89,6 +89,9 @@ def register(app: typer.Typer) -> None:
             str | None,
             Opt("--max-command", help="Split flat reads into commands of at most this size."),
         ] = None,
+        buffers: Annotated[
+            str, Opt("--buffers", help="Restore into host or gpu memory (auto: gpu for kvikio).")
+        ] = "auto",
         no_fio: Annotated[bool, Opt("--no-fio", help="Skip the fio reference.")] = False,
         fio_runtime: Annotated[
             float, Opt("--fio-runtime", help="Seconds per fio sequential job.")
@@ -134,6 +137,7 @@ def register(app: typer.Typer) -> None:
             max_command_bytes=None
             if max_command is None
             else parse_size(max_command, what="--max-command"),
+            buffers=buffers,
             fio=not no_fio,
             fio_runtime_s=fio_runtime,
         )
