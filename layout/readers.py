@@ -291,6 +291,27 @@ class PosixEngine:
             self._local.bounce = buf
         return buf[:nbytes]
 
+    def _cuda_host(self, nbytes: int) -> np.ndarray:
+        """Per-thread host buffer for reads bound for the GPU: pinned (page-locked, so the
+        host-to-device copy is a direct DMA) when torch can pin, page-aligned either way."""
+        buf = getattr(self._local, "cuda_host", None)
+        if buf is None or buf.nbytes < nbytes:
+            buf = None
+            try:
+                import torch
+
+                pinned = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8, pin_memory=True)
+                arr = pinned.numpy()
+                if arr.ctypes.data % PAGE_BYTES == 0:
+                    self._local.cuda_host_tensor = pinned  # keeps the pinned memory alive
+                    buf = arr
+            except (ImportError, RuntimeError):
+                pass
+            if buf is None:
+                buf = aligned_buffer(max(nbytes, 1 << 20))
+            self._local.cuda_host = buf
+        return buf[:nbytes]
+
     # -- reads
     def _pread_into(self, fd: int, dst: np.ndarray, offset: int) -> int:
         """Read into ``dst`` until full or EOF; returns the bytes read."""
@@ -341,7 +362,7 @@ class PosixEngine:
         cuda_out = _is_cuda(out)
         if cuda_out:
             dev = _device_bytes(out, plan.buffer_bytes)
-            host = aligned_buffer(plan.buffer_bytes)
+            host = self._cuda_host(plan.buffer_bytes)
         else:
             host = _host_bytes(out, plan.buffer_bytes)
         files = [self._open(p, check=True) for p in plan.files]
