@@ -20,6 +20,7 @@ from analyzers.stack import (
     ReusePass,
     log2_histogram_from_counts,
     percentiles_from_counts,
+    percentiles_from_weighted,
     seconds_histogram_edges,
 )
 
@@ -114,7 +115,9 @@ def reuse_metrics(rp: ReusePass, block_bytes: int) -> ReuseMetrics:
         once_only_block_share=once / rp.num_blocks,
         reuse_access_share=rp.num_reaccesses / rp.num_accesses,
         distance_requests=Percentiles.of_counts(rp.request_count),
-        distance_seconds=Percentiles.of(rp.seconds),
+        distance_seconds=Percentiles(
+            *percentiles_from_weighted(rp.seconds_values, rp.seconds_counts, QUANTILES)
+        ),
         distance_stack_blocks=stack_blocks,
         distance_stack_bytes=stack_blocks.scaled(block_bytes),
         histograms=pl.concat(frames),

@@ -78,18 +78,32 @@ class Accesses:
 
 @njit(cache=True)
 def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, int]:  # pragma: no cover - numba
-    """Map u64 ids to dense int32 ids in order of first appearance (open addressing, growing)."""
+    """Map u64 ids to dense int32 ids in order of first appearance.
+
+    An open-addressing hash table (load <= 1/2, doubling) does the mapping. Requests re-read
+    earlier prefixes in the same order, so before hashing we try the id that followed the
+    previous one last time (``succ``): a compare instead of a random probe for most accesses.
+    """
     n = ids.shape[0]
     cap = 1 << 16
+    bits = 16
     keys = np.empty(cap, dtype=np.uint64)
     vals = np.full(cap, -1, dtype=np.int32)
+    key_of = np.empty(cap, dtype=np.uint64)
+    succ = np.full(cap, -1, dtype=np.int32)
     out = np.empty(n, dtype=np.int32)
     mult = np.uint64(0x9E3779B97F4A7C15)
+    shift = np.uint64(64 - bits)
     count = 0
-    shift = np.uint64(64 - 16)
-    bits = 16
+    prev = -1
     for i in range(n):
         key = ids[i]
+        if prev >= 0:
+            g = succ[prev]
+            if g >= 0 and key_of[g] == key:
+                out[i] = g
+                prev = g
+                continue
         slot = np.int64((key * mult) >> shift)
         mask = cap - 1
         while True:
@@ -97,34 +111,42 @@ def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, int]:  # pragma: no cover -
             if v < 0:
                 keys[slot] = key
                 vals[slot] = count
-                out[i] = count
+                key_of[count] = key
+                v = count
                 count += 1
                 break
             if keys[slot] == key:
-                out[i] = v
                 break
             slot = (slot + 1) & mask
+        out[i] = v
+        if prev >= 0:
+            succ[prev] = v
+        prev = v
         if count * 2 > cap:
-            # Grow: load factor stays <= 1/2 so probes stay short.
-            new_bits = bits + 1
+            bits += 1
             new_cap = cap << 1
-            new_shift = np.uint64(64 - new_bits)
+            shift = np.uint64(64 - bits)
             new_keys = np.empty(new_cap, dtype=np.uint64)
             new_vals = np.full(new_cap, -1, dtype=np.int32)
             new_mask = new_cap - 1
             for s in range(cap):
                 if vals[s] >= 0:
                     k = keys[s]
-                    t = np.int64((k * mult) >> new_shift)
+                    t = np.int64((k * mult) >> shift)
                     while new_vals[t] >= 0:
                         t = (t + 1) & new_mask
                     new_keys[t] = k
                     new_vals[t] = vals[s]
             keys = new_keys
             vals = new_vals
+            # key_of and succ are indexed by dense id (< count <= cap / 2): grow alongside.
+            new_key_of = np.empty(new_cap, dtype=np.uint64)
+            new_key_of[:cap] = key_of
+            key_of = new_key_of
+            new_succ = np.full(new_cap, -1, dtype=np.int32)
+            new_succ[:cap] = succ
+            succ = new_succ
             cap = new_cap
-            bits = new_bits
-            shift = new_shift
     return out, count
 
 
@@ -153,28 +175,32 @@ def flatten_accesses(requests: pl.DataFrame) -> Accesses:
 
 @njit(cache=True)
 def _reuse_chunk(  # pragma: no cover - numba
-    start: int,
-    end: int,
+    r_start: int,
+    r_end: int,
     block: np.ndarray,
-    req_of_access: np.ndarray,
+    offsets: np.ndarray,
     req_ts: np.ndarray,
     tree: np.ndarray,
     last: np.ndarray,
+    last_req: np.ndarray,
     state: np.ndarray,
     access_count: np.ndarray,
     stack_count: np.ndarray,
     req_count: np.ndarray,
-    seconds: np.ndarray,
+    run_dt: np.ndarray,
+    run_n: np.ndarray,
     seconds_hist: np.ndarray,
     reused_per_request: np.ndarray,
     per_access: np.ndarray,
-) -> None:
-    """Process accesses [start, end). ``state`` = [distinct blocks so far, re-accesses so far,
-    previous access's previous position (-2: none), previous access's distance].
+) -> int:
+    """Process the accesses of requests [r_start, r_end); return the seconds runs written.
 
-    Outputs (accumulated): ``access_count[block]``; ``stack_count[d]`` = re-accesses with stack
-    distance d; ``req_count[d]`` = re-accesses d requests apart; ``seconds[k]`` = the k-th
-    re-access's distance in seconds; ``seconds_hist``; ``reused_per_request``; and, when
+    ``state`` = [distinct blocks so far, re-accesses so far, previous access's previous
+    position (-2: none), previous access's distance]. Outputs (accumulated):
+    ``access_count[block]``; ``stack_count[d]`` = re-accesses at stack distance d;
+    ``req_count[d]`` = re-accesses d requests apart; ``run_dt``/``run_n``: re-access distances
+    in seconds, run-length encoded (consecutive equal values merged; ``run_dt`` needs one slot
+    per access of the chunk); ``seconds_hist``; ``reused_per_request``; and, when
     ``per_access`` has one slot per access, each access's stack distance (-1 = first access).
     """
     n = tree.shape[0] - 1
@@ -186,78 +212,89 @@ def _reuse_chunk(  # pragma: no cover - numba
     hist_r = -1
     hist_rp = -1
     k = 0
+    runs = 0
     # Access i-1's previous position and distance, for the run shortcut below.
     run_p = state[2]
     run_d = state[3]
-    for i in range(start, end):
-        b = block[i]
-        r = req_of_access[i]
-        access_count[b] += 1
-        p = last[b]
-        if p >= 0:
-            if p == run_p + 1 and p < i - 1:
-                # A request re-reading a run of blocks in the same order as before: the mark
-                # at p (inside the window) left, the mark at i-1 entered; same distance.
-                d = run_d
-            else:
-                # Ones at 1-based (p+1, i] = 0-based positions p+1..i-1: the two prefix-sum
-                # walks meet at the common high bits, so this costs O(log(i - p)).
-                d = 0
-                a = i
-                c = p + 1
-                while a != c:
-                    if a > c:
-                        d += tree[a]
-                        a -= a & (-a)
-                    else:
-                        d -= tree[c]
-                        c -= c & (-c)
-            run_p = p
-            run_d = d
-            stack_count[d] += 1
-            rp = req_of_access[p]
-            req_count[r - rp] += 1
-            dt = req_ts[r] - req_ts[rp]
-            seconds[m] = dt
-            m += 1
-            # A request re-reads runs of blocks from the same earlier request: reuse the bucket.
-            if r != hist_r or rp != hist_rp:
-                hist_r = r
-                hist_rp = rp
-                if dt < min_dt:
-                    k = 0
+    for r in range(r_start, r_end):
+        for i in range(offsets[r], offsets[r + 1]):
+            b = block[i]
+            access_count[b] += 1
+            p = last[b]
+            if p >= 0:
+                if p == run_p + 1 and p < i - 1:
+                    # A request re-reading a run of blocks in the same order as before: the
+                    # mark at p (inside the window) left, the mark at i-1 entered; same distance.
+                    d = run_d
                 else:
-                    k = int(np.floor(np.log2(dt))) - min_exp + 1
-                    if k > seconds_hist.shape[0] - 1:
-                        k = seconds_hist.shape[0] - 1
-            seconds_hist[k] += 1
-            reused_per_request[r] += 1
-            if keep:
-                per_access[i] = d
-            # Move the block's mark from p to i. Nodes covering both p+1 and i+1 would get -1
-            # and +1: skip them, so both walks stop where the paths merge.
-            j = p + 1
-            while j <= i:
-                tree[j] -= 1
-                j += j & (-j)
-            j = i + 1
-            while j <= n and j - (j & (-j)) >= p + 1:
-                tree[j] += 1
-                j += j & (-j)
-        else:
-            distinct += 1
-            run_p = -2
-            if keep:
-                per_access[i] = -1
-            j = i + 1
-            while j <= n:
-                tree[j] += 1
-                j += j & (-j)
-        last[b] = i
+                    # Ones at 1-based (p+1, i] = 0-based positions p+1..i-1: the two prefix-sum
+                    # walks meet at the common high bits, so this costs O(log(i - p)).
+                    d = 0
+                    x = i
+                    c = p + 1
+                    while x != c:
+                        if x > c:
+                            d += tree[x]
+                            x -= x & (-x)
+                        else:
+                            d -= tree[c]
+                            c -= c & (-c)
+                run_p = p
+                run_d = d
+                stack_count[d] += 1
+                rp = last_req[b]
+                req_count[r - rp] += 1
+                m += 1
+                # Runs of blocks re-read from the same earlier request share one distance in
+                # seconds: store it once with a count, and bucket it once.
+                if r != hist_r or rp != hist_rp:
+                    hist_r = r
+                    hist_rp = rp
+                    dt = req_ts[r] - req_ts[rp]
+                    if runs > 0 and run_dt[runs - 1] == dt:
+                        run_n[runs - 1] += 1
+                    else:
+                        run_dt[runs] = dt
+                        run_n[runs] = 1
+                        runs += 1
+                    if dt < min_dt:
+                        k = 0
+                    else:
+                        k = int(np.floor(np.log2(dt))) - min_exp + 1
+                        if k > seconds_hist.shape[0] - 1:
+                            k = seconds_hist.shape[0] - 1
+                else:
+                    run_n[runs - 1] += 1
+                seconds_hist[k] += 1
+                reused_per_request[r] += 1
+                if keep:
+                    per_access[i] = d
+                # Move the block's mark from p to i. Nodes covering both p+1 and i+1 would get
+                # -1 and +1: skip them, so both walks stop where the paths merge.
+                j = p + 1
+                while j <= i:
+                    tree[j] -= 1
+                    j += j & (-j)
+                j = i + 1
+                while j <= n and j - (j & (-j)) >= p + 1:
+                    tree[j] += 1
+                    j += j & (-j)
+            else:
+                distinct += 1
+                run_p = -2
+                if keep:
+                    per_access[i] = -1
+                j = i + 1
+                while j <= n:
+                    tree[j] += 1
+                    j += j & (-j)
+            last[b] = i
+            last_req[b] = r
     state[0] = distinct
     state[1] = m
     state[2] = run_p
     state[3] = run_d
+    return runs
 
 
 @dataclass(frozen=True, eq=False)
@@ -266,7 +303,8 @@ class ReusePass:
 
     ``stack_count[d]`` counts re-accesses with LRU stack distance ``d`` (blocks);
     ``request_count[d]`` counts re-accesses ``d`` requests after the previous access;
-    ``seconds`` holds every re-access's distance in seconds (analysis order);
+    ``seconds_values[j]`` occurs ``seconds_counts[j]`` times among the re-accesses' distances
+    in seconds (run-length encoded, analysis order);
     ``access_count[b]`` is the number of accesses to dense block ``b``;
     ``reused_per_request[r]`` counts request ``r``'s accesses to blocks seen earlier.
     """
@@ -276,7 +314,8 @@ class ReusePass:
     access_count: np.ndarray
     stack_count: np.ndarray
     request_count: np.ndarray
-    seconds: np.ndarray
+    seconds_values: np.ndarray
+    seconds_counts: np.ndarray
     seconds_hist: np.ndarray
     reused_per_request: np.ndarray
 
@@ -300,47 +339,71 @@ def reuse_pass(
     """
     n = acc.num_accesses
     n_req = acc.num_requests
-    req_of_access = acc.request_of_access()
+    offsets = acc.request_offsets
     ts = np.ascontiguousarray(request_ts_s, dtype=np.float64)
     if ts.shape[0] != n_req:
         raise ValueError(f"request_ts_s: expected {n_req} timestamps; got {ts.shape[0]}")
     tree = np.zeros(n + 1, dtype=np.int32)
     last = np.full(acc.num_blocks, -1, dtype=np.int64)
+    last_req = np.full(acc.num_blocks, -1, dtype=np.int64)
     state = np.array([0, 0, -2, 0], dtype=np.int64)
     access_count = np.zeros(acc.num_blocks, dtype=np.int64)
     stack_count = np.zeros(max(acc.num_blocks, 1), dtype=np.int64)
     request_count = np.zeros(max(n_req, 1), dtype=np.int64)
-    seconds = np.empty(n - acc.num_blocks, dtype=np.float64)
     seconds_hist = np.zeros(SECONDS_BUCKETS, dtype=np.int64)
     reused = np.zeros(n_req, dtype=np.int64)
     per_access = per_access_out if per_access_out is not None else np.zeros(0, dtype=np.int64)
     if per_access.shape[0] not in (0, n):
         raise ValueError(f"per_access_out: expected {n} slots; got {per_access.shape[0]}")
-    for start in range(0, n, _CHUNK_ACCESSES):
-        end = min(n, start + _CHUNK_ACCESSES)
-        _reuse_chunk(
-            start,
-            end,
+    dt_parts: list[np.ndarray] = []
+    n_parts: list[np.ndarray] = []
+    r = 0
+    while r < n_req:
+        # Whole requests per chunk, about _CHUNK_ACCESSES accesses (at least one request).
+        r_end = int(np.searchsorted(offsets, offsets[r] + _CHUNK_ACCESSES, side="right")) - 1
+        r_end = min(max(r_end, r + 1), n_req)
+        chunk = int(offsets[r_end] - offsets[r])
+        run_dt = np.empty(chunk, dtype=np.float64)
+        run_n = np.empty(chunk, dtype=np.int64)
+        runs = _reuse_chunk(
+            r,
+            r_end,
             acc.block,
-            req_of_access,
+            offsets,
             ts,
             tree,
             last,
+            last_req,
             state,
             access_count,
             stack_count,
             request_count,
-            seconds,
+            run_dt,
+            run_n,
             seconds_hist,
             reused,
             per_access,
         )
+        dt_parts.append(run_dt[:runs].copy())
+        n_parts.append(run_n[:runs].copy())
+        del run_dt, run_n
+        r = r_end
         if on_progress is not None:
-            on_progress(end)
-    del tree, last, req_of_access
-    assert state[0] == acc.num_blocks and state[1] == seconds.shape[0]
+            on_progress(int(offsets[r]))
+    del tree, last, last_req
+    assert state[0] == acc.num_blocks and state[1] == n - acc.num_blocks
+    seconds_values = np.concatenate(dt_parts) if dt_parts else np.zeros(0)
+    seconds_counts = np.concatenate(n_parts) if n_parts else np.zeros(0, dtype=np.int64)
     return ReusePass(
-        n, acc.num_blocks, access_count, stack_count, request_count, seconds, seconds_hist, reused
+        n,
+        acc.num_blocks,
+        access_count,
+        stack_count,
+        request_count,
+        seconds_values,
+        seconds_counts,
+        seconds_hist,
+        reused,
     )
 
 
@@ -398,6 +461,30 @@ def percentiles_from_counts(counts: np.ndarray, qs: Sequence[float]) -> list[flo
         # sorted[k] = the smallest v with cum[v] > k
         a = float(np.searchsorted(cum, lo, side="right"))
         b = float(np.searchsorted(cum, hi, side="right"))
+        out.append(_lerp(a, b, h - lo))
+    return out
+
+
+def percentiles_from_weighted(
+    values: np.ndarray, counts: np.ndarray, qs: Sequence[float]
+) -> list[float | None]:
+    """Percentiles ``qs`` of the multiset where ``values[j]`` occurs ``counts[j]`` times.
+
+    Equal to ``np.percentile(np.repeat(values, counts), qs)`` without the repeat.
+    """
+    order = np.argsort(values, kind="stable")
+    v = values[order]
+    cum = np.cumsum(counts[order])
+    total = int(cum[-1]) if cum.shape[0] else 0
+    if total == 0:
+        return [None for _ in qs]
+    out: list[float | None] = []
+    for q in qs:
+        h = (total - 1) * (q / 100.0)
+        lo = int(np.floor(h))
+        hi = min(lo + 1, total - 1)
+        a = float(v[np.searchsorted(cum, lo, side="right")])
+        b = float(v[np.searchsorted(cum, hi, side="right")])
         out.append(_lerp(a, b, h - lo))
     return out
 

@@ -125,9 +125,10 @@ def decide(
         else:
             quick = ""
             if reuse_p50_requests is not None and reuse_p50_seconds is not None:
+                unit = "request" if reuse_p50_requests == 1 else "requests"
                 quick = (
                     f" Reuse comes quickly: the median re-access is {reuse_p50_requests:g} "
-                    f"requests and {reuse_p50_seconds:.3g} s after the previous one."
+                    f"{unit} and {reuse_p50_seconds:.3g} s after the previous one."
                 )
             tiered.append(
                 f"A {cap} memory tier serves most of the reuse: its LRU hits {hit} of block "

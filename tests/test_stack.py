@@ -8,14 +8,16 @@ from hypothesis import strategies as st
 
 import analyzers.stack as stack
 from analyzers.stack import (
+    _dense_ids,
     flatten_accesses,
     log2_histogram_from_counts,
     percentiles_from_counts,
+    percentiles_from_weighted,
     reference_stack_distances,
     reuse_pass,
     stack_distances,
 )
-from tests.analyze_helpers import example_trace
+from tests.analyze_helpers import example_trace, make_trace
 
 
 def test_stack_distance_by_hand() -> None:
@@ -39,15 +41,23 @@ def test_kernel_equals_reference(blocks: list[int], repeat: list[int]) -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(streams)
-def test_kernel_equals_reference_across_chunks(blocks: list[int]) -> None:
-    # State carried between kernel calls (progress chunks) must not change any distance.
+@given(st.lists(st.lists(st.integers(min_value=0, max_value=10), max_size=6), max_size=25))
+def test_kernel_equals_reference_across_chunks(requests: list[list[int]]) -> None:
+    # State carried between kernel calls (progress chunks of whole requests) must not change
+    # any distance: with 3-access chunks nearly every request is its own call.
+    requests = requests + requests
+    trace = make_trace(requests)
+    acc = flatten_accesses(trace.requests)
+    out = np.empty(acc.num_accesses, dtype=np.int64)
     saved = stack._CHUNK_ACCESSES
     stack._CHUNK_ACCESSES = 3
     try:
-        assert list(stack_distances(blocks + blocks)) == reference_stack_distances(blocks + blocks)
+        rp = reuse_pass(acc, trace.requests["timestamp_s"].to_numpy(), per_access_out=out)
     finally:
         stack._CHUNK_ACCESSES = saved
+    stream = [b for r in requests for b in r]
+    assert out.tolist() == reference_stack_distances(stream)
+    assert int(rp.seconds_counts.sum()) == rp.num_reaccesses
 
 
 def test_huge_ids_are_distinct() -> None:
@@ -83,7 +93,10 @@ def test_reuse_pass_outputs_by_hand() -> None:
     assert rp.num_reaccesses == 6
     assert rp.stack_count.tolist()[:6] == [0, 0, 2, 3, 0, 1]
     assert rp.request_count.tolist()[:5] == [0, 2, 3, 0, 1]
-    assert sorted(rp.seconds.tolist()) == [10, 10, 25, 25, 25, 36]
+    seconds = np.repeat(rp.seconds_values, rp.seconds_counts)
+    assert sorted(seconds.tolist()) == [10, 10, 25, 25, 25, 36]
+    # run-length encoded: r1 re-reads r0 twice (10 s), r3 re-reads r1 three times (25 s)
+    assert rp.seconds_values.tolist() == [10, 25, 36] and rp.seconds_counts.tolist() == [2, 3, 1]
     assert rp.reused_per_request.tolist() == [0, 2, 0, 3, 1]
     assert rp.access_count.tolist() == [3, 3, 2, 2, 1, 1]
 
@@ -106,3 +119,46 @@ def test_log2_histogram() -> None:
     lo, hi, cnt = log2_histogram_from_counts(np.array([3, 0, 2, 5, 1]))
     assert lo.tolist() == [0, 1, 2, 4] and hi.tolist() == [1, 2, 4, 8]
     assert cnt.tolist() == [3, 0, 7, 1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(min_value=0, max_value=1e6), st.integers(min_value=0, max_value=5)),
+        min_size=1,
+        max_size=50,
+    )
+)
+def test_weighted_percentiles_match_numpy(pairs: list[tuple[float, int]]) -> None:
+    values = np.array([v for v, _ in pairs])
+    counts = np.array([c for _, c in pairs])
+    got = percentiles_from_weighted(values, counts, [0, 50, 90, 99, 100])
+    if counts.sum() == 0:
+        assert got == [None] * 5
+    else:
+        want = np.percentile(np.repeat(values, counts), [0, 50, 90, 99, 100])
+        assert got == pytest.approx(want.tolist(), rel=1e-12, abs=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=2**64 - 1), max_size=60), st.integers(0, 4))
+def test_dense_ids_first_appearance(ids: list[int], repeats: int) -> None:
+    stream = np.array(ids * (repeats + 1), dtype=np.uint64)
+    dense, n = _dense_ids(stream)
+    first: dict[int, int] = {}
+    want = [first.setdefault(int(x), len(first)) for x in stream]
+    assert dense.tolist() == want and n == len(first)
+
+
+def test_dense_ids_through_table_growth() -> None:
+    # 200k distinct ids forces several doublings of the hash table (it starts at 65536 slots).
+    rng = np.random.default_rng(7)
+    base = rng.integers(0, 2**63, size=200_000, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    stream = np.concatenate([base, base[::-1], base[:1000]])
+    dense, n = _dense_ids(stream)
+    uniq, first_idx, inverse = np.unique(stream, return_index=True, return_inverse=True)
+    assert n == uniq.shape[0]
+    # same partition as np.unique, numbered by first appearance
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.argsort(first_idx)] = np.arange(n)
+    assert np.array_equal(dense, rank[inverse])
