@@ -79,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{flat_hi.restore_bytes_per_s / 1e9:.2f} / {best / 1e9:.2f} GB/s = {ratio:.2f} "
             f"(goal >= 0.85: {'met' if ratio >= 0.85 else 'NOT met'})"
         )
+        peak = max(r["seq_read_bytes_per_s"] for r in result.fio.samples)
+        print(
+            f"  against fio's best round ({peak / 1e9:.2f} GB/s): "
+            f"{flat_hi.restore_bytes_per_s / peak:.2f}"
+        )
     else:
         print(f"fio did not run ({result.fio.reason}); no device reference")
     cmd_ratio = ev_lo.read_commands / flat_lo.read_commands
