@@ -243,3 +243,43 @@ def test_model_config_file(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     # 2 x kv_heads 2 x head_dim 16 x 2 B x 2 layers = 256
     assert json.loads(result.stdout)["kv"]["bytes_per_token"] == 256
+
+
+def test_bailian_sessions_from_ids() -> None:
+    result = _run(str(SAMPLES / "bailian_synthetic.jsonl"), "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["trace"]["format"] == "bailian" and doc["trace"]["sessions_inferred"] is False
+    assert doc["trace"]["sessions"] >= 1 and doc["sessions"]["turns"]["p50"] >= 1
+
+
+def test_canonical_parquet_gives_the_same_figures(tmp_path: Path) -> None:
+    src = SAMPLES / "mooncake_conversation_2k.jsonl"
+    pq = tmp_path / "t.parquet"
+    assert runner.invoke(app, ["convert", str(src), "-o", str(pq)]).exit_code == 0
+    direct = _comparable(json.loads(_run(str(src), "--json").stdout))
+    via = _comparable(json.loads(_run(str(pq), "--json").stdout))
+    for doc in (direct, via):
+        doc["trace"].pop("path")
+        doc["trace"].pop("format")
+        doc.pop("notes")
+    _approx_equal(via, direct)
+
+
+@pytest.mark.slow
+def test_whole_claude_code_trace_under_8_gib(shared_traces: Path) -> None:
+    import subprocess
+    import sys
+
+    trace = shared_traces / "weka_kv_cache_tester" / "claude_code_traces.jsonl.gz"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fcctl", "analyze", str(trace), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    out = proc.stdout.read()  # type: ignore[union-attr]
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert usage.ru_maxrss < 8 * 2**20  # KiB
+    doc = json.loads(out)
+    assert doc["trace"]["sessions"] == 710 and doc["trace"]["block_accesses"] > 90_000_000
