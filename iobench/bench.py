@@ -302,31 +302,26 @@ class _Progress:
         self._p = None
         if enabled:
             from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                DownloadColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._p = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
-                DownloadColumn(),
+                TextColumn("{task.completed:,.0f}/{task.total:,.0f} {task.fields[unit]}"),
                 TimeElapsedColumn(),
                 console=Console(stderr=True),
                 transient=True,
             )
 
     @contextmanager
-    def task(self, description: str, total: float) -> Iterator[Any]:
+    def task(self, description: str, total: float, unit: str, per_unit: float = 1) -> Iterator[Any]:
+        """Yield ``advance(n)``; ``n`` is divided by ``per_unit`` for display (bytes -> MiB)."""
         if self._p is None:
             yield lambda n=1: None
             return
-        tid = self._p.add_task(description, total=total)
+        tid = self._p.add_task(description, total=total / per_unit, unit=unit)
         try:
-            yield lambda n=1: self._p.advance(tid, n)
+            yield lambda n=1: self._p.advance(tid, n / per_unit)
         finally:
             self._p.remove_task(tid)
 
@@ -404,6 +399,11 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
     started = _utc_now()
     workload = build_workload(config, progress=progress)
     layouts = config.layouts
+    if "eviction" in layouts and config.bucket_bytes < workload.block_bytes:
+        raise FcctlInputError(
+            f"--bucket-size: must hold at least one block of {workload.block_bytes} bytes "
+            f"(all layers of {workload.block_tokens} tokens); got {config.bucket_bytes!r}"
+        )
     engine_name, engine_reason = choose_engine(config.engine)
     workspace = prepare_workspace(
         config.directory,
@@ -411,13 +411,16 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
         keep=config.keep,
         bytes_needed=bytes_needed(workload, layouts),
     )
+    _log(progress, f"engine {engine_name}: {engine_reason}")
     engine = None
     notes: list[str] = list(workload.notes)
     try:
         with interrupts_raise(), _Progress(progress) as bar:
             root = workspace.root
             written: dict[str, FlatLayout | EvictionLayout] = {}
-            with bar.task("writing layouts", total=workload.bytes * len(layouts)) as advance:
+            with bar.task(
+                "writing layouts", total=workload.bytes * len(layouts), unit="MiB", per_unit=2**20
+            ) as advance:
                 if "flat" in layouts:
                     written["flat"] = write_flat_layout(workload, root / "flat", on_bytes=advance)
                 if "eviction" in layouts:
@@ -467,13 +470,13 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
                         notes.append(f"fio: {why}")
                 except (fio_mod.FioError, OSError) as e:
                     fio_bin, fio_reason = None, str(e)
-            if not fio_bin:
+            if not fio_bin and config.fio:
                 print(f"iobench: fio reference skipped: {fio_reason}", file=sys.stderr)
             (root / "fio").mkdir(exist_ok=True)
 
             raw: dict[tuple[str, int], list[RunResult]] = {}
             total_runs = config.repeat * len(config.concurrency) * len(layouts)
-            with bar.task("restore runs", total=total_runs) as advance:
+            with bar.task("restore runs", total=total_runs, unit="runs") as advance:
                 for round_index in range(config.repeat):
                     if fio_bin and ioengine:
                         try:
@@ -526,9 +529,7 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
     gds = next((r.gds for r in all_runs if r.gds is not None), None)
     examples = tuple(x for r in all_runs for x in r.mismatch_examples)[:5]
     engine_notes = sorted({n for r in all_runs for n in r.notes})
-    fio_summary = _fio_summary(
-        fio_rounds, fio_bin is not None or bool(fio_rounds), fio_reason, ioengine, layouts
-    )
+    fio_summary = _fio_summary(fio_rounds, fio_reason, ioengine, layouts)
     provenance = {
         "fcctl_version": _version(),
         "host": platform.node(),
@@ -622,7 +623,6 @@ def _version() -> str:
 
 def _fio_summary(
     rounds: list[dict[str, Any]],
-    available: bool,
     reason: str,
     ioengine: str | None,
     layouts: tuple[str, ...],

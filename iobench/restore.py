@@ -264,9 +264,15 @@ def run_restore(
         seconds[i] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="restore") as pool:
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="restore")
+    try:
         for f in [pool.submit(one, i) for i in range(len(restores))]:
             f.result()
+    except BaseException:
+        # Ctrl-C or a failed read: start no further session, then let the caller clean up.
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     wall = time.perf_counter() - t0
 
     verified = mismatched = 0

@@ -142,7 +142,6 @@ def register(app: typer.Typer) -> None:
             fio_runtime_s=fio_runtime,
         )
         result = run_iobench(config, progress=True)
-        print(f"iobench: engine {result.engine_name}: {result.engine_reason}", file=sys.stderr)
         if keep:
             print(f"iobench: kept the files in {result.provenance['directory']}", file=sys.stderr)
 
