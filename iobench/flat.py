@@ -69,7 +69,10 @@ def write_flat_layout(
                     paths[s],
                     workload.geometry,
                     block_tokens=workload.block_tokens,
-                    session_id=workload.sessions[s].session_id[:64],
+                    # The header holds 64 UTF-8 bytes of session id; longer ids are cut.
+                    session_id=workload.sessions[s]
+                    .session_id.encode()[:64]
+                    .decode("utf-8", "ignore"),
                     reserve_bytes=size - DATA_START,
                     extent_bytes=size,
                 )

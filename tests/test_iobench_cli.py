@@ -271,3 +271,38 @@ def test_cleanup_after_ctrl_c(tmp_path):
     assert proc.returncode == 130, err.decode()
     assert list(bench.iterdir()) == []
     shutil.rmtree(bench)
+
+
+def test_corruption_on_disk_fails_the_run_with_exit_1(tmp_path, monkeypatch):
+    """A byte flipped on disk before the first restore: counted, printed, and the run fails."""
+    import iobench.bench
+
+    real = iobench.bench.run_restore
+    flipped = []
+
+    def corrupt_then_run(name, restores, *args, **kwargs):
+        if not flipped:
+            cmd = restores[0].plans[1].commands[0]
+            fd = os.open(cmd.file, os.O_RDWR)
+            try:
+                old = os.pread(fd, 1, cmd.offset + 10)
+                os.pwrite(fd, bytes([old[0] ^ 0xFF]), cmd.offset + 10)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            flipped.append(name)
+        return real(name, restores, *args, **kwargs)
+
+    monkeypatch.setattr(iobench.bench, "run_restore", corrupt_then_run)
+    bench = tmp_path / "bench"
+    result = runner.invoke(app, [*_small_args(tmp_path), "--no-fio", "--json", "--dir", str(bench)])
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    # The corrupted piece is read (and caught) by every run of that layout: 2 concurrencies.
+    assert [r["mismatched_blocks"] for r in doc["layouts"][flipped[0]]] == [1, 1]
+    other = "eviction" if flipped[0] == "flat" else "flat"
+    assert all(r["mismatched_blocks"] == 0 for r in doc["layouts"][other])
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("fcctl: error: verification failed: 2 block pieces read back wrong")
+    assert "session 0 layer 1" in last
+    assert not bench.exists()
