@@ -9,7 +9,11 @@ prefix* is its ``hash_ids`` minus a trailing partial block (``min(len(hash_ids),
 input_tokens // block_size_tokens)`` blocks). Request ``q`` continues an earlier request ``r``
 when ``q``'s ``hash_ids`` start with all of ``r``'s full-block prefix (at least one block) and
 are longer than it; among several such ``r`` the longest prefix wins, ties go to the latest.
-Otherwise ``q`` starts a new session. Each request registers its prefix under its tip block
+The issue's "beyond a shared prefix" is made concrete as: each request is continued at most
+once. When a second request matches a request that something else already continued, the two
+diverge after that request's prefix, so the prefix is shared (a system prompt, a few-shot
+header) rather than one conversation's history, and the second request starts a new session.
+Otherwise, too, ``q`` starts a new session. Each request registers its prefix under its tip block
 (the block at position k-1), so a lookup is O(1) and a request costs O(its blocks); a
 candidate's whole prefix is compared before it is accepted.
 """
@@ -35,6 +39,7 @@ def _infer(  # pragma: no cover - numba
     tip_req = np.full(num_blocks, -1, dtype=np.int64)
     session = np.empty(n_req, dtype=np.int32)
     parent = np.full(n_req, -1, dtype=np.int64)
+    continued = np.zeros(n_req, dtype=np.bool_)
     n_sessions = 0
     for q in range(n_req):
         o = offsets[q]
@@ -56,7 +61,8 @@ def _infer(  # pragma: no cover - numba
             if same:
                 best = r
                 break
-        if best >= 0:
+        if best >= 0 and not continued[best]:
+            continued[best] = True
             session[q] = session[best]
             parent[q] = best
         else:

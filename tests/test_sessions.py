@@ -67,6 +67,15 @@ def test_inference_ties_go_to_latest() -> None:
     assert parent == [-1, -1, 1] and session == [0, 1, 1]
 
 
+def test_inference_diverging_continuations_mark_a_shared_prefix() -> None:
+    # r0 [1] (4 tokens): a system prompt alone. r1 [1,2] extends it -> continues r0.
+    # r2 [1,3] also extends r0 but not r1: r0 was already continued, so [1] is a shared
+    # prefix, not one conversation -> r2 starts its own session. r3 [1,3,4] continues r2.
+    session, parent = _infer([[1], [1, 2], [1, 3], [1, 3, 4]], [4, 8, 8, 12])
+    assert parent == [-1, 0, -1, 2]
+    assert session == [0, 0, 1, 1]
+
+
 def test_inferred_sessions_are_reported() -> None:
     res = analyze_trace(example_trace(with_sessions=False), geometry=TEN_BYTES_PER_TOKEN)
     doc = res.to_json_dict()
