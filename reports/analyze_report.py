@@ -36,8 +36,13 @@ class OutDirError(FcctlInputError):
     """``--out`` names a non-empty directory (without ``--force``) or something not a directory."""
 
 
-def _num(v: float | None, fmt: str = "{:,.4g}") -> str:
-    return "n/a" if v is None else fmt.format(v)
+def _num(v: float | None) -> str:
+    """Whole numbers with thousands separators; fractions (interpolated percentiles) to 1 place."""
+    if v is None:
+        return "n/a"
+    if abs(v) >= 100 or float(v).is_integer():
+        return f"{round(v):,}"
+    return f"{v:,.1f}"
 
 
 def _share(v: float | None) -> str:
@@ -64,9 +69,9 @@ def render_summary(result: AnalysisResult, console: Console) -> None:
         ("requests", f"{result.num_requests:,}"),
         ("sessions", sessions),
         ("block size", f"{result.block_size_tokens} tokens" if result.block_size_tokens else "n/a"),
-        ("block accesses", _num(result.block_accesses, "{:,}")),
-        ("distinct blocks", _num(result.distinct_blocks, "{:,}")),
-        ("duration", _num(result.duration_s, "{:,.1f} s")),
+        ("block accesses", _num(result.block_accesses)),
+        ("distinct blocks", _num(result.distinct_blocks)),
+        ("duration", ("n/a" if result.duration_s is None else f"{result.duration_s:,.1f} s")),
         (
             "KV model",
             f"{result.model}: {result.bytes_per_token:,} B/token, "
@@ -129,7 +134,7 @@ def render_summary(result: AnalysisResult, console: Console) -> None:
     for p in result.memory_tier:
         tier.add_row(
             _bytes(p.capacity_bytes),
-            _num(p.capacity_blocks, "{:,}"),
+            _num(p.capacity_blocks),
             _share(p.lru_hit_share),
             _share(p.share_of_ideal),
             _share(p.ssd_reuse_share),
