@@ -394,7 +394,7 @@ def _fio_round(
 
 def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResult:
     """Run the whole benchmark described by ``config`` (see the module docstring)."""
-    from layout.readers import drop_file_cache, open_engine
+    from layout.readers import open_engine
 
     started = _utc_now()
     workload = build_workload(config, progress=progress)
@@ -413,109 +413,18 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
     )
     _log(progress, f"engine {engine_name}: {engine_reason}")
     engine = None
-    notes: list[str] = list(workload.notes)
     try:
         with interrupts_raise(), _Progress(progress) as bar:
-            root = workspace.root
-            written: dict[str, FlatLayout | EvictionLayout] = {}
-            with bar.task(
-                "writing layouts", total=workload.bytes * len(layouts), unit="MiB", per_unit=2**20
-            ) as advance:
-                if "flat" in layouts:
-                    written["flat"] = write_flat_layout(workload, root / "flat", on_bytes=advance)
-                if "eviction" in layouts:
-                    written["eviction"] = write_eviction_layout(
-                        workload,
-                        root / "eviction",
-                        bucket_bytes=config.bucket_bytes,
-                        memory_tier_bytes=config.memory_tier_bytes,
-                        on_bytes=advance,
-                    )
+            written = _write_layouts(workload, config, workspace.root, bar)
+            restores, files = _restore_sets(workload, config, written)
             engine_opts: dict[str, Any] = {}
             if config.engine_threads is not None:
                 engine_opts["threads"] = config.engine_threads
             engine = open_engine(engine_name, **engine_opts)
-
-            restores: dict[str, list[SessionRestore]] = {}
-            files: dict[str, list[str]] = {}
-            if "flat" in written:
-                fl = written["flat"]
-                restores["flat"] = flat_restores(
-                    workload,
-                    fl,
-                    gap_bytes=config.gap_bytes,  # type: ignore[arg-type]
-                    max_command_bytes=config.max_command_bytes,
-                )
-                files["flat"] = [str(p) for p in fl.session_files]  # type: ignore[union-attr]
-            if "eviction" in written:
-                ev = written["eviction"]
-                restores["eviction"] = eviction_restores(workload, ev)  # type: ignore[arg-type]
-                files["eviction"] = [str(p) for p in ev.bucket_files]  # type: ignore[union-attr]
             gpu = _use_gpu_buffers(config.buffers, engine_name)
-            buffers = {name: allocate_buffers(rs, gpu=gpu) for name, rs in restores.items()}
-
-            fio_bin = fio_mod.find_fio() if config.fio else None
-            fio_reason = (
-                ""
-                if fio_bin
-                else ("skipped (--no-fio)" if not config.fio else "fio is not installed")
+            raw, fio_rounds, fio = _measure(
+                workload, config, restores, files, engine, gpu, workspace.root / "fio", bar
             )
-            ioengine = None
-            fio_rounds: list[dict[str, Any]] = []
-            all_files = [f for name in layouts for f in files[name]]
-            if fio_bin:
-                try:
-                    ioengine, why = fio_mod.pick_ioengine(fio_bin, all_files[0])
-                    if why:
-                        notes.append(f"fio: {why}")
-                except (fio_mod.FioError, OSError) as e:
-                    fio_bin, fio_reason = None, str(e)
-            if not fio_bin and config.fio:
-                print(f"iobench: fio reference skipped: {fio_reason}", file=sys.stderr)
-            (root / "fio").mkdir(exist_ok=True)
-
-            raw: dict[tuple[str, int], list[RunResult]] = {}
-            total_runs = config.repeat * len(config.concurrency) * len(layouts)
-            with bar.task("restore runs", total=total_runs, unit="runs") as advance:
-                for round_index in range(config.repeat):
-                    if fio_bin and ioengine:
-                        try:
-                            fio_rounds.append(
-                                _fio_round(
-                                    fio_bin,
-                                    ioengine,
-                                    all_files,
-                                    restores,
-                                    root / "fio",
-                                    config,
-                                    streams=min(max(config.concurrency), len(workload.sessions)),
-                                    round_index=round_index,
-                                )
-                            )
-                        except (fio_mod.FioError, OSError) as e:
-                            fio_bin, fio_reason = None, f"fio failed: {e}"
-                            print(f"iobench: fio reference skipped: {fio_reason}", file=sys.stderr)
-                    for conc in config.concurrency:
-                        for name in layouts:  # alternate layouts so drift hits both
-                            layout_files = files[name]
-
-                            def drop(_files: list[str] = layout_files) -> None:
-                                for f in _files:
-                                    drop_file_cache(f)
-
-                            raw.setdefault((name, conc), []).append(
-                                run_restore(
-                                    name,
-                                    restores[name],
-                                    buffers[name],
-                                    engine,
-                                    concurrency=conc,
-                                    piece_bytes=workload.piece_bytes,
-                                    drop_cache=drop,
-                                )
-                            )
-                            advance(1)
-            del buffers
     finally:
         if engine is not None:
             engine.close()
@@ -526,10 +435,7 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
     }
     all_runs = [r for rs in raw.values() for r in rs]
     o_direct = all(r.o_direct for r in all_runs)
-    gds = next((r.gds for r in all_runs if r.gds is not None), None)
-    examples = tuple(x for r in all_runs for x in r.mismatch_examples)[:5]
-    engine_notes = sorted({n for r in all_runs for n in r.notes})
-    fio_summary = _fio_summary(fio_rounds, fio_reason, ioengine, layouts)
+    fio_summary = _fio_summary(fio_rounds, fio["reason"], fio["ioengine"], layouts)
     provenance = {
         "fcctl_version": _version(),
         "host": platform.node(),
@@ -541,7 +447,7 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
         "started_utc": started,
         "finished_utc": _utc_now(),
         "engine_reason": engine_reason,
-        "engine_notes": engine_notes,
+        "engine_notes": sorted({n for r in all_runs for n in r.notes}),
         "settings": {
             "model": workload.geometry.name,
             "tp": workload.geometry.tp,
@@ -551,7 +457,7 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
             "piece_bytes": workload.piece_bytes,
             "block_bytes": workload.block_bytes,
             "bucket_bytes": config.bucket_bytes,
-            "memory_tier_bytes": _memory_tier(written.get("eviction")),
+            "memory_tier_bytes": getattr(written.get("eviction"), "memory_tier_bytes", None),
             "gap_bytes": config.gap_bytes,
             "max_command_bytes": config.max_command_bytes,
             "engine_threads": config.engine_threads,
@@ -577,19 +483,138 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
             "note": "replay: iolog v2, read_iolog, replay_no_stall=1, direct=1, one job per "
             "stream of sessions (streams = max concurrency), iodepth 8 each",
         },
-        "notes": notes,
+        "notes": [*workload.notes, *fio["notes"]],
     }
     return IobenchResult(
         engine_name=engine_name,
         o_direct=o_direct,
-        gds=gds,
+        gds=next((r.gds for r in all_runs if r.gds is not None), None),
         engine_reason=engine_reason,
         workload=workload,
         fio=fio_summary,
         layouts=summaries,
         provenance=provenance,
-        mismatch_examples=examples,
+        mismatch_examples=tuple(x for r in all_runs for x in r.mismatch_examples)[:5],
     )
+
+
+def _write_layouts(
+    workload: Workload, config: IobenchConfig, root: Path, bar: _Progress
+) -> dict[str, FlatLayout | EvictionLayout]:
+    written: dict[str, FlatLayout | EvictionLayout] = {}
+    total = workload.bytes * len(config.layouts)
+    with bar.task("writing layouts", total=total, unit="MiB", per_unit=2**20) as advance:
+        if "flat" in config.layouts:
+            written["flat"] = write_flat_layout(workload, root / "flat", on_bytes=advance)
+        if "eviction" in config.layouts:
+            written["eviction"] = write_eviction_layout(
+                workload,
+                root / "eviction",
+                bucket_bytes=config.bucket_bytes,
+                memory_tier_bytes=config.memory_tier_bytes,
+                on_bytes=advance,
+            )
+    return written
+
+
+def _restore_sets(
+    workload: Workload, config: IobenchConfig, written: dict[str, FlatLayout | EvictionLayout]
+) -> tuple[dict[str, list[SessionRestore]], dict[str, list[str]]]:
+    """Per layout: every session's restore plans, and the files a cold run must drop."""
+    restores: dict[str, list[SessionRestore]] = {}
+    files: dict[str, list[str]] = {}
+    for name, layout in written.items():
+        if isinstance(layout, FlatLayout):
+            restores[name] = flat_restores(
+                workload,
+                layout,
+                gap_bytes=config.gap_bytes,
+                max_command_bytes=config.max_command_bytes,
+            )
+            files[name] = [str(p) for p in layout.session_files]
+        else:
+            restores[name] = eviction_restores(workload, layout)
+            files[name] = [str(p) for p in layout.bucket_files]
+    return restores, files
+
+
+def _measure(
+    workload: Workload,
+    config: IobenchConfig,
+    restores: dict[str, list[SessionRestore]],
+    files: dict[str, list[str]],
+    engine: Any,
+    gpu: bool,
+    fio_dir: Path,
+    bar: _Progress,
+) -> tuple[dict[tuple[str, int], list[RunResult]], list[dict[str, Any]], dict[str, Any]]:
+    """The repeats: a fio round, then each concurrency's restore of each layout in turn."""
+    from layout.readers import drop_file_cache
+
+    buffers = {name: allocate_buffers(rs, gpu=gpu) for name, rs in restores.items()}
+    all_files = [f for name in config.layouts for f in files[name]]
+    fio_bin, ioengine, fio_reason, notes = _fio_setup(config, all_files)
+    fio_dir.mkdir(exist_ok=True)
+    fio_rounds: list[dict[str, Any]] = []
+    raw: dict[tuple[str, int], list[RunResult]] = {}
+    total_runs = config.repeat * len(config.concurrency) * len(config.layouts)
+    with bar.task("restore runs", total=total_runs, unit="runs") as advance:
+        for round_index in range(config.repeat):
+            if fio_bin and ioengine:
+                try:
+                    fio_rounds.append(
+                        _fio_round(
+                            fio_bin,
+                            ioengine,
+                            all_files,
+                            restores,
+                            fio_dir,
+                            config,
+                            streams=min(max(config.concurrency), len(workload.sessions)),
+                            round_index=round_index,
+                        )
+                    )
+                except (fio_mod.FioError, OSError) as e:
+                    fio_bin, fio_reason = None, f"fio failed: {e}"
+                    print(f"iobench: fio reference skipped: {fio_reason}", file=sys.stderr)
+            for conc in config.concurrency:
+                for name in config.layouts:  # alternate layouts so drift hits both
+
+                    def drop(_files: list[str] = files[name]) -> None:
+                        for f in _files:
+                            drop_file_cache(f)
+
+                    run = run_restore(
+                        name,
+                        restores[name],
+                        buffers[name],
+                        engine,
+                        concurrency=conc,
+                        piece_bytes=workload.piece_bytes,
+                        drop_cache=drop,
+                    )
+                    raw.setdefault((name, conc), []).append(run)
+                    advance(1)
+    return raw, fio_rounds, {"reason": fio_reason, "ioengine": ioengine, "notes": notes}
+
+
+def _fio_setup(
+    config: IobenchConfig, files: list[str]
+) -> tuple[str | None, str | None, str, list[str]]:
+    """``(fio binary, ioengine, why not, notes)``; None, None when fio cannot run here."""
+    if not config.fio:
+        return None, None, "skipped (--no-fio)", []
+    fio_bin = fio_mod.find_fio()
+    if fio_bin is None:
+        reason = "fio is not installed (apt-get install fio)"
+        print(f"iobench: fio reference skipped: {reason}", file=sys.stderr)
+        return None, None, reason, []
+    try:
+        ioengine, why = fio_mod.pick_ioengine(fio_bin, files[0])
+    except (fio_mod.FioError, OSError) as e:
+        print(f"iobench: fio reference skipped: {e}", file=sys.stderr)
+        return None, None, str(e), []
+    return fio_bin, ioengine, "", [f"fio: {why}"] if why else []
 
 
 def _use_gpu_buffers(choice: str, engine_name: str) -> bool:
@@ -606,10 +631,6 @@ def _use_gpu_buffers(choice: str, engine_name: str) -> bool:
     if choice == "gpu" and not ok:
         raise FcctlInputError("--buffers gpu: CuPy sees no GPU here")
     return ok and (choice == "gpu" or engine_name == "kvikio")
-
-
-def _memory_tier(ev: object) -> int | None:
-    return getattr(ev, "memory_tier_bytes", None)
 
 
 def _version() -> str:
