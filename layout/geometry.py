@@ -61,12 +61,16 @@ class KvGeometry:
         for field in ("layers", "dtype_bytes", "tp"):
             value = getattr(self, field)
             if not isinstance(value, int) or value < 1:
-                raise LayoutError(f"geometry {self.name!r}: {field} must be an int >= 1; got {value!r}")
+                raise LayoutError(
+                    f"geometry {self.name!r}: {field} must be an int >= 1; got {value!r}"
+                )
         if self.latent_dim < 0:
-            raise LayoutError(f"geometry {self.name!r}: latent_dim must be >= 0; got {self.latent_dim!r}")
+            raise LayoutError(
+                f"geometry {self.name!r}: latent_dim must be >= 0; got {self.latent_dim!r}"
+            )
         if self.latent_dim == 0 and (self.kv_heads < 1 or self.head_dim < 1):
             raise LayoutError(
-                f"geometry {self.name!r}: kv_heads and head_dim must be >= 1 without an MLA latent; "
+                f"geometry {self.name!r}: kv_heads and head_dim must be >= 1 without MLA; "
                 f"got kv_heads={self.kv_heads!r}, head_dim={self.head_dim!r}"
             )
 
@@ -103,7 +107,9 @@ class KvGeometry:
         """One rank's bytes of one block at one layer: the unit a layer-wise restore reads."""
         return block_tokens * self.bytes_per_token_per_layer
 
-    def with_overrides(self, *, tp: int | None = None, dtype_bytes: int | None = None) -> KvGeometry:
+    def with_overrides(
+        self, *, tp: int | None = None, dtype_bytes: int | None = None
+    ) -> KvGeometry:
         kw: dict[str, Any] = {}
         if tp is not None:
             kw["tp"] = tp
@@ -206,8 +212,12 @@ def geometry_from_hf_config(path: str | Path) -> KvGeometry:
     dbytes = KV_DTYPE_BYTES.get(str(dtype_name).lower(), 2)
     name = str(raw.get("_name_or_path") or raw.get("model_type") or p.stem)
     if cfg.get("kv_lora_rank"):
-        latent = _cfg_int(cfg, str(p), "kv_lora_rank") + _cfg_int(cfg, str(p), "qk_rope_head_dim", 0)
-        return KvGeometry(name, layers=layers, kv_heads=0, head_dim=0, dtype_bytes=dbytes, latent_dim=latent)
+        latent = _cfg_int(cfg, str(p), "kv_lora_rank") + _cfg_int(
+            cfg, str(p), "qk_rope_head_dim", 0
+        )
+        return KvGeometry(
+            name, layers=layers, kv_heads=0, head_dim=0, dtype_bytes=dbytes, latent_dim=latent
+        )
     heads = _cfg_int(cfg, str(p), "num_attention_heads")
     kv_heads = _cfg_int(cfg, str(p), "num_key_value_heads", heads)
     head_dim = cfg.get("head_dim")

@@ -441,7 +441,10 @@ def kvikio_gds_state(kvikio: Any) -> tuple[bool, str]:
     ``DriverProperties()``).
     """
     compat: bool | None = None
-    defaults = getattr(kvikio, "defaults", None)
+    try:  # a submodule that `import kvikio` does not load by itself (26.10)
+        import kvikio.defaults as defaults
+    except ImportError:
+        defaults = getattr(kvikio, "defaults", None)
     for getter in (
         lambda: defaults.is_compat_mode_preferred(),
         lambda: str(defaults.get("compat_mode")).split(".")[-1] != "OFF",
@@ -560,7 +563,8 @@ class KvikioEngine:
 
 
 def _kvikio_set(kvikio: Any, name: str, value: Any) -> None:
-    defaults = kvikio.defaults
+    # kvikio does not import its defaults submodule on `import kvikio` (26.10).
+    import kvikio.defaults as defaults
     if hasattr(defaults, "set"):
         try:
             defaults.set(name, value)
