@@ -41,7 +41,7 @@ def main() -> int:
             continue
         config = IobenchConfig(
             engine=engine,
-            engine_threads=args.threads if engine == "posix" else None,  # kvikio: KVIKIO_NTHREADS
+            engine_threads=args.threads,
             sessions=args.sessions,
             tokens=args.tokens,
             concurrency=tuple(int(c) for c in args.concurrency.split(",")),
