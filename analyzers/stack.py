@@ -449,20 +449,7 @@ def percentiles_from_counts(counts: np.ndarray, qs: Sequence[float]) -> list[flo
     Equal to ``np.percentile(values, qs)`` (linear interpolation) without materialising the
     values; None when the multiset is empty.
     """
-    cum = np.cumsum(counts)
-    total = int(cum[-1]) if cum.shape[0] else 0
-    if total == 0:
-        return [None for _ in qs]
-    out: list[float | None] = []
-    for q in qs:
-        h = (total - 1) * (q / 100.0)
-        lo = int(np.floor(h))
-        hi = min(lo + 1, total - 1)
-        # sorted[k] = the smallest v with cum[v] > k
-        a = float(np.searchsorted(cum, lo, side="right"))
-        b = float(np.searchsorted(cum, hi, side="right"))
-        out.append(_lerp(a, b, h - lo))
-    return out
+    return percentiles_from_weighted(np.arange(counts.shape[0]), counts, qs)
 
 
 def percentiles_from_weighted(
