@@ -92,7 +92,8 @@ def test_runs_frame_and_table():
     text = buf.getvalue()
     assert "1,600" in text and "2.00 GB/s" in text and "0.40 GB/s" in text
     assert "best sequential direct read 2.50 GB/s (seq-4m-qd32)" in text
-    assert "flat_c16_over_fio_seq: 0.80" in text
+    assert "flat restore at concurrency 16 reads at 0.80x fio's best sequential read" in text
+    assert "verified" in text and "BAD" not in text
     d = result.to_json_dict()
     assert d["layouts"]["flat"][1]["restore_bytes_per_s"] == pytest.approx(2 * GB)
     assert d["fio"]["replay_bytes_per_s"] == {"flat": 2 * GB, "eviction": GB}
