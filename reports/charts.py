@@ -105,7 +105,7 @@ def memory_tier_curve(result: AnalysisResult, path: Path) -> bool:
     ax.set_ylabel("share of block accesses")
     ax.set_title("Memory-tier hit curve")
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="best", framealpha=0.9)  # the curve sits low or high by trace
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
