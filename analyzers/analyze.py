@@ -35,6 +35,10 @@ from analyzers.verdict import Verdict, decide
 from layout.geometry import KvGeometry
 
 SCHEMA_VERSION = 1
+NO_HASHES_NOTE = (
+    "Reuse cannot be measured: this trace has no block hashes; only sizes "
+    "and arrival rate are reported."
+)
 
 
 @dataclass(frozen=True)
@@ -261,6 +265,15 @@ def analyze_trace(
     output_tokens = req.get_column("output_tokens").to_numpy()
     notes = list(trace.notes)
     duration = float(ts.max() - ts.min()) if n_req else None
+    if trace.order == "session" and n_req:
+        # Per-session clocks: max - min over all rows would mix sessions; take each
+        # session's own span and report the longest, as the note below says.
+        spans = (
+            req.select("session_id", "timestamp_s")
+            .group_by("session_id")
+            .agg((pl.col("timestamp_s").max() - pl.col("timestamp_s").min()).alias("span"))
+        )
+        duration = float(spans["span"].max())
     if trace.order == "session":
         notes.append(
             "Timestamps restart in every session: duration_s is the longest session's "
@@ -310,10 +323,7 @@ def analyze_trace(
                     )
             del acc
         else:
-            notes.append(
-                "Reuse cannot be measured: this trace has no block hashes; only sizes "
-                "and arrival rate are reported."
-            )
+            notes.append(NO_HASHES_NOTE)
     if sessions is not None and sessions.inferred:
         notes.append("Sessions were inferred from prefix chains (the trace has no session ids).")
         biggest = int(sessions.table["turns"].max() or 0)

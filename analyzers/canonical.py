@@ -40,6 +40,18 @@ def trace_metadata(trace: Trace) -> dict[str, str]:
     }
 
 
+def check_output_file(path: str | Path) -> None:
+    """Refuse an output path that cannot be written, before minutes of parsing."""
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    if not directory.is_dir():
+        raise FcctlInputError(f"{target}: output directory {str(directory)!r} does not exist")
+    if target.is_dir():
+        raise FcctlInputError(f"{target}: is a directory, expected an output file name")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise FcctlInputError(f"{target}: cannot create files in {str(directory)!r} (permission)")
+
+
 def write_canonical(trace: Trace, path: str | Path) -> None:
     """Write ``trace`` as canonical Parquet at ``path``, atomically.
 
@@ -48,11 +60,11 @@ def write_canonical(trace: Trace, path: str | Path) -> None:
     """
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
-    if not directory.is_dir():
-        raise FcctlInputError(f"{target}: output directory {str(directory)!r} does not exist")
-    if target.is_dir():
-        raise FcctlInputError(f"{target}: is a directory, expected an output file name")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    check_output_file(target)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise FcctlInputError(f"{target}: cannot create it ({e.strerror}: {e.filename})") from None
     os.close(fd)
     try:
         trace.requests.select(COLUMNS).write_parquet(
@@ -60,6 +72,9 @@ def write_canonical(trace: Trace, path: str | Path) -> None:
         )
         os.chmod(tmp_name, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
         os.replace(tmp_name, target)
+    except OSError as e:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise FcctlInputError(f"{target}: cannot write it ({e.strerror}: {e.filename})") from None
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise

@@ -58,13 +58,15 @@ def render_summary(result: AnalysisResult, console: Console) -> None:
     from rich.table import Table
 
     r = result.reuse
-    head = Table(title=f"fcctl analyze: {result.trace_path}", show_header=False, box=None)
-    head.add_column(style="bold")
-    head.add_column()
+    # The path is a row, not the title: a long path in a centred title wraps into a jumble.
+    head = Table(title="fcctl analyze", show_header=False, box=None)
+    head.add_column(style="bold", no_wrap=True)
+    head.add_column(overflow="fold")
     sessions = "n/a" if result.num_sessions is None else f"{result.num_sessions:,}"
     if result.sessions_inferred:
-        sessions += " (INFERRED from prefix chains; the trace has no session ids)"
+        sessions += " (INFERRED from prefix chains)"
     rows = [
+        ("trace", result.trace_path),
         ("format", result.trace_format),
         ("requests", f"{result.num_requests:,}"),
         ("sessions", sessions),
@@ -125,21 +127,22 @@ def render_summary(result: AnalysisResult, console: Console) -> None:
         )
         t.add_row("turns", _num(s.turns.p50), _num(s.turns.p90), _num(s.turns.p99), "", "")
         m = s.max_input_tokens
-        t.add_row("largest input (tokens)", _num(m.p50), _num(m.p90), _num(m.p99), "", "")
+        t.add_row("largest input, tokens", _num(m.p50), _num(m.p90), _num(m.p99), "", "")
         console.print(t)
 
-    tier = Table(title="Memory tier (LRU in front of SSD)")
-    for c in ("capacity", "blocks", "LRU hit share", "share of ideal", "reuse from SSD"):
-        tier.add_column(c, justify="right")
-    for p in result.memory_tier:
-        tier.add_row(
-            _bytes(p.capacity_bytes),
-            _num(p.capacity_blocks),
-            _share(p.lru_hit_share),
-            _share(p.share_of_ideal),
-            _share(p.ssd_reuse_share),
-        )
-    console.print(tier)
+    if r is not None:  # without hashes every cell would be n/a
+        tier = Table(title="Memory tier (LRU in front of SSD)")
+        for c in ("capacity", "blocks", "LRU hit share", "share of ideal", "reuse from SSD"):
+            tier.add_column(c, justify="right")
+        for p in result.memory_tier:
+            tier.add_row(
+                _bytes(p.capacity_bytes),
+                _num(p.capacity_blocks),
+                _share(p.lru_hit_share),
+                _share(p.share_of_ideal),
+                _share(p.ssd_reuse_share),
+            )
+        console.print(tier)
 
     rs = result.request_sizes
     sizes = Table(title="Request sizes")
@@ -156,12 +159,24 @@ def render_summary(result: AnalysisResult, console: Console) -> None:
     if rs.arrival_rate_per_s is not None:
         console.print(f"arrival rate: {rs.arrival_rate_per_s:,.3f} requests/s")
 
+    # Hanging indents: a wrapped note or reason stays readable at 80 columns.
+    notes = Table.grid(padding=(0, 1))
+    notes.add_column(no_wrap=True)
+    notes.add_column()
+    from analyzers.analyze import NO_HASHES_NOTE
+
     for note in result.notes:
-        console.print(f"note: {note}", highlight=False)
+        if note != NO_HASHES_NOTE:  # the summary already led with it
+            notes.add_row("note:", note)
+    console.print(notes, highlight=False)
     layout = result.verdict.layout.upper()
     console.print(f"\n[bold]Verdict: {layout}[/bold]")
+    reasons = Table.grid(padding=(0, 1))
+    reasons.add_column(no_wrap=True)
+    reasons.add_column()
     for reason in result.verdict.reasons:
-        console.print(f"  - {reason}", highlight=False)
+        reasons.add_row("  -", reason)
+    console.print(reasons, highlight=False)
 
 
 def _write_files(result: AnalysisResult, d: Path, json_doc: dict[str, Any]) -> list[str]:
@@ -186,11 +201,22 @@ def _write_files(result: AnalysisResult, d: Path, json_doc: dict[str, Any]) -> l
 
 
 def check_out_dir(out: Path, force: bool) -> None:
-    """Refuse a non-directory or a non-empty directory (unless ``force``) before any work."""
+    """Refuse, before any work, an ``out`` that could not be written at the end.
+
+    That is: a non-directory, a non-empty directory (unless ``force``), or a path whose
+    nearest existing ancestor is not a directory we can create entries in.
+    """
     if out.exists() and not out.is_dir():
         raise OutDirError(f"--out {out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise OutDirError(f"--out {out}: directory is not empty (pass --force to replace it)")
+    parent = out.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutDirError(f"--out {out}: {str(parent)!r} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutDirError(f"--out {out}: cannot create entries in {str(parent)!r} (permission)")
 
 
 def write_out_dir(
@@ -203,8 +229,11 @@ def write_out_dir(
     """Write every table, chart and the JSON into ``out`` all at once; return the file names."""
     out = Path(out)
     check_out_dir(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as e:
+        raise OutDirError(f"--out {out}: cannot create it ({e.strerror}: {e.filename})") from None
     try:
         # mkdtemp makes 0700; give the result the permissions a plain mkdir would.
         umask = os.umask(0)
@@ -219,6 +248,10 @@ def write_out_dir(
             shutil.rmtree(old, ignore_errors=True)
         else:
             tmp.rename(out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        # Disk full, quota, a file system that refuses renames: one line, nothing left behind.
+        raise OutDirError(f"--out {out}: cannot write it ({e.strerror}: {e.filename})") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

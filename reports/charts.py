@@ -29,14 +29,14 @@ def reuse_distance_cdf(result: AnalysisResult, path: Path) -> bool:
         return False
     plt = _pyplot()
     panels = [
-        ("stack_bytes", "LRU stack distance (bytes)"),
+        ("stack_bytes", f"LRU stack distance (GiB of KV, {result.model})"),
         ("requests", "distance (requests)"),
-        ("seconds", "distance (seconds)"),
+        ("seconds", "distance (seconds; exact at log2 bucket edges)"),
     ]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for ax, (metric, label) in zip(axes, panels, strict=True):
         part = cdf.filter(cdf["metric"] == metric)
-        x = part["value"].to_numpy()
+        x = part["value"].to_numpy() / (2**30 if metric == "stack_bytes" else 1)
         y = part["cum_share"].to_numpy()
         # log axes cannot show 0: distance 0 is drawn at the smallest positive value / 2.
         pos = x[x > 0]
@@ -59,14 +59,26 @@ def session_kv_cdf(result: AnalysisResult, path: Path) -> bool:
     if result.sessions is None or result.sessions.count == 0:
         return False
     plt = _pyplot()
+    from analyzers.verdict import FLAT_SESSION_KV_P90_BYTES
+
     kv = np.sort(result.sessions.table["kv_bytes"].to_numpy().astype(np.float64))
-    y = np.arange(1, kv.shape[0] + 1) / kv.shape[0]
+    # The empirical CDF starts at 0 just left of the smallest session, then steps up.
+    x = np.concatenate([kv[:1], kv]) / 2**30
+    y = np.concatenate([[0.0], np.arange(1, kv.shape[0] + 1) / kv.shape[0]])
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    ax.step(np.maximum(kv, 1.0) / 2**30, y, where="post")
+    ax.step(np.maximum(x, 2.0**-30), y, where="post", label="sessions")
     ax.set_xscale("log")
+    ax.set_ylim(0, 1.02)
     ax.set_xlabel(f"session KV (GiB, {result.model})")
     ax.set_ylabel("share of sessions")
-    ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.axvline(
+        FLAT_SESSION_KV_P90_BYTES / 2**30,
+        color="grey",
+        linestyle="--",
+        linewidth=1,
+        label="flat-layout threshold (p90 >= 1 GiB)",
+    )
+    ax.legend(loc="best", framealpha=0.9)
     inferred = " (inferred sessions)" if result.sessions.inferred else ""
     ax.set_title(f"Session KV size CDF{inferred}")
     ax.grid(True, alpha=0.3)

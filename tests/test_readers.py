@@ -254,7 +254,7 @@ def test_azure_tiny(tmp_path: Path) -> None:
     assert column(trace, "input_tokens") == [374, 396, 10]
     assert column(trace, "output_tokens") == [44, 109, 0]
     assert column(trace, "hash_ids") == [None] * 3
-    assert any("reuse cannot" in note for note in trace.notes)
+    assert any("earliest TIMESTAMP" in note for note in trace.notes)
 
 
 def test_azure_bom_and_crlf(tmp_path: Path) -> None:

@@ -90,8 +90,8 @@ class AzureReader:
             has_sessions=False,
             block_size_tokens=0,
             notes=(
-                "Azure traces carry no block hashes: request sizes and arrival rate can be "
-                "measured, KV-cache reuse cannot",
+                # (That reuse cannot be measured without hashes is the analyzer's note.)
+                "timestamp_s counts from the earliest TIMESTAMP; no session ids",
             ),
         )
 

@@ -1,0 +1,87 @@
+"""``fcctl analyze``/``convert`` gaps found in the issue #2 audit: output paths that cannot be
+written fail early with one line, and the piped human summary reads well at 80 columns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fcctl.cli import app
+from tests.conftest import SAMPLES
+
+runner = CliRunner()
+MOONCAKE = SAMPLES / "mooncake_conversation_2k.jsonl"
+AZURE = SAMPLES / "azure_conv_1k.csv"
+
+
+def _one_line_exit_2(result: object) -> str:
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    err = result.stderr.strip()
+    assert err.startswith("fcctl: error: ") and "\n" not in err and "Traceback" not in err
+    return err
+
+
+def test_out_under_a_regular_file_fails_before_work(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = runner.invoke(app, ["analyze", str(MOONCAKE), "--out", str(blocker / "sub" / "o")])
+    err = _one_line_exit_2(result)
+    assert "is not a directory" in err and str(blocker) in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_out_where_mkdir_fails_is_one_line() -> None:
+    # /proc refuses new entries even to root: the OSError at write time becomes one line.
+    result = runner.invoke(app, ["analyze", str(AZURE), "--out", "/proc/fcctl-audit-out"])
+    err = _one_line_exit_2(result)
+    assert "--out /proc/fcctl-audit-out: cannot create it" in err
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_convert_unwritable_output_is_one_line() -> None:
+    result = runner.invoke(app, ["convert", str(AZURE), "-o", "/proc/fcctl-audit.parquet"])
+    err = _one_line_exit_2(result)
+    assert "/proc/fcctl-audit.parquet: cannot create it" in err
+
+
+def test_convert_checks_output_before_parsing(tmp_path: Path) -> None:
+    # A broken trace *and* a bad -o: the -o is reported, as it is checked first.
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    result = runner.invoke(app, ["convert", str(bad), "-o", str(tmp_path / "no" / "x.parquet")])
+    err = _one_line_exit_2(result)
+    assert "does not exist" in err
+
+
+TRACE_SAMPLES = sorted(p.name for p in SAMPLES.iterdir() if p.suffix not in (".md", ".py"))
+
+
+@pytest.mark.parametrize("sample", TRACE_SAMPLES)
+def test_piped_summary_fits_80_columns(sample: str) -> None:
+    result = runner.invoke(app, ["analyze", str(SAMPLES / sample)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    # The path is a row of its own (a title would wrap it into the middle of the table).
+    assert any(line.split()[:1] == ["trace"] for line in lines if line.strip())
+    assert "Verdict:" in result.stdout
+
+
+def test_azure_summary_has_no_empty_tables_or_repeated_notes() -> None:
+    result = runner.invoke(app, ["analyze", str(AZURE)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "Memory tier" not in out  # every cell would be n/a without hashes
+    assert out.count("no block hashes") <= 2  # the headline and the verdict, once each
+
+
+def test_wrapped_verdict_reason_keeps_its_indent() -> None:
+    result = runner.invoke(app, ["analyze", str(MOONCAKE)], env={"COLUMNS": "80"})
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Verdict:"))
+    body = [line for line in lines[start + 1 :] if line.strip()]
+    assert body and all(line.startswith("  ") for line in body)
