@@ -65,6 +65,7 @@ class AnalysisResult:
 
     trace_path: str
     trace_format: str
+    order: str  # Trace.order: "time", or "session" for per-session clocks
     num_requests: int
     num_sessions: int | None
     sessions_inferred: bool
@@ -279,6 +280,12 @@ def analyze_trace(
             "Timestamps restart in every session: duration_s is the longest session's "
             "span and there is no overall arrival rate."
         )
+        if trace.has_hashes:
+            notes.append(
+                "Sessions are analysed one after another (there is no common clock to "
+                "interleave them), so the memory-tier hit shares are a best case: concurrent "
+                "sessions would compete for the same memory."
+            )
     rate = n_req / duration if (duration and trace.order == "time") else None
     sizes = RequestSizes(
         Percentiles.of(input_tokens),
@@ -387,6 +394,7 @@ def analyze_trace(
     return AnalysisResult(
         trace_path=trace.path,
         trace_format=trace.format,
+        order=trace.order,
         num_requests=n_req,
         num_sessions=sessions.count if sessions else None,
         sessions_inferred=bool(sessions and sessions.inferred),

@@ -73,7 +73,10 @@ def render_summary(result: AnalysisResult, console: Console) -> None:
         ("block size", f"{result.block_size_tokens} tokens" if result.block_size_tokens else "n/a"),
         ("block accesses", _num(result.block_accesses)),
         ("distinct blocks", _num(result.distinct_blocks)),
-        ("duration", ("n/a" if result.duration_s is None else f"{result.duration_s:,.1f} s")),
+        (
+            "longest session" if result.order == "session" else "duration",
+            "n/a" if result.duration_s is None else f"{result.duration_s:,.1f} s",
+        ),
         (
             "KV model",
             f"{result.model}: {result.bytes_per_token:,} B/token, "

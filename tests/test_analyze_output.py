@@ -85,3 +85,21 @@ def test_wrapped_verdict_reason_keeps_its_indent() -> None:
     start = next(i for i, line in enumerate(lines) if line.startswith("Verdict:"))
     body = [line for line in lines[start + 1 :] if line.strip()]
     assert body and all(line.startswith("  ") for line in body)
+
+
+def test_per_session_clock_trace_says_what_duration_and_tier_mean() -> None:
+    result = runner.invoke(
+        app, ["analyze", str(SAMPLES / "claude_code_sample.jsonl.gz")], env={"COLUMNS": "80"}
+    )
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.stdout.split())
+    assert "longest session 5,418.0 s" in out
+    assert "memory-tier hit shares are a best case" in out
+
+
+def test_hash_id_beyond_64_bits_is_named_as_such(tmp_path: Path) -> None:
+    trace = tmp_path / "big.jsonl"
+    row = '{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [3, %d]}\n'
+    trace.write_text(row % 2**64)
+    err = _one_line_exit_2(runner.invoke(app, ["analyze", str(trace)]))
+    assert "line 1: hash_ids[1] must be an integer in [0, 2**64); got an integer beyond" in err

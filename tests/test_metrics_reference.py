@@ -312,7 +312,16 @@ def test_mooncake_sample_matches_reference() -> None:
 def test_claude_code_sample_matches_reference() -> None:
     path = SAMPLES / "claude_code_sample.jsonl.gz"
     caps = [8 * MIB, 80 * MIB, 800 * MIB, 8000 * MIB, 64 << 30]
-    check(path, parse_claude_code(path), 64, caps)
+    reqs = parse_claude_code(path)
+    check(path, reqs, 64, caps)
+    # Per-session clocks: duration_s is the longest session's span (docs/analyze.md).
+    spans: dict[Any, list[float]] = {}
+    for q in reqs:
+        spans.setdefault(q.session, []).append(q.t)
+    doc = json.loads(runner.invoke(app, ["analyze", str(path), "--json"]).stdout)
+    longest = max(max(ts) - min(ts) for ts in spans.values())
+    assert doc["trace"]["duration_s"] == pytest.approx(longest, rel=1e-12)
+    assert doc["request_sizes"]["arrival_rate_per_s"] is None
 
 
 def test_bailian_sample_matches_reference() -> None:
@@ -447,3 +456,26 @@ def test_random_bailian_traces(tmp_path: Path, seed: int) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     block = 16 * LLAMA_8B_BYTES_PER_TOKEN
     check(path, parse_bailian(path), 16, [block, 4 * block, 30 * block])
+
+
+# --- real traces beside the repository (slow: run with -m slow) -------------------------------
+
+
+@pytest.mark.slow
+def test_whole_mooncake_traces_match_reference(shared_traces: Path) -> None:
+    block = 512 * LLAMA_8B_BYTES_PER_TOKEN
+    for name in ("synthetic_trace.jsonl", "conversation_trace.jsonl"):
+        path = shared_traces / "mooncake" / name
+        caps = [16 << 30, 64 << 30, 256 << 30, 1 << 40, 7 * block + 3]
+        check(path, parse_mooncake(path), 512, caps)
+
+
+@pytest.mark.slow
+def test_claude_code_session_subset_matches_reference(shared_traces: Path, tmp_path: Path) -> None:
+    # Every 50th session of the whole trace (15 sessions, subagents included).
+    src = shared_traces / "weka_kv_cache_tester" / "claude_code_traces.jsonl.gz"
+    keep = [line for i, line in enumerate(_lines(src)) if i % 50 == 7]
+    path = tmp_path / "subset.jsonl.gz"
+    path.write_bytes(gzip.compress(b"\n".join(keep) + b"\n"))
+    caps = [8 * MIB, 800 * MIB, 16 << 30, 64 << 30]
+    check(path, parse_claude_code(path), 64, caps)

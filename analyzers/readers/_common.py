@@ -251,11 +251,11 @@ def bad_hash_id(values: list[Any], name: str, path: Path, place: str) -> TraceFo
     """The error for the first element of ``values`` that is not an integer in [0, 2**64)."""
     for i, v in enumerate(values):
         if type(v) is not int or not 0 <= v < 2**64:
-            return fail(
-                path,
-                place,
-                f"{name}[{i}] must be an integer in [0, 2**64); got {show(v)}",
-            )
+            got = show(v)
+            if type(v) is float and v.is_integer() and abs(v) >= 2**63:
+                # orjson hands integers beyond 64 bits over as floats: say what the file held.
+                got = f"an integer beyond 64 bits (about {v:.4g})"
+            return fail(path, place, f"{name}[{i}] must be an integer in [0, 2**64); got {got}")
     return fail(path, place, f"field {name!r} holds a bad block id")  # pragma: no cover
 
 
