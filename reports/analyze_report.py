@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from layout.errors import FcctlInputError
-from layout.units import format_bytes
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -50,7 +49,20 @@ def _share(v: float | None) -> str:
 
 
 def _bytes(v: float | None) -> str:
-    return "n/a" if v is None else format_bytes(v)
+    """Binary units with 3 significant digits (e.g. 71.8 MiB, 118 MiB): at most 8 characters,
+    so a five-value row of sizes fits an 80-column table."""
+    if v is None:
+        return "n/a"
+    x = float(v)
+    if abs(x) < 1024:
+        return f"{x:.0f} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        x /= 1024.0
+        if abs(x) < 1023.5 or unit == "PiB":
+            break
+    if abs(x) >= 99.95:
+        return f"{x:.0f} {unit}"
+    return f"{x:.1f} {unit}" if abs(x) >= 9.995 else f"{x:.2f} {unit}"
 
 
 def render_summary(result: AnalysisResult, console: Console) -> None:
