@@ -479,3 +479,81 @@ def test_claude_code_session_subset_matches_reference(shared_traces: Path, tmp_p
     path.write_bytes(gzip.compress(b"\n".join(keep) + b"\n"))
     caps = [8 * MIB, 800 * MIB, 16 << 30, 64 << 30]
     check(path, parse_claude_code(path), 64, caps)
+
+
+# --- --out tables -----------------------------------------------------------------------------
+
+
+def _distances(reqs: list[Req]) -> dict[str, list[float]]:
+    """Every re-access's distance in requests, seconds and stack blocks (as in reference())."""
+    stream = [(b, r) for r, q in enumerate(reqs) for b in q.blocks]
+    last_pos: dict[Any, int] = {}
+    last_req: dict[Any, int] = {}
+    dense: dict[Any, int] = {}
+    latest = np.full(max(len({b for b, _ in stream}), 1), -1, dtype=np.int64)
+    out: dict[str, list[float]] = {"requests": [], "seconds": [], "stack_blocks": []}
+    for i, (b, r) in enumerate(stream):
+        if b in last_pos:
+            out["stack_blocks"].append(int(np.count_nonzero(latest > last_pos[b])))
+            out["requests"].append(r - last_req[b])
+            out["seconds"].append(reqs[r].t - reqs[last_req[b]].t)
+        last_pos[b], last_req[b] = i, r
+        latest[dense.setdefault(b, len(dense))] = i
+    return out
+
+
+@pytest.mark.parametrize(
+    ("sample", "parse", "block_tokens"),
+    [
+        ("claude_code_sample.jsonl.gz", parse_claude_code, 64),
+        ("bailian_synthetic.jsonl", parse_bailian, 16),
+    ],
+)
+def test_out_tables_match_reference(sample: str, parse: Any, block_tokens: int, tmp_path: Path):
+    import polars as pl
+
+    path = SAMPLES / sample
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["analyze", str(path), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    reqs = parse(path)
+    dist = _distances(reqs)
+    block_bytes = block_tokens * LLAMA_8B_BYTES_PER_TOKEN
+    hist = pl.read_parquet(out / "histograms.parquet")
+    for metric, values, scale in (
+        ("requests", dist["requests"], 1),
+        ("seconds", dist["seconds"], 1),
+        ("stack_blocks", dist["stack_blocks"], 1),
+        ("stack_bytes", dist["stack_blocks"], block_bytes),
+    ):
+        part = hist.filter(pl.col("metric") == metric)
+        assert int(part["count"].sum()) == len(values), metric
+        scaled = np.asarray(values, dtype=np.float64) * scale
+        for lo, hi, count in part.select("bucket_lo", "bucket_hi", "count").iter_rows():
+            want = int(np.count_nonzero((scaled >= lo) & (scaled < hi)))
+            assert count == want, (metric, lo, hi)
+    # Per request: blocks, and how many of them were seen earlier.
+    table = pl.read_parquet(out / "requests.parquet")
+    seen: set[Any] = set()
+    reused = []
+    for q in reqs:
+        reused.append(sum(1 for b in q.blocks if b in seen))
+        seen.update(q.blocks)
+    assert table["blocks"].to_list() == [len(q.blocks) for q in reqs]
+    assert table["reused_blocks"].to_list() == reused
+    assert table["input_tokens"].to_list() == [q.inp for q in reqs]
+    # Per session: turns and distinct blocks, matched by session id.
+    sessions = pl.read_parquet(out / "sessions.parquet")
+    by_key: dict[Any, list[Req]] = {}
+    for q in reqs:
+        by_key.setdefault(q.session, []).append(q)
+    got = sorted(
+        zip(sessions["turns"].to_list(), sessions["distinct_blocks"].to_list(), strict=True)
+    )
+    want = sorted((len(qs), len({b for q in qs for b in q.blocks})) for qs in by_key.values())
+    assert got == want
+    # The hit curve, point by point, against a plain LRU.
+    curve = pl.read_parquet(out / "memory_tier_curve.parquet")
+    stream = [b for q in reqs for b in q.blocks]
+    for cap, share in list(curve.select("capacity_blocks", "lru_hit_share").iter_rows())[::7]:
+        assert share == pytest.approx(lru_hits(stream, cap) / len(stream), abs=1e-12), cap
