@@ -7,8 +7,9 @@ Order of a run (``--repeat N`` repeats steps 3-4 N times and reports medians):
    ``iobench.pattern``).
 3. fio: the sequential reference over the same files, then a replay of each layout's exact
    read sequence.
-4. For each concurrency: a cold restore of every session with the flat layout, then with the
-   eviction layout (the two alternate, so drift hits both), every byte verified.
+4. For each concurrency: a cold restore of every session with one layout, then with the other
+   (flat first in even repeats, eviction first in odd ones, so drift hits both), every byte
+   verified.
 5. Remove everything written (unless ``keep``), also on Ctrl-C or SIGTERM.
 """
 
@@ -87,6 +88,8 @@ class IobenchConfig:
             raise FcctlInputError(
                 f"--concurrency: each value must be >= 1; got {self.concurrency!r}"
             )
+        if not self.scale > 0:  # also NaN; checked here so a synthetic run refuses it too
+            raise FcctlInputError(f"--scale: must be > 0; got {self.scale!r}")
         if self.repeat < 1:
             raise FcctlInputError(f"--repeat: must be >= 1; got {self.repeat!r}")
         if self.size_limit_bytes < 1:
@@ -124,6 +127,7 @@ class LayoutRuns:
     verified_bytes: int
     mismatched_blocks: int
     samples_bytes_per_s: tuple[float, ...]
+    repeats: int = 1  # runs summarized; verified_bytes sums over them
 
     @property
     def read_amplification(self) -> float:
@@ -157,6 +161,7 @@ def summarize(runs: list[RunResult]) -> LayoutRuns:
         verified_bytes=sum(r.verified_bytes for r in runs),
         mismatched_blocks=sum(r.mismatched_blocks for r in runs),
         samples_bytes_per_s=tuple(r.restore_bytes_per_s for r in runs),
+        repeats=len(runs),
     )
 
 
@@ -256,23 +261,32 @@ def bytes_needed(workload: Workload, layouts: tuple[str, ...]) -> int:
     return total
 
 
-def choose_engine(requested: str | None) -> tuple[str, str]:
-    """``(engine, why)``: the requested one if it works, else kvikio if it works, else posix."""
-    from layout.readers import ENGINES, EngineUnavailable, probe_engine
+def check_engine_name(requested: str | None) -> None:
+    from layout.readers import ENGINES
 
+    if requested is not None and requested not in ENGINES:
+        raise FcctlInputError(f"--engine: must be one of {', '.join(ENGINES)}; got {requested!r}")
+
+
+def choose_engine(requested: str | None, directory: str | None = None) -> tuple[str, str]:
+    """``(engine, why)``: the requested one if it works, else kvikio if it works, else posix.
+
+    The probes read a small file in ``directory`` (the benchmark's own directory, so "O_DIRECT
+    works" is said of the filesystem the benchmark reads, not of the temp dir).
+    """
+    from layout.readers import EngineUnavailable, probe_engine
+
+    check_engine_name(requested)
     if requested is not None:
-        if requested not in ENGINES:
-            raise FcctlInputError(
-                f"--engine: must be one of {', '.join(ENGINES)}; got {requested!r}"
-            )
-        ok, why = probe_engine(requested)
+        ok, why = probe_engine(requested, directory=directory)
         if not ok:
             raise EngineUnavailable(f"--engine {requested}: cannot read here: {why}")
         return requested, f"requested with --engine ({why})"
-    ok, why = probe_engine("kvikio")
+    ok, why = probe_engine("kvikio", directory=directory)
     if ok:
         return "kvikio", f"kvikio can read here ({why})"
-    return "posix", f"kvikio cannot read here ({why}); using posix"
+    _, posix_why = probe_engine("posix", directory=directory)
+    return "posix", f"kvikio cannot read here ({why}); posix: {posix_why}"
 
 
 def _filesystem_of(path: Path) -> dict[str, str]:
@@ -404,27 +418,40 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
             f"--bucket-size: must hold at least one block of {workload.block_bytes} bytes "
             f"(all layers of {workload.block_tokens} tokens); got {config.bucket_bytes!r}"
         )
-    engine_name, engine_reason = choose_engine(config.engine)
+    check_engine_name(config.engine)
+    run_notes: list[str] = []
+    n_sessions = len(workload.sessions)
+    over = [c for c in config.concurrency if c > n_sessions]
+    if over:
+        # A run cannot restore more sessions at once than there are; say so rather than let a
+        # "concurrency 16" row of an 8-session workload pass for 16 concurrent restores.
+        run_notes.append(
+            f"concurrency {', '.join(map(str, over))} > {n_sessions} sessions: "
+            f"those runs restore all {n_sessions} sessions at once"
+        )
+        _log(progress, run_notes[-1])
     workspace = prepare_workspace(
         config.directory,
         force=config.force,
         keep=config.keep,
         bytes_needed=bytes_needed(workload, layouts),
     )
-    _log(progress, f"engine {engine_name}: {engine_reason}")
     engine = None
     try:
-        with interrupts_raise(), _Progress(progress) as bar:
-            written = _write_layouts(workload, config, workspace.root, bar)
-            restores, files = _restore_sets(workload, config, written)
-            engine_opts: dict[str, Any] = {}
-            if config.engine_threads is not None:
-                engine_opts["threads"] = config.engine_threads
-            engine = open_engine(engine_name, **engine_opts)
-            gpu = _use_gpu_buffers(config.buffers, engine_name)
-            raw, fio_rounds, fio = _measure(
-                workload, config, restores, files, engine, gpu, workspace.root / "fio", bar
-            )
+        with interrupts_raise():
+            engine_name, engine_reason = choose_engine(config.engine, str(workspace.root))
+            _log(progress, f"engine {engine_name}: {engine_reason}")
+            with _Progress(progress) as bar:
+                written = _write_layouts(workload, config, workspace.root, bar)
+                restores, files = _restore_sets(workload, config, written)
+                engine_opts: dict[str, Any] = {}
+                if config.engine_threads is not None:
+                    engine_opts["threads"] = config.engine_threads
+                engine = open_engine(engine_name, **engine_opts)
+                gpu = _use_gpu_buffers(config.buffers, engine_name)
+                raw, fio_rounds, fio = _measure(
+                    workload, config, restores, files, engine, gpu, workspace.root / "fio", bar
+                )
     finally:
         if engine is not None:
             engine.close()
@@ -483,7 +510,7 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
             "note": "replay: iolog v2, read_iolog, replay_no_stall=1, direct=1, one job per "
             "stream of sessions (streams = max concurrency), iodepth 8 each",
         },
-        "notes": [*workload.notes, *fio["notes"]],
+        "notes": [*workload.notes, *run_notes, *fio["notes"]],
     }
     return IobenchResult(
         engine_name=engine_name,
@@ -577,8 +604,11 @@ def _measure(
                 except (fio_mod.FioError, OSError) as e:
                     fio_bin, fio_reason = None, f"fio failed: {e}"
                     print(f"iobench: fio reference skipped: {fio_reason}", file=sys.stderr)
+            # Layouts alternate run by run, and the one that goes first swaps every repeat
+            # (flat, eviction | eviction, flat | ...), so drift and any warm-up hit both.
+            layouts = config.layouts if round_index % 2 == 0 else config.layouts[::-1]
             for conc in config.concurrency:
-                for name in config.layouts:  # alternate layouts so drift hits both
+                for name in layouts:
 
                     def drop(_files: list[str] = files[name]) -> None:
                         for f in _files:
@@ -603,10 +633,10 @@ def _fio_setup(
 ) -> tuple[str | None, str | None, str, list[str]]:
     """``(fio binary, ioengine, why not, notes)``; None, None when fio cannot run here."""
     if not config.fio:
-        return None, None, "skipped (--no-fio)", []
+        return None, None, "--no-fio given", []
     fio_bin = fio_mod.find_fio()
     if fio_bin is None:
-        reason = "fio is not installed (apt-get install fio)"
+        reason = "fio is not installed; apt-get install fio"
         print(f"iobench: fio reference skipped: {reason}", file=sys.stderr)
         return None, None, reason, []
     try:

@@ -43,7 +43,7 @@ from layout.planner import Extent, ReadCommand, ReadPlan, plan_reads
 
 PAGE_BYTES = 4096
 DEFAULT_THREADS = 8
-KVIKIO_INSTALL_HINT = "pip install kvikio-cu12 (or kvikio-cu13 for CUDA 13)"
+KVIKIO_INSTALL_HINT = "pip install kvikio-cu12, or kvikio-cu13 for CUDA 13"
 
 
 class EngineUnavailable(FcctlInputError):
@@ -428,7 +428,7 @@ def _import_kvikio() -> Any:
         import kvikio
     except ImportError as e:
         raise EngineUnavailable(
-            f"kvikio engine: kvikio is not installed ({KVIKIO_INSTALL_HINT}): {e}"
+            f"kvikio is not installed ({e}; {KVIKIO_INSTALL_HINT})"
         ) from None
     return kvikio
 

@@ -306,3 +306,96 @@ def test_corruption_on_disk_fails_the_run_with_exit_1(tmp_path, monkeypatch):
     assert last.startswith("fcctl: error: verification failed: 2 block pieces read back wrong")
     assert "session 0 layer 1" in last
     assert not bench.exists()
+
+
+def test_sigterm_while_restoring_removes_everything(tmp_path):
+    """SIGTERM (as a job runner sends it) during the restore runs: exit 130, nothing left."""
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    cfg = tiny_model_config(tmp_path / "tiny.json", layers=32)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fcctl",
+            "iobench",
+            "--model-config",
+            str(cfg),
+            "--sessions",
+            "4",
+            "--tokens",
+            "16384",
+            "--no-fio",
+            "--repeat",
+            "50",
+            "--concurrency",
+            "1",
+            "--dir",
+            str(bench),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=REPO,
+    )
+    # The fio/ subdirectory is made after both layouts are written, right before the restores.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(bench.glob("*/fio")):
+        time.sleep(0.05)
+    assert any(bench.glob("*/fio")), "the benchmark never reached the restore runs"
+    time.sleep(0.3)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()
+    assert err.decode().strip().splitlines()[-1] == "fcctl: interrupted"
+    assert out == b""
+    assert list(bench.iterdir()) == []
+
+
+def test_scale_must_be_positive_for_a_synthetic_run_too(tmp_path):
+    result = runner.invoke(app, [*_small_args(tmp_path), "--no-fio", "--scale", "-1"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "fcctl: error: --scale: must be > 0; got -1.0"
+
+
+def test_layouts_alternate_and_swap_who_goes_first(tmp_path, monkeypatch):
+    """Run order over 2 repeats: flat, eviction per concurrency, then eviction first."""
+    import iobench.bench
+
+    real = iobench.bench.run_restore
+    order = []
+
+    def recording(name, restores, *args, **kwargs):
+        order.append((name, kwargs["concurrency"]))
+        return real(name, restores, *args, **kwargs)
+
+    monkeypatch.setattr(iobench.bench, "run_restore", recording)
+    result = runner.invoke(
+        app,
+        [
+            *_small_args(tmp_path),
+            "--no-fio",
+            "--json",
+            "--repeat",
+            "2",
+            "--dir",
+            str(tmp_path / "b"),
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    assert order == [
+        ("flat", 1),
+        ("eviction", 1),
+        ("flat", 2),
+        ("eviction", 2),
+        ("eviction", 1),
+        ("flat", 1),
+        ("eviction", 2),
+        ("flat", 2),
+    ]
+    doc = json.loads(result.stdout)
+    # Medians of 2 repeats, but verification sums over both: every byte, twice.
+    for runs in doc["layouts"].values():
+        assert [r["verified_bytes"] for r in runs] == [2 * doc["workload"]["bytes"]] * 2
