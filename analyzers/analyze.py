@@ -160,8 +160,11 @@ def _counts_cdf(counts: np.ndarray, points: int = 256) -> tuple[np.ndarray, np.n
     total = cum[-1] if cum.shape[0] else 0
     if total == 0:
         return np.zeros(0), np.zeros(0)
+    # Up to the largest distance seen, not the array's size (the number of distinct blocks):
+    # a chart axis running decades past the data hides where the CDF actually reaches 1.
+    top = int(np.flatnonzero(counts)[-1])
     values = np.unique(
-        np.concatenate([[0], np.geomspace(1, counts.shape[0] - 1 or 1, points)]).astype(np.int64)
+        np.concatenate([[0, top], np.geomspace(1, top or 1, points)]).astype(np.int64)
     )
     return values.astype(np.float64), cum[values] / total
 

@@ -88,9 +88,13 @@ def memory_tier(
 def hit_curve(
     stack_count: np.ndarray, block_accesses: int, points: int = 64
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(capacity_blocks, lru_hit_share) at log-spaced capacities up to the largest distance + 1."""
-    top = max(int(stack_count.shape[0]), 1)
-    caps = np.unique(np.geomspace(1, top, num=points).astype(np.int64))
+    """(capacity_blocks, lru_hit_share) at log-spaced capacities up to the largest distance + 1.
+
+    From there on every re-access hits: the curve is flat at the reuse access share.
+    """
+    seen = np.flatnonzero(stack_count)
+    top = int(seen[-1]) + 1 if seen.shape[0] else 1
+    caps = np.unique(np.concatenate([np.geomspace(1, top, num=points).astype(np.int64), [top]]))
     cum = np.concatenate([[0], np.cumsum(stack_count)])
     hits = cum[np.minimum(caps, cum.shape[0] - 1)]
     return caps, hits / max(block_accesses, 1)

@@ -94,8 +94,15 @@ def memory_tier_curve(result: AnalysisResult, path: Path) -> bool:
         return False
     plt = _pyplot()
     cap_gib = result.hit_curve_capacity_blocks * result.block_bytes / 2**30
+    share = result.hit_curve_share
+    pts = [p for p in result.memory_tier if p.lru_hit_share is not None]
+    widest = max((p.capacity_bytes / 2**30 for p in pts), default=0.0)
+    if widest > cap_gib[-1]:
+        # Past the largest stack distance the curve is flat: draw it out to every analysed dot.
+        cap_gib = np.append(cap_gib, widest)
+        share = np.append(share, share[-1])
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    ax.plot(cap_gib, result.hit_curve_share, label="LRU hit share")
+    ax.plot(cap_gib, share, label="LRU hit share")
     if result.reuse and result.reuse.reuse_access_share is not None:
         ax.axhline(
             result.reuse.reuse_access_share,
@@ -103,7 +110,6 @@ def memory_tier_curve(result: AnalysisResult, path: Path) -> bool:
             linestyle="--",
             label="ideal (reuse access share)",
         )
-    pts = [p for p in result.memory_tier if p.lru_hit_share is not None]
     ax.scatter(
         [p.capacity_bytes / 2**30 for p in pts],
         [p.lru_hit_share for p in pts],
