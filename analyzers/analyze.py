@@ -32,6 +32,7 @@ from analyzers.schema import Trace
 from analyzers.sessions import SessionMetrics, session_metrics
 from analyzers.stack import LOG2_BUCKETS_DOC, flatten_accesses, reuse_pass
 from analyzers.verdict import Verdict, decide
+from layout.errors import FcctlInputError
 from layout.geometry import KvGeometry
 
 SCHEMA_VERSION = 1
@@ -261,6 +262,9 @@ def analyze_trace(
     caps = list(memory_capacities_bytes or DEFAULT_MEMORY_CAPACITIES_BYTES)
     req = trace.requests
     n_req = req.height
+    if n_req == 0:
+        # e.g. a Parquet table with no rows: every figure would be empty; say so instead.
+        raise FcctlInputError(f"{trace.path}: the trace holds no requests; nothing to analyze")
     block_tokens = int(trace.block_size_tokens)
     bytes_per_token = geometry.bytes_per_token
     block_bytes = geometry.bytes_per_block(block_tokens) if block_tokens > 0 else None

@@ -103,3 +103,26 @@ def test_hash_id_beyond_64_bits_is_named_as_such(tmp_path: Path) -> None:
     trace.write_text(row % 2**64)
     err = _one_line_exit_2(runner.invoke(app, ["analyze", str(trace)]))
     assert "line 1: hash_ids[1] must be an integer in [0, 2**64); got an integer beyond" in err
+
+
+def test_claude_code_sessions_without_requests_is_one_line(tmp_path: Path) -> None:
+    # Was a TypeError traceback from the session metrics of an empty table.
+    trace = tmp_path / "cc.jsonl"
+    trace.write_text('{"id": "s", "block_size": 64, "requests": []}\n')
+    for command in (["analyze", str(trace)], ["convert", str(trace), "-o", str(tmp_path / "o")]):
+        err = _one_line_exit_2(runner.invoke(app, command))
+        assert "cc.jsonl: no requests in any of the 1 sessions" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cc.jsonl"]
+
+
+def test_parquet_without_rows_is_one_line_naming_the_parquet_file(tmp_path: Path) -> None:
+    import dataclasses
+
+    from analyzers.canonical import write_canonical
+    from analyzers.readers import read_trace
+
+    trace = read_trace(SAMPLES / "claude_code_sample.jsonl.gz")
+    empty = tmp_path / "empty.parquet"
+    write_canonical(dataclasses.replace(trace, requests=trace.requests.head(0)), empty)
+    err = _one_line_exit_2(runner.invoke(app, ["analyze", str(empty)]))
+    assert "empty.parquet: the table has no rows" in err

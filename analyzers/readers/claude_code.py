@@ -187,6 +187,8 @@ class ClaudeCodeReader:
             sessions.append(session)
         if not sessions:
             raise fail(path, None, "no sessions found")
+        if not any(len(s.times) for s in sessions):
+            raise fail(path, None, f"no requests in any of the {len(sessions)} sessions")
         return self._trace(path, sessions)
 
     def _records(self, path: Path, progress: bool) -> Any:

@@ -38,6 +38,8 @@ class ParquetReader:
             raise fail(
                 path, None, f"unreadable Parquet ({' '.join(str(e).split())[:160]})"
             ) from None
+        if frame.height == 0:
+            raise fail(path, None, "the table has no rows (no requests)")
         frame = self._conform(path, frame)
         info = self._info(path, metadata.get(METADATA_KEY))
         if info is None:
