@@ -39,7 +39,7 @@ from iobench.restore import (
 )
 from iobench.safety import interrupts_raise, prepare_workspace
 from iobench.workload import Workload, load_trace_workload, synthetic_workload
-from layout.errors import FcctlInputError
+from layout.errors import FcctlInputError, LayoutError
 from layout.geometry import model_geometry
 
 SCHEMA_VERSION = 1
@@ -218,6 +218,28 @@ class IobenchResult:
             "layouts": {k: [r.to_json_dict() for r in self.layouts.get(k, ())] for k in LAYOUTS},
             "provenance": self.provenance,
         }
+
+
+class BenchFailed(RuntimeError):
+    """The run itself failed (a disk error, a file changed under it): not the user's input.
+
+    The CLI prints it as one line with exit status 1, like a verification failure.
+    """
+
+
+@contextmanager
+def _failing(phase: str) -> Iterator[None]:
+    """Turn an I/O error or a short/corrupt read during ``phase`` into :class:`BenchFailed`.
+
+    ``LayoutError`` here means a file the benchmark itself wrote and checked no longer reads
+    back (truncated, overwritten): a failed run (exit 1), not bad input (exit 2).
+    """
+    try:
+        yield
+    except (OSError, LayoutError) as e:
+        what = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        where = f" ({e.filename})" if isinstance(e, OSError) and e.filename else ""
+        raise BenchFailed(f"{phase} failed: {what}{where}") from e
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -442,16 +464,19 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
             engine_name, engine_reason = choose_engine(config.engine, str(workspace.root))
             _log(progress, f"engine {engine_name}: {engine_reason}")
             with _Progress(progress) as bar:
-                written = _write_layouts(workload, config, workspace.root, bar)
-                restores, files = _restore_sets(workload, config, written)
+                with _failing("writing the layouts"):
+                    written = _write_layouts(workload, config, workspace.root, bar)
+                with _failing("planning the restores"):
+                    restores, files = _restore_sets(workload, config, written)
                 engine_opts: dict[str, Any] = {}
                 if config.engine_threads is not None:
                     engine_opts["threads"] = config.engine_threads
                 engine = open_engine(engine_name, **engine_opts)
                 gpu = _use_gpu_buffers(config.buffers, engine_name)
-                raw, fio_rounds, fio = _measure(
-                    workload, config, restores, files, engine, gpu, workspace.root / "fio", bar
-                )
+                with _failing("restoring"):
+                    raw, fio_rounds, fio = _measure(
+                        workload, config, restores, files, engine, gpu, workspace.root / "fio", bar
+                    )
     finally:
         if engine is not None:
             engine.close()

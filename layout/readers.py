@@ -173,8 +173,14 @@ def _check_short(plan: ReadPlan, cmd: ReadCommand, got_to: int) -> None:
     """After the file ended at ``got_to`` inside ``cmd``: fail if a requested extent needed more."""
     for extent, _ in plan.placements:
         if extent.file == cmd.file and extent.offset < cmd.end and extent.end > got_to:
+            # The read stopped at ``got_to``; the file may end earlier than that (a command that
+            # starts past the end reads nothing), so say how long it really is.
+            try:
+                size = f"is {os.stat(cmd.file).st_size} bytes long"
+            except OSError:
+                size = f"ends at or before byte {got_to}"
             raise LayoutError(
-                f"{cmd.file}: short read: the file ends at byte {got_to}, but requested extent "
+                f"{cmd.file}: short read: the file {size}, but requested extent "
                 f"[{extent.offset}, {extent.end}) needs bytes up to {extent.end}"
             )
 

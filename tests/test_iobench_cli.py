@@ -399,3 +399,28 @@ def test_layouts_alternate_and_swap_who_goes_first(tmp_path, monkeypatch):
     # Medians of 2 repeats, but verification sums over both: every byte, twice.
     for runs in doc["layouts"].values():
         assert [r["verified_bytes"] for r in runs] == [2 * doc["workload"]["bytes"]] * 2
+
+
+def test_a_file_truncated_under_the_run_fails_it_with_exit_1(tmp_path, monkeypatch):
+    """A bucket cut short before a restore: one line naming the file and the short read."""
+    import iobench.bench
+
+    real = iobench.bench.run_restore
+    cut = []
+
+    def truncate_then_run(name, restores, *args, **kwargs):
+        if name == "eviction" and not cut:
+            path = restores[0].plans[0].commands[0].file
+            os.truncate(path, 4096)
+            cut.append(path)
+        return real(name, restores, *args, **kwargs)
+
+    monkeypatch.setattr(iobench.bench, "run_restore", truncate_then_run)
+    bench = tmp_path / "bench"
+    result = runner.invoke(app, [*_small_args(tmp_path), "--no-fio", "--dir", str(bench)])
+    assert result.exit_code == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("fcctl: error: restoring failed: ")
+    assert cut[0] in lines[-1] and "short read: the file is 4096 bytes long" in lines[-1]
+    assert result.stdout == ""
+    assert not bench.exists()

@@ -130,8 +130,11 @@ def test_short_read_is_an_error_but_padding_past_eof_reads_zeros(tmp_path: Path)
         eng.read(plan, buf)
         _check(plan, buf, {name: data})
         assert not buf[5000 - 4096 :].any()
-        with pytest.raises(LayoutError, match=r"short read.*ends at byte 5000"):
+        with pytest.raises(LayoutError, match=r"short read: the file is 5000 bytes long"):
             eng.read(plan_reads([Extent(name, 4000, 2000)]), aligned_buffer(2000))
+        # A command that starts past the end reads nothing: the message still gives the size.
+        with pytest.raises(LayoutError, match=r"the file is 5000 bytes long.*\[8192, 12288\)"):
+            eng.read(plan_reads([Extent(name, 8192, 4096)]), aligned_buffer(4096))
         with pytest.raises(LayoutError, match="not found"):
             eng.read(plan_reads([Extent(str(tmp_path / "nope"), 0, 10)]), aligned_buffer(10))
 

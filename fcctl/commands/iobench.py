@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Write sessions as flat files and as eviction-ordered buckets; restore both cold; fio."""
-        from iobench.bench import IobenchConfig, run_iobench
+        from iobench.bench import BenchFailed, IobenchConfig, run_iobench
         from layout.units import parse_int_list, parse_size
 
         if out is not None and out.exists() and not out.is_dir():
@@ -141,7 +141,10 @@ def register(app: typer.Typer) -> None:
             fio=not no_fio,
             fio_runtime_s=fio_runtime,
         )
-        result = run_iobench(config, progress=True)
+        try:
+            result = run_iobench(config, progress=True)
+        except BenchFailed as e:  # a disk error or a file changed under the run: exit 1
+            raise fail(str(e), code=1) from None
         if keep:
             print(f"iobench: kept the files in {result.provenance['directory']}", file=sys.stderr)
 
