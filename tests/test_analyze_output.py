@@ -126,3 +126,13 @@ def test_parquet_without_rows_is_one_line_naming_the_parquet_file(tmp_path: Path
     write_canonical(dataclasses.replace(trace, requests=trace.requests.head(0)), empty)
     err = _one_line_exit_2(runner.invoke(app, ["analyze", str(empty)]))
     assert "empty.parquet: the table has no rows" in err
+
+
+@pytest.mark.parametrize("row", ["2023-11-16 18:15:47.6805900,,3", "2023-11-16 18:15:47.6805900,5"])
+def test_azure_empty_or_missing_cell_is_named(row: str, tmp_path: Path) -> None:
+    trace = tmp_path / "a.csv"
+    trace.write_text(
+        f"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,1,2\n{row}\n"
+    )
+    err = _one_line_exit_2(runner.invoke(app, ["analyze", str(trace)]))
+    assert "a.csv: row 2: field '" in err and "got an empty or missing cell" in err

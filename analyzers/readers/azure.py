@@ -100,6 +100,8 @@ class AzureReader:
         bad = (parsed.is_null()).arg_true()
         if len(bad):
             row = int(bad[0])
+            # A short row or an empty cell reads as null: say that rather than "got None".
+            got = "an empty or missing cell" if raw[row] is None else show(raw[row])
             raise TraceFormatError(
-                f"{path}: row {row + 1}: field {name!r} must be {rule}; got {show(raw[row])}"
+                f"{path}: row {row + 1}: field {name!r} must be {rule}; got {got}"
             )
