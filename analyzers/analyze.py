@@ -2,8 +2,9 @@
 
 One flatten of the access stream, one numba pass over it (:mod:`analyzers.stack`), then cheap
 reductions. The JSON document (:meth:`AnalysisResult.to_json_dict`) is the contract of issue #2
-§4 (``schema_version`` 1); ``request_sizes``, ``notes``, ``histogram_buckets``,
-``memory_tier[].ssd_reuse_share`` and ``verdict.reference_capacity_bytes`` are additions.
+§4 (``schema_version`` 1); ``kv.tp``, ``kv.dtype_bytes``, ``request_sizes``, ``notes``,
+``histogram_buckets``, ``memory_tier[].ssd_reuse_share`` and
+``verdict.reference_capacity_bytes`` are additions.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ class AnalysisResult:
     duration_s: float | None
     model: str
     bytes_per_token: int
+    kv_tp: int  # tensor-parallel ranks bytes_per_token is summed over
+    kv_dtype_bytes: int  # bytes per KV element (2: bf16/fp16, 1: fp8)
     block_bytes: int | None
     reuse: ReuseMetrics | None
     sessions: SessionMetrics | None
@@ -112,6 +115,8 @@ class AnalysisResult:
                 "model": self.model,
                 "bytes_per_token": self.bytes_per_token,
                 "block_bytes": self.block_bytes,
+                "tp": self.kv_tp,
+                "dtype_bytes": self.kv_dtype_bytes,
             },
             "once_only_block_share": r.once_only_block_share if r else None,
             "reuse_access_share": r.reuse_access_share if r else None,
@@ -412,6 +417,8 @@ def analyze_trace(
         duration_s=duration,
         model=geometry.name,
         bytes_per_token=bytes_per_token,
+        kv_tp=geometry.tp,
+        kv_dtype_bytes=geometry.dtype_bytes,
         block_bytes=block_bytes,
         reuse=reuse,
         sessions=sessions,

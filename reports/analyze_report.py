@@ -89,10 +89,11 @@ def render_summary(result: AnalysisResult, console: Console) -> None:
             "longest session" if result.order == "session" else "duration",
             "n/a" if result.duration_s is None else f"{result.duration_s:,.1f} s",
         ),
+        ("KV model", f"{result.model} (tp {result.kv_tp}, {result.kv_dtype_bytes}-byte values)"),
         (
-            "KV model",
-            f"{result.model}: {result.bytes_per_token:,} B/token, "
-            f"{_bytes(result.block_bytes)} per block",
+            "KV size",
+            f"{result.bytes_per_token:,} B/token"
+            + (f", {_bytes(result.block_bytes)} per block" if result.block_bytes else ""),
         ),
     ]
     for k, v in rows:

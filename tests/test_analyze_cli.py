@@ -99,6 +99,8 @@ def test_json_keys_and_types_claude_code() -> None:
         "model": "llama-3.1-8b",
         "bytes_per_token": 131072,
         "block_bytes": 64 * 131072,
+        "tp": 1,
+        "dtype_bytes": 2,
     }
     for unit in ("requests", "seconds", "stack_blocks", "stack_bytes"):
         assert set(doc["reuse_distance"][unit]) == {"p50", "p90", "p99"}

@@ -3,6 +3,7 @@ written fail early with one line, and the piped human summary reads well at 80 c
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,18 @@ def test_azure_empty_or_missing_cell_is_named(row: str, tmp_path: Path) -> None:
     )
     err = _one_line_exit_2(runner.invoke(app, ["analyze", str(trace)]))
     assert "a.csv: row 2: field '" in err and "got an empty or missing cell" in err
+
+
+def test_kv_settings_are_in_json_and_summary() -> None:
+    args = ["analyze", str(AZURE), "--model", "llama-3.1-70b", "--tp", "4", "--kv-dtype", "fp8"]
+    doc = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    # 80 layers x 8 KV heads (2 per rank x 4 ranks) x 128 dims x 2 (K, V) x 1 byte
+    assert doc["kv"] == {
+        "model": "llama-3.1-70b",
+        "bytes_per_token": 80 * 8 * 128 * 2 * 1,
+        "block_bytes": None,
+        "tp": 4,
+        "dtype_bytes": 1,
+    }
+    out = runner.invoke(app, args).stdout
+    assert "llama-3.1-70b (tp 4, 1-byte values)" in out and "163,840 B/token" in out
