@@ -2,7 +2,8 @@
 
 ``write_out_dir`` writes everything into a temporary directory beside ``DIR`` and moves it into
 place only when all files are complete, so an error never leaves a half-written ``DIR``. A
-non-empty ``DIR`` is refused unless ``force`` (then it is replaced as a whole).
+non-empty ``DIR`` is refused unless ``force`` and it holds an earlier ``analysis.json`` (then
+it is replaced as a whole; a directory of other files is never removed).
 
 Files: ``analysis.json`` (the ``--json`` document), ``requests.parquet`` (one row per request),
 ``sessions.parquet`` (one row per session; absent without sessions), ``histograms.parquet``
@@ -224,8 +225,15 @@ def check_out_dir(out: Path, force: bool) -> None:
     """
     if out.exists() and not out.is_dir():
         raise OutDirError(f"--out {out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise OutDirError(f"--out {out}: directory is not empty (pass --force to replace it)")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise OutDirError(f"--out {out}: directory is not empty (pass --force to replace it)")
+        if not (out / "analysis.json").is_file():
+            # --force replaces the directory as a whole: never let a typo wipe unrelated data.
+            raise OutDirError(
+                f"--out {out}: --force replaces only an earlier analyze output (a directory "
+                "with analysis.json); this one has none"
+            )
     parent = out.absolute().parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent

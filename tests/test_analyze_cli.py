@@ -191,6 +191,11 @@ def test_out_dir_refuses_non_empty_without_force(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "not empty" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert (out / "keep.txt").read_text() == "mine"
+    # --force replaces only an earlier analysis (one with analysis.json), never other data.
+    result = _run(str(SAMPLES / "azure_conv_1k.csv"), "--out", str(out), "--force")
+    assert result.exit_code == 2 and "only an earlier analyze output" in result.stderr
+    assert (out / "keep.txt").read_text() == "mine"
+    (out / "analysis.json").write_text("{}")
     result = _run(str(SAMPLES / "azure_conv_1k.csv"), "--out", str(out), "--force")
     assert result.exit_code == 0, result.output
     assert not (out / "keep.txt").exists() and (out / "analysis.json").exists()

@@ -61,7 +61,10 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         force: Annotated[
-            bool, typer.Option("--force", help="Replace a non-empty --out directory.")
+            bool,
+            typer.Option(
+                "--force", help="Replace an earlier --out directory (one with analysis.json)."
+            ),
         ] = False,
     ) -> None:
         """Measure block reuse, reuse distances, session KV sizes and memory-tier hit shares."""
