@@ -264,7 +264,8 @@ def analyze_trace(
 ) -> AnalysisResult:
     """Measure reuse, sessions and the memory tier of ``trace`` (rows in analysis order)."""
     started = _now()
-    caps = list(memory_capacities_bytes or DEFAULT_MEMORY_CAPACITIES_BYTES)
+    # Ascending and without repeats, so tables and the JSON read as a curve whatever the flag order.
+    caps = sorted(set(memory_capacities_bytes or DEFAULT_MEMORY_CAPACITIES_BYTES))
     req = trace.requests
     n_req = req.height
     if n_req == 0:

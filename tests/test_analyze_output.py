@@ -152,3 +152,9 @@ def test_kv_settings_are_in_json_and_summary() -> None:
     }
     out = runner.invoke(app, args).stdout
     assert "llama-3.1-70b (tp 4, 1-byte values)" in out and "163,840 B/token" in out
+
+
+def test_memory_capacities_sorted_and_deduplicated() -> None:
+    args = ["analyze", str(SAMPLES / "claude_code_sample.jsonl.gz"), "--json"]
+    doc = json.loads(runner.invoke(app, [*args, "--memory", "1TiB,64GiB,64GiB"]).stdout)
+    assert [p["capacity_bytes"] for p in doc["memory_tier"]] == [64 << 30, 1 << 40]
