@@ -228,12 +228,16 @@ class _Steps:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+            console = Console(stderr=True)
+            if not console.is_terminal:
+                # Piped or logged stderr gets no bar (rich would still leave a blank line).
+                return
             self._progress = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
                 TextColumn("{task.percentage:>3.0f}%"),
                 TimeElapsedColumn(),
-                console=Console(stderr=True),
+                console=console,
                 transient=True,
             )
 

@@ -158,3 +158,19 @@ def test_memory_capacities_sorted_and_deduplicated() -> None:
     args = ["analyze", str(SAMPLES / "claude_code_sample.jsonl.gz"), "--json"]
     doc = json.loads(runner.invoke(app, [*args, "--memory", "1TiB,64GiB,64GiB"]).stdout)
     assert [p["capacity_bytes"] for p in doc["memory_tier"]] == [64 << 30, 1 << 40]
+
+
+def test_json_run_leaves_piped_stderr_empty(tmp_path: Path) -> None:
+    # No progress bar and no stray blank line when stderr is not a terminal.
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "fcctl", "analyze", str(MOONCAKE), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    json.loads(proc.stdout)

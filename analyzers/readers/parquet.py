@@ -16,7 +16,13 @@ import numpy as np
 import polars as pl
 
 from analyzers.canonical import METADATA_KEY
-from analyzers.readers._common import TraceFormatError, fail, show, stable_time_order
+from analyzers.readers._common import (
+    TraceFormatError,
+    byte_progress,
+    fail,
+    show,
+    stable_time_order,
+)
 from analyzers.schema import SCHEMA, Trace
 
 PARQUET_MAGIC = b"PAR1"
@@ -33,7 +39,10 @@ class ParquetReader:
     def read(self, path: Path, progress: bool = False) -> Trace:
         try:
             metadata = pl.read_parquet_metadata(path)
-            frame = pl.read_parquet(path)
+            # One read call, no partial progress to report: the bar shows that work is under way.
+            with byte_progress(path, progress) as update:
+                frame = pl.read_parquet(path)
+                update(path.stat().st_size)
         except (pl.exceptions.PolarsError, OSError) as e:
             raise fail(
                 path, None, f"unreadable Parquet ({' '.join(str(e).split())[:160]})"
