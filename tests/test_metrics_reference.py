@@ -557,3 +557,17 @@ def test_out_tables_match_reference(sample: str, parse: Any, block_tokens: int, 
     stream = [b for q in reqs for b in q.blocks]
     for cap, share in list(curve.select("capacity_blocks", "lru_hit_share").iter_rows())[::7]:
         assert share == pytest.approx(lru_hits(stream, cap) / len(stream), abs=1e-12), cap
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1000])
+def test_tiny_kernel_chunks_give_the_same_figures(
+    chunk: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kernel walks the stream in chunks of whole requests (4 M accesses in production),
+    # carrying state across calls; tiny chunks put chunk boundaries everywhere.
+    import analyzers.stack
+
+    monkeypatch.setattr(analyzers.stack, "_CHUNK_ACCESSES", chunk)
+    path = SAMPLES / "bailian_synthetic.jsonl"
+    check(path, parse_bailian(path), 16, [2 * MIB, 20 * MIB, 200 * MIB])
+    test_random_claude_code_traces(tmp_path, 3)
