@@ -196,6 +196,21 @@ def render_summary(result: AnalysisResult, console: Console) -> None:
     console.print(reasons, highlight=False)
 
 
+def print_summary(result: AnalysisResult) -> None:
+    """Render the summary on stdout; piped output loses rich's padding at the line ends."""
+    import sys
+
+    from rich.console import Console
+
+    console = Console()
+    if console.is_terminal:
+        render_summary(result, console)
+        return
+    with console.capture() as captured:
+        render_summary(result, console)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
 def _write_files(result: AnalysisResult, d: Path, json_doc: dict[str, Any]) -> list[str]:
     from reports import charts
 

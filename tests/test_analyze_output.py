@@ -66,7 +66,8 @@ def test_piped_summary_fits_80_columns(sample: str) -> None:
     result = runner.invoke(app, ["analyze", str(SAMPLES / sample)], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert max(len(line) for line in lines) <= 80
+    assert not [line for line in lines if line != line.rstrip()]  # no padding at line ends
     # The path is a row of its own (a title would wrap it into the middle of the table).
     assert any(line.split()[:1] == ["trace"] for line in lines if line.strip())
     assert "Verdict:" in result.stdout

@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
         from analyzers.readers import read_trace
         from layout.geometry import model_geometry
         from layout.units import parse_size_list
-        from reports.analyze_report import check_out_dir, render_summary, write_out_dir
+        from reports.analyze_report import check_out_dir, print_summary, write_out_dir
 
         # Flags first: a typo should fail before minutes of parsing.
         geometry = model_geometry(model, config_path=model_config, tp=tp, kv_dtype=kv_dtype)
@@ -90,6 +90,4 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps(doc, indent=2, allow_nan=False))
         else:
-            from rich.console import Console
-
-            render_summary(result, Console())
+            print_summary(result)
