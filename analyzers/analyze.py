@@ -28,7 +28,7 @@ from analyzers.memory_tier import (
     hit_curve,
     memory_tier,
 )
-from analyzers.reuse import Percentiles, ReuseMetrics, reuse_metrics
+from analyzers.reuse import HISTOGRAM_SCHEMA, Percentiles, ReuseMetrics, reuse_metrics
 from analyzers.schema import Trace
 from analyzers.sessions import SessionMetrics, session_metrics
 from analyzers.stack import LOG2_BUCKETS_DOC, flatten_accesses, reuse_pass
@@ -390,6 +390,12 @@ def analyze_trace(
             "reused_blocks": reused_per_request,
         }
     )
+    if not trace.has_hashes:
+        # Unknown, not zero: a trace without hashes says nothing about blocks.
+        requests_table = requests_table.with_columns(
+            pl.lit(None, dtype=pl.Int64).alias("blocks"),
+            pl.lit(None, dtype=pl.Int64).alias("reused_blocks"),
+        )
     if sessions is not None:
         requests_table = requests_table.with_columns(
             pl.Series(
@@ -432,7 +438,7 @@ def analyze_trace(
         verdict=verdict,
         notes=tuple(notes),
         requests_table=requests_table,
-        histograms=reuse.histograms if reuse else pl.DataFrame(),
+        histograms=reuse.histograms if reuse else pl.DataFrame(schema=HISTOGRAM_SCHEMA),
         hit_curve_capacity_blocks=curve_caps,
         hit_curve_share=curve_share,
         cdf_table=cdf,

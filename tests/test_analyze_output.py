@@ -175,3 +175,15 @@ def test_json_run_leaves_piped_stderr_empty(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     json.loads(proc.stdout)
+
+
+def test_out_tables_without_hashes_keep_their_columns(tmp_path: Path) -> None:
+    import polars as pl
+
+    out = tmp_path / "o"
+    assert runner.invoke(app, ["analyze", str(AZURE), "--out", str(out)]).exit_code == 0
+    hist = pl.read_parquet(out / "histograms.parquet")
+    assert hist.columns == ["metric", "bucket_lo", "bucket_hi", "count"] and hist.height == 0
+    req = pl.read_parquet(out / "requests.parquet")
+    assert req.height == 1000
+    assert req["blocks"].null_count() == 1000 and req["reused_blocks"].null_count() == 1000
