@@ -325,7 +325,7 @@ def test_sigterm_while_restoring_removes_everything(tmp_path):
             "--sessions",
             "4",
             "--tokens",
-            "16384",
+            "2048",
             "--no-fio",
             "--repeat",
             "50",
