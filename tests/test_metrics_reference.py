@@ -264,6 +264,7 @@ def _p(d: dict[str, Any] | None, keys: tuple[str, ...] = ("p50", "p90", "p99")) 
 
 
 def check(path: Path, reqs: list[Req], block_tokens: int, caps: list[int], *flags: str) -> None:
+    caps = sorted(set(caps))  # analyze reports capacities ascending, without repeats
     memory = ",".join(f"{c}B" for c in caps)
     res = runner.invoke(app, ["analyze", str(path), "--json", "--memory", memory, *flags])
     assert res.exit_code == 0, res.output
