@@ -43,6 +43,7 @@ from layout.errors import FcctlInputError, LayoutError
 from layout.geometry import model_geometry
 
 SCHEMA_VERSION = 1
+MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
 GiB = 2**30
 LAYOUTS = ("flat", "eviction")
 
@@ -463,6 +464,15 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
         with interrupts_raise():
             engine_name, engine_reason = choose_engine(config.engine, str(workspace.root))
             _log(progress, f"engine {engine_name}: {engine_reason}")
+            fs_type = _filesystem_of(workspace.root)["type"]
+            if fs_type in MEMORY_FILESYSTEMS:
+                # Cold reads of a memory filesystem are memory copies: say it before anyone
+                # reads the figures as a disk's.
+                run_notes.append(
+                    f"{workspace.root} is on {fs_type} (memory, not a disk): the figures measure "
+                    "memory copies"
+                )
+                _log(progress, f"warning: {run_notes[-1]}")
             with _Progress(progress) as bar:
                 with _failing("writing the layouts"):
                     written = _write_layouts(workload, config, workspace.root, bar)

@@ -424,3 +424,32 @@ def test_a_file_truncated_under_the_run_fails_it_with_exit_1(tmp_path, monkeypat
     assert cut[0] in lines[-1] and "short read: the file is 4096 bytes long" in lines[-1]
     assert result.stdout == ""
     assert not bench.exists()
+
+
+def test_a_memory_filesystem_is_called_out(tmp_path):
+    from iobench.bench import _filesystem_of
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or _filesystem_of(shm)["type"] != "tmpfs":
+        pytest.skip("no tmpfs at /dev/shm")
+    bench = shm / f"fcctl-test-{os.getpid()}"
+    try:
+        result = runner.invoke(
+            app,
+            [
+                *_small_args(tmp_path),
+                "--no-fio",
+                "--json",
+                "--concurrency",
+                "1",
+                "--dir",
+                str(bench),
+            ],
+        )
+        assert result.exit_code == 0, result.stderr
+        assert "is on tmpfs (memory, not a disk)" in result.stderr
+        notes = json.loads(result.stdout)["provenance"]["notes"]
+        assert any("tmpfs (memory, not a disk)" in n for n in notes)
+        assert not bench.exists()
+    finally:
+        shutil.rmtree(bench, ignore_errors=True)
