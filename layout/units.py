@@ -55,9 +55,12 @@ def parse_size(text: str | int, *, what: str = "size") -> int:
 
 def parse_size_list(text: str, *, what: str = "sizes") -> list[int]:
     """Parse a comma-separated list of sizes; each must be > 0."""
-    items = [t for t in (s.strip() for s in str(text).split(",")) if t]
-    if not items:
-        raise UnitError(f"{what}: expected a comma-separated list like 64GiB,256GiB; got {text!r}")
+    items = [s.strip() for s in str(text).split(",")]
+    if not any(items) or not all(items):
+        raise UnitError(
+            f"{what}: expected a comma-separated list like 64GiB,256GiB with no empty item; "
+            f"got {text!r}"
+        )
     out = []
     for item in items:
         v = parse_size(item, what=what)
@@ -72,7 +75,7 @@ def parse_int_list(text: str, *, what: str = "values", minimum: int = 1) -> list
     out = []
     for item in (s.strip() for s in str(text).split(",")):
         if not item:
-            continue
+            raise UnitError(f"{what}: expected whole numbers like 1,4,16; got {text!r}")
         try:
             v = int(item)
         except ValueError:

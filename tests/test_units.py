@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import pytest
+
+from layout.errors import FcctlInputError
+from layout.units import format_bytes, parse_int_list, parse_size, parse_size_list
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("4096", 4096),
+        ("64GiB", 64 * 2**30),
+        ("64 gib", 64 * 2**30),
+        ("1.5TB", 1_500_000_000_000),
+        ("2k", 2048),
+        ("256MiB", 256 * 2**20),
+        ("1KB", 1000),
+        (7, 7),
+    ],
+)
+def test_parse_size(text: str | int, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "12XB", "-5GiB", "1.5", "1e9", "64 GiB extra"])
+def test_parse_size_rejects(text: str) -> None:
+    with pytest.raises(FcctlInputError) as e:
+        parse_size(text, what="--size-limit")
+    assert str(e.value).startswith("--size-limit: ")
+    assert repr(text) in str(e.value)
+
+
+def test_parse_size_list() -> None:
+    assert parse_size_list("64GiB, 256GiB") == [64 * 2**30, 256 * 2**30]
+    for bad in ("", ",", "1GiB,,2GiB", "1GiB,", "0,1GiB"):
+        with pytest.raises(FcctlInputError):
+            parse_size_list(bad, what="--memory")
+
+
+def test_parse_int_list() -> None:
+    assert parse_int_list("1,4,16") == [1, 4, 16]
+    for bad in ("", "1,,4", "a", "0", "1.5"):
+        with pytest.raises(FcctlInputError):
+            parse_int_list(bad, what="--concurrency")
+
+
+def test_format_bytes() -> None:
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(3 * 2**30) == "3.00 GiB"
+    assert format_bytes(1.5 * 2**20) == "1.50 MiB"
