@@ -208,7 +208,12 @@ class IobenchResult:
         wl = self.workload
         return {
             "schema_version": SCHEMA_VERSION,
-            "engine": {"name": self.engine_name, "o_direct": self.o_direct, "gds": self.gds},
+            # gds: did reads go through GPUDirect Storage; false for posix, which never does.
+            "engine": {
+                "name": self.engine_name,
+                "o_direct": self.o_direct,
+                "gds": bool(self.gds),
+            },
             "workload": {
                 "sessions": len(wl.sessions),
                 "layers": wl.geometry.layers,

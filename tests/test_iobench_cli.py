@@ -74,6 +74,9 @@ def test_end_to_end_json(tmp_path, fio_bin):
     assert doc["schema_version"] == 1
     assert doc["engine"]["name"] in ("posix", "kvikio")
     assert set(doc["engine"]) == {"name", "o_direct", "gds"}
+    assert isinstance(doc["engine"]["o_direct"], bool) and isinstance(doc["engine"]["gds"], bool)
+    if doc["engine"]["name"] == "posix":
+        assert doc["engine"]["gds"] is False
     # 4 sessions x 20 pages x 4 layers x 4 KiB.
     assert doc["workload"] == {
         "sessions": 4,
