@@ -122,9 +122,13 @@ def render_table(result: Any, *, file: Any = None, width: int | None = None) -> 
             f"{k} {_rate(v)}" for k, v in fio.replay_bytes_per_s.items() if v is not None
         )
         # Two lines, so neither wraps mid-phrase at 80 columns.
+        # With repeats the figure is the median of each repeat's best job (which job won each
+        # repeat is in the JSON's provenance); kept short enough for one 80-column line.
+        rounds = len(fio.samples)
+        which = f"median of {rounds}" if rounds > 1 else fio.best_job
         console.print(
             f"fio ({fio.ioengine}): best sequential direct read {_rate(fio.seq_read_bytes_per_s)}"
-            f" ({fio.best_job})"
+            f" ({which})"
         )
         console.print(f"fio replay of each layout's exact reads: {replay or '-'}")
     else:

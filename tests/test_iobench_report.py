@@ -97,3 +97,34 @@ def test_runs_frame_and_table():
     d = result.to_json_dict()
     assert d["layouts"]["flat"][1]["restore_bytes_per_s"] == pytest.approx(2 * GB)
     assert d["fio"]["replay_bytes_per_s"] == {"flat": 2 * GB, "eviction": GB}
+
+
+def test_repeats_table_says_all_verified_names_the_median_and_fits_80_columns():
+    import dataclasses
+
+    flat = (summarize([_run("flat", 1, w, (w,), 100) for w in (2.0, 1.0, 4.0)]),)
+    evic = (summarize([_run("eviction", 1, w, (w,), 1600) for w in (4.0, 5.0, 3.0)]),)
+    base = _result()
+    fio = dataclasses.replace(
+        base.fio,
+        samples=(
+            {"seq_read_bytes_per_s": 2.0 * GB, "best_job": "seq-1m-qd8"},
+            {"seq_read_bytes_per_s": 3.0 * GB, "best_job": "seq-4m-qd32"},
+            {"seq_read_bytes_per_s": 2.5 * GB, "best_job": "seq-8m-qd16"},
+        ),
+    )
+    result = dataclasses.replace(base, fio=fio, layouts={"flat": flat, "eviction": evic})
+    buf = io.StringIO()
+    render_table(result, file=buf, width=80)
+    lines = buf.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    rows = [
+        w
+        for w in (line.split() for line in lines)
+        if w[:1] in (["flat"], ["eviction"]) and w[1] == "1"
+    ]
+    # 3 repeats x 2 GB verified each = every requested byte of every repeat: "all".
+    assert [r[-1] for r in rows] == ["all", "all"]
+    # Median of 1, 2, 0.5 GB/s and of 0.5, 0.4, 0.67 GB/s.
+    assert rows[0][4:6] == ["1.00", "GB/s"] and rows[1][4:6] == ["0.50", "GB/s"]
+    assert "fio (io_uring): best sequential direct read 2.50 GB/s (median of 3)" in lines
