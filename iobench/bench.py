@@ -469,6 +469,8 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
         with interrupts_raise():
             engine_name, engine_reason = choose_engine(config.engine, str(workspace.root))
             _log(progress, f"engine {engine_name}: {engine_reason}")
+            # Before writing anything: --buffers gpu without a GPU is refused at once.
+            gpu = _use_gpu_buffers(config.buffers, engine_name)
             fs_type = _filesystem_of(workspace.root)["type"]
             if fs_type in MEMORY_FILESYSTEMS:
                 # Cold reads of a memory filesystem are memory copies: say it before anyone
@@ -487,7 +489,6 @@ def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResu
                 if config.engine_threads is not None:
                     engine_opts["threads"] = config.engine_threads
                 engine = open_engine(engine_name, **engine_opts)
-                gpu = _use_gpu_buffers(config.buffers, engine_name)
                 with _failing("restoring"):
                     raw, fio_rounds, fio = _measure(
                         workload, config, restores, files, engine, gpu, workspace.root / "fio", bar

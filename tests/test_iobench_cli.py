@@ -456,3 +456,23 @@ def test_a_memory_filesystem_is_called_out(tmp_path):
         assert not bench.exists()
     finally:
         shutil.rmtree(bench, ignore_errors=True)
+
+
+def test_buffers_gpu_without_a_gpu_is_refused_before_writing(tmp_path):
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            pytest.skip("a GPU is here")
+    except Exception:
+        pass
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    t0 = time.monotonic()
+    result = runner.invoke(
+        app, [*_small_args(tmp_path), "--no-fio", "--buffers", "gpu", "--dir", str(bench)]
+    )
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("fcctl: error: --buffers gpu: ")
+    assert list(bench.iterdir()) == []
+    assert time.monotonic() - t0 < 5
