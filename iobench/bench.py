@@ -402,13 +402,19 @@ def _fio_round(
     streams: int,
     round_index: int = 0,
 ) -> dict[str, Any]:
-    # fio refuses a request larger than a file; tiny workloads get smaller requests (noted).
-    smallest = min(os.path.getsize(f) for f in files)
+    # fio refuses a request larger than a file. The reference reads the files that hold the
+    # largest request (the buckets and most session files), so one small session file does not
+    # shrink every request; only when no file is that large do the requests get smaller.
+    largest_request = max(fio_mod.SEQ_REQUEST_BYTES)
+    sized = {f: os.path.getsize(f) for f in files}
+    big = [f for f in files if sized[f] >= largest_request]
+    seq_files = big or files
+    smallest = min(sized[f] for f in seq_files)
     sizes = [b for b in fio_mod.SEQ_REQUEST_BYTES if b <= smallest]
     if not sizes:
         sizes = [max(4096, 1 << (smallest.bit_length() - 1))]
     seq = fio_mod.seq_read_jobs(
-        fio_bin, files, ioengine=ioengine, runtime_s=config.fio_runtime_s, request_bytes=sizes
+        fio_bin, seq_files, ioengine=ioengine, runtime_s=config.fio_runtime_s, request_bytes=sizes
     )
     best = max(seq, key=lambda j: j.read_bytes_per_s)
     out: dict[str, Any] = {

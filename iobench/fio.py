@@ -114,6 +114,11 @@ def _fio_size(text: str) -> int:
     return int(text.rstrip("kmg")) * mult
 
 
+def _size_label(nbytes: int) -> str:
+    """``1m``, ``4m`` for whole MiB; ``64k`` below (tiny workloads get small requests)."""
+    return f"{nbytes // MiB}m" if nbytes % MiB == 0 else f"{nbytes // 1024}k"
+
+
 def _escape(path: str) -> str:
     # fio splits --filename and --read_iolog on ':'; a backslash escapes it.
     return str(path).replace(":", "\\:")
@@ -170,7 +175,7 @@ def seq_read_jobs(
     for bs in request_bytes:
         for depth in iodepths:
             args += [
-                f"--name=seq-{bs // MiB}m-qd{depth}",
+                f"--name=seq-{_size_label(bs)}-qd{depth}",
                 f"--bs={bs}",
                 f"--iodepth={depth}",
                 "--stonewall",

@@ -86,6 +86,9 @@ def test_end_to_end_json(tmp_path, fio_bin):
     }
     assert doc["fio"]["available"] is True
     assert doc["fio"]["seq_read_bytes_per_s"] > 0
+    # Files this small get smaller sequential requests, named by their real size.
+    seq_jobs = doc["provenance"]["fio"]["rounds"][0]["seq_jobs"]
+    assert seq_jobs and all(not n.startswith("seq-0m") for n in seq_jobs)
     assert set(doc["fio"]["replay_bytes_per_s"]) == {"flat", "eviction"}
     assert all(v > 0 for v in doc["fio"]["replay_bytes_per_s"].values())
     for layout, commands in (("flat", 4 * 4 * 4), ("eviction", 4 * 20 * 4)):
@@ -476,3 +479,35 @@ def test_buffers_gpu_without_a_gpu_is_refused_before_writing(tmp_path):
     assert result.stderr.strip().splitlines()[-1].startswith("fcctl: error: --buffers gpu: ")
     assert list(bench.iterdir()) == []
     assert time.monotonic() - t0 < 5
+
+
+def test_fio_reference_keeps_every_request_size_when_some_files_are_small(tmp_path, fio_bin):
+    """Small bucket files do not shrink fio's requests: it reads the files that hold 8 MiB."""
+    cfg = tiny_model_config(tmp_path / "tiny.json")  # 1 KiB per token: 8 MiB sessions
+    result = runner.invoke(
+        app,
+        [
+            "iobench",
+            "--model-config",
+            str(cfg),
+            "--sessions",
+            "2",
+            "--tokens",
+            "8192",
+            "--turns",
+            "1",
+            "--bucket-size",
+            "64KiB",
+            "--concurrency",
+            "1",
+            "--fio-runtime",
+            "0.1",
+            "--json",
+            "--dir",
+            str(tmp_path / "b"),
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    jobs = json.loads(result.stdout)["provenance"]["fio"]["rounds"][0]["seq_jobs"]
+    assert sorted(jobs) == sorted(f"seq-{m}m-qd{q}" for m in (1, 4, 8) for q in (8, 16, 32))
+    assert all(v > 0 for v in jobs.values())
