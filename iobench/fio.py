@@ -1,6 +1,7 @@
 """fio, the device's reference: sequential direct reads and replays of our exact read sequences.
 
-* **Sequential reference**: ``--rw=read --direct=1`` over the benchmark's own data files, one
+* **Sequential reference**: ``--rw=read --direct=1`` over the benchmark's own data files (the
+  caller passes those that hold the largest request; ``iobench.bench._fio_round``), one
   stonewalled job per request size (1, 4, 8 MiB) and queue depth (8, 16, 32). The best job is
   the device's limit, ``seq_read_bytes_per_s``. Each job stops after ``runtime_s`` seconds or
   one pass over the files, whichever comes first, so the pass takes about
