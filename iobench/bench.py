@@ -314,7 +314,7 @@ def choose_engine(requested: str | None, directory: str | None = None) -> tuple[
     if ok:
         return "kvikio", f"kvikio can read here ({why})"
     _, posix_why = probe_engine("posix", directory=directory)
-    return "posix", f"kvikio cannot read here ({why}); posix: {posix_why}"
+    return "posix", f"kvikio cannot read here: {why}. posix: {posix_why}"
 
 
 def _filesystem_of(path: Path) -> dict[str, str]:
