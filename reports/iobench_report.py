@@ -170,6 +170,13 @@ def write_outputs(result: Any, out: Path) -> list[Path]:
     return written
 
 
+def _save_png(fig: Any, path: Path) -> None:
+    """Write under a temporary name, then rename: an interrupted run leaves no half PNG."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, dpi=120, format="png")
+    tmp.replace(path)
+
+
 def _charts(result: Any, frame: pl.DataFrame, out: Path) -> list[Path]:
     import matplotlib
 
@@ -207,7 +214,7 @@ def _charts(result: Any, frame: pl.DataFrame, out: Path) -> list[Path]:
     ax.legend(loc="upper center", ncol=3, frameon=False)
     fig.tight_layout()
     p = out / "restore_bytes_per_s.png"
-    fig.savefig(p, dpi=120)
+    _save_png(fig, p)
     plt.close(fig)
     paths.append(p)
 
@@ -228,7 +235,7 @@ def _charts(result: Any, frame: pl.DataFrame, out: Path) -> list[Path]:
     )
     fig.tight_layout()
     p = out / "read_commands.png"
-    fig.savefig(p, dpi=120)
+    _save_png(fig, p)
     plt.close(fig)
     paths.append(p)
     return paths
