@@ -40,3 +40,10 @@ def test_analyze_never_imports_the_gpu_stack() -> None:
     loaded = _loaded_after("analyze", str(SAMPLE), "--json")
     assert not {"torch", "kvikio", "cupy"} & set(loaded), loaded
     assert "numba" in loaded  # the analysis really ran in that process
+
+
+def test_help_lists_every_trace_format() -> None:
+    from analyzers.readers import FORMATS
+    from fcctl.commands import FORMAT_NAMES
+
+    assert set(FORMAT_NAMES) == set(FORMATS)

@@ -9,9 +9,8 @@ from typing import Annotated
 
 import typer
 
+from fcctl.commands import FORMAT_NAMES
 from fcctl.errors import cli_errors
-
-FORMAT_NAMES = ("mooncake", "claude-code", "bailian", "azure", "parquet")
 
 
 def register(app: typer.Typer) -> None:
