@@ -30,8 +30,10 @@ def cli_errors(func: F) -> F:
             return func(*args, **kwargs)
         except FcctlInputError as e:
             raise fail(str(e)) from None
-        except KeyboardInterrupt:
-            print("fcctl: interrupted", file=sys.stderr)
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as e:
+            # Ctrl-C: 130; a signal turned into KeyboardInterrupt carries its own 128 + N.
+            name = getattr(e, "signal_name", "")
+            print(f"fcctl: interrupted{f' by {name}' if name else ''}", file=sys.stderr)
+            raise typer.Exit(getattr(e, "exit_status", 130)) from None
 
     return wrapper  # type: ignore[return-value]

@@ -111,15 +111,28 @@ def prepare_workspace(
     return Workspace(Path(tempfile.mkdtemp(prefix=PREFIX, dir=directory)), created, keep)
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised like Ctrl-C so every ``finally`` cleans up.
+
+    ``exit_status`` is the shell's convention for death by that signal (128 + number), which
+    the CLI exits with, so a job runner sees 143 for its SIGTERM rather than Ctrl-C's 130.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signal.Signals(signum).name}")
+        self.signal_name = signal.Signals(signum).name
+        self.exit_status = 128 + signum
+
+
 @contextlib.contextmanager
 def interrupts_raise() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise KeyboardInterrupt (main thread only)."""
+    """Within the block, SIGTERM and SIGHUP raise :class:`Interrupted` (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def _raise(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise Interrupted(signum)
 
     previous = {}
     for sig in (signal.SIGTERM, signal.SIGHUP):
