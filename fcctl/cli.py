@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 
 import typer
 
@@ -47,8 +48,31 @@ for _name in _COMMAND_MODULES:
     _mod.register(app)
 
 
+def _click_exception() -> type[Exception]:
+    # typer >= 0.29 vendors click, older releases depend on it; either way BadParameter derives
+    # from the ClickException that the parser raises for every usage error.
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
 def main() -> None:
-    app()
+    """Console entry point: usage errors, like every other bad input, are one line, exit 2."""
+    click_exception = _click_exception()
+    try:
+        rv = app(standalone_mode=False)
+    except click_exception as e:
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `fcctl`: show the help
+            print(e.format_message())
+            sys.exit(0)
+        where = f"{ctx.command_path}: " if ctx is not None else ""
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        one_line = " ".join(f"{where}{e.format_message()}{hint}".split())
+        print(f"fcctl: error: {one_line}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        print("fcctl: aborted", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":
