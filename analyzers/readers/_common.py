@@ -7,6 +7,7 @@ the rule, and ``got {value!r}``.
 
 from __future__ import annotations
 
+import array
 import gzip
 import math
 import zlib
@@ -257,6 +258,37 @@ def bad_hash_id(values: list[Any], name: str, path: Path, place: str) -> TraceFo
                 got = f"an integer beyond 64 bits (about {v:.4g})"
             return fail(path, place, f"{name}[{i}] must be an integer in [0, 2**64); got {got}")
     return fail(path, place, f"field {name!r} holds a bad block id")  # pragma: no cover
+
+
+class HashIdBuffer:
+    """Every request's block ids in one flat ``array('Q')``, plus how many each request had."""
+
+    __slots__ = ("lengths", "values")
+
+    def __init__(self) -> None:
+        self.values = array.array("Q")
+        self.lengths: list[int] = []
+
+    def add(self, record: dict[str, Any], name: str, path: Path, place: str) -> None:
+        ids = hash_list(record, name, path, place)
+        try:
+            # array('Q') rejects floats, strings, negatives and ids >= 2**64 in C.
+            self.values.extend(ids)
+        except (TypeError, OverflowError):
+            raise bad_hash_id(ids, name, path, place) from None
+        self.lengths.append(len(ids))
+
+    def flat(self) -> np.ndarray:
+        """The ids as uint64, viewing the buffer (no copy)."""
+        if not self.values:
+            return np.zeros(0, dtype=np.uint64)
+        return np.frombuffer(self.values, dtype=np.uint64)
+
+    def offsets(self) -> np.ndarray:
+        """int64 offsets: request ``i``'s ids are ``flat()[offsets[i]:offsets[i + 1]]``."""
+        offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=offsets[1:])
+        return offsets
 
 
 # --- table building -----------------------------------------------------------------------

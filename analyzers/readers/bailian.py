@@ -13,19 +13,17 @@ comes from the field.
 
 from __future__ import annotations
 
-import array
 from pathlib import Path
 
 import numpy as np
 
 from analyzers.readers._common import (
-    bad_hash_id,
+    HashIdBuffer,
     build_frame,
     fail,
     finite_number,
     first_json_record,
     hash_column,
-    hash_list,
     integer,
     iter_json_lines,
     non_negative_int,
@@ -51,10 +49,9 @@ class BailianReader:
         inputs: list[int] = []
         outputs: list[int] = []
         turns: list[int] = []
-        lengths: list[int] = []
         row_of: dict[int, int] = {}
         line_of: list[int] = []
-        values = array.array("Q")
+        hashes = HashIdBuffer()
         for lineno, record in iter_json_lines(path, progress=progress):
             place = f"line {lineno}"
             chat_id = integer(record, "chat_id", path, place)
@@ -78,23 +75,16 @@ class BailianReader:
             inputs.append(non_negative_int(record, "input_length", path, place))
             outputs.append(non_negative_int(record, "output_length", path, place))
             turns.append(integer(record, "turn", path, place))
-            ids = hash_list(record, "hash_ids", path, place)
-            try:
-                values.extend(ids)  # array('Q') rejects non-ints, negatives, >= 2**64
-            except (TypeError, OverflowError):
-                raise bad_hash_id(ids, "hash_ids", path, place) from None
-            lengths.append(len(ids))
+            hashes.add(record, "hash_ids", path, place)
 
         roots = self._roots(path, chat_ids, parents, row_of, line_of)
         parent_rows = [row_of.get(p) if p != -1 else None for p in parents]
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
         frame = build_frame(
             timestamp_s=np.asarray(timestamps, dtype=np.float64),
             input_tokens=np.asarray(inputs, dtype=np.int64),
             output_tokens=np.asarray(outputs, dtype=np.int64),
             block_size_tokens=BLOCK_SIZE_TOKENS,
-            hash_ids=hash_column(np.frombuffer(values, dtype=np.uint64), offsets),
+            hash_ids=hash_column(hashes.flat(), hashes.offsets()),
             session_id=[str(r) for r in roots],
             turn=turns,
             parent_request=parent_rows,

@@ -26,7 +26,6 @@ Mapping to the canonical table (``order == "session"``):
 
 from __future__ import annotations
 
-import array
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +33,9 @@ import numpy as np
 import polars as pl
 
 from analyzers.readers._common import (
+    HashIdBuffer,
     JSONDecodeError,
     TraceFormatError,
-    bad_hash_id,
     build_frame,
     byte_progress,
     fail,
@@ -44,7 +43,6 @@ from analyzers.readers._common import (
     first_json_record,
     gather_segments,
     hash_column,
-    hash_list,
     is_sorted,
     iter_lines,
     loads,
@@ -84,8 +82,7 @@ class _Session:
         times: list[float] = []
         inputs: list[int] = []
         outputs: list[int] = []
-        lengths: list[int] = []
-        values = array.array("Q")
+        hashes = HashIdBuffer()
 
         def add(requests: list[Any], t0: float, prefix: str) -> None:
             for i, request in enumerate(requests):
@@ -104,16 +101,11 @@ class _Session:
                 times.append(t0 + t)
                 inputs.append(non_negative_int(request, "in", path, where))
                 outputs.append(non_negative_int(request, "out", path, where))
-                ids = hash_list(request, "hash_ids", path, where)
-                try:
-                    values.extend(ids)  # array('Q') rejects non-ints, negatives, >= 2**64
-                except (TypeError, OverflowError):
-                    raise bad_hash_id(ids, "hash_ids", path, where) from None
-                lengths.append(len(ids))
+                hashes.add(request, "hash_ids", path, where)
 
         add(requests, 0.0, "requests")
 
-        flat = np.frombuffer(values, dtype=np.uint64) if values else np.zeros(0, np.uint64)
+        flat = hashes.flat()
         if flat.size and int(flat.max()) >= 1 << LOCAL_ID_BITS:
             raise fail(
                 path,
@@ -121,8 +113,7 @@ class _Session:
                 f"session {session_id!r}: local hash ids must be < 2**{LOCAL_ID_BITS} to be "
                 f"namespaced per session; got {int(flat.max())!r}",
             )
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        offsets = hashes.offsets()
         times_s = np.asarray(times, dtype=np.float64)
         ins = np.asarray(inputs, dtype=np.int64)
         outs = np.asarray(outputs, dtype=np.int64)

@@ -7,18 +7,16 @@ null (sessions can be inferred from prefix chains by the analyzer).
 
 from __future__ import annotations
 
-import array
 from pathlib import Path
 
 import numpy as np
 
 from analyzers.readers._common import (
-    bad_hash_id,
+    HashIdBuffer,
     build_frame,
     finite_number,
     first_json_record,
     hash_column,
-    hash_list,
     iter_json_lines,
     non_negative_int,
     stable_time_order,
@@ -45,28 +43,19 @@ class MooncakeReader:
         timestamps_ms: list[float] = []
         inputs: list[int] = []
         outputs: list[int] = []
-        lengths: list[int] = []
-        values = array.array("Q")
+        hashes = HashIdBuffer()
         for lineno, record in iter_json_lines(path, progress=progress):
             place = f"line {lineno}"
             timestamps_ms.append(finite_number(record, "timestamp", path, place))
             inputs.append(non_negative_int(record, "input_length", path, place))
             outputs.append(non_negative_int(record, "output_length", path, place))
-            ids = hash_list(record, "hash_ids", path, place)
-            try:
-                # array('Q') rejects floats, strings, negatives and ids >= 2**64 in C.
-                values.extend(ids)
-            except (TypeError, OverflowError):
-                raise bad_hash_id(ids, "hash_ids", path, place) from None
-            lengths.append(len(ids))
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+            hashes.add(record, "hash_ids", path, place)
         frame = build_frame(
             timestamp_s=np.asarray(timestamps_ms, dtype=np.float64) / 1000.0,
             input_tokens=np.asarray(inputs, dtype=np.int64),
             output_tokens=np.asarray(outputs, dtype=np.int64),
             block_size_tokens=BLOCK_SIZE_TOKENS,
-            hash_ids=hash_column(np.frombuffer(values, dtype=np.uint64), offsets),
+            hash_ids=hash_column(hashes.flat(), hashes.offsets()),
         )
         return Trace(
             path=str(path),
