@@ -236,14 +236,10 @@ def test_cleanup_after_an_exception(tmp_path, monkeypatch):
     assert list(bench.iterdir()) == []
 
 
-def test_cleanup_after_ctrl_c(tmp_path):
-    """A real process interrupted while writing removes what it wrote."""
-    bench = tmp_path / "bench"
-    bench.mkdir()
+def _start_iobench(tmp_path, bench, *args):
+    """A real `python -m fcctl iobench --no-fio` process on a 32-layer tiny model, under bench."""
     cfg = tiny_model_config(tmp_path / "tiny.json", layers=32)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    # About 256 MiB per layout: long enough to be interrupted while writing or restoring.
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -251,22 +247,25 @@ def test_cleanup_after_ctrl_c(tmp_path):
             "iobench",
             "--model-config",
             str(cfg),
-            "--sessions",
-            "8",
-            "--tokens",
-            "16384",
-            "--turns",
-            "4",
             "--no-fio",
-            "--repeat",
-            "5",
+            *args,
             "--dir",
             str(bench),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         cwd=REPO,
+    )
+
+
+def test_cleanup_after_ctrl_c(tmp_path):
+    """A real process interrupted while writing removes what it wrote."""
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    # About 256 MiB per layout: long enough to be interrupted while writing or restoring.
+    proc = _start_iobench(
+        tmp_path, bench, "--sessions", "8", "--tokens", "16384", "--turns", "4", "--repeat", "5"
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not any(bench.rglob("*.fcc")):
@@ -318,32 +317,17 @@ def test_sigterm_while_restoring_removes_everything(tmp_path):
     """SIGTERM (as a job runner sends it) during the restore runs: exit 143, nothing left."""
     bench = tmp_path / "bench"
     bench.mkdir()
-    cfg = tiny_model_config(tmp_path / "tiny.json", layers=32)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "fcctl",
-            "iobench",
-            "--model-config",
-            str(cfg),
-            "--sessions",
-            "4",
-            "--tokens",
-            "2048",
-            "--no-fio",
-            "--repeat",
-            "50",
-            "--concurrency",
-            "1",
-            "--dir",
-            str(bench),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=REPO,
+    proc = _start_iobench(
+        tmp_path,
+        bench,
+        "--sessions",
+        "4",
+        "--tokens",
+        "2048",
+        "--repeat",
+        "50",
+        "--concurrency",
+        "1",
     )
     # The fio/ subdirectory is made after both layouts are written, right before the restores.
     deadline = time.monotonic() + 60
