@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from iobench.bench import IobenchConfig, run_iobench  # noqa: E402
-from layout.units import parse_size  # noqa: E402
+from layout.units import parse_int_list, parse_size  # noqa: E402
 from reports.iobench_report import render_table  # noqa: E402
 
 
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the JSON document here")
     args = ap.parse_args(argv)
 
-    concurrency = tuple(int(c) for c in args.concurrency.split(","))
+    concurrency = tuple(parse_int_list(args.concurrency, what="--concurrency"))
     config = IobenchConfig(
         directory=args.dir,
         sessions=args.sessions,

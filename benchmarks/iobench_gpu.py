@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from iobench.bench import IobenchConfig, run_iobench
 from layout.readers import probe_engine
+from layout.units import parse_int_list
 
 
 def main() -> int:
@@ -44,7 +45,7 @@ def main() -> int:
             engine_threads=args.threads,
             sessions=args.sessions,
             tokens=args.tokens,
-            concurrency=tuple(int(c) for c in args.concurrency.split(",")),
+            concurrency=tuple(parse_int_list(args.concurrency, what="--concurrency")),
         )
         t0 = time.perf_counter()
         result = run_iobench(config, progress=False)
