@@ -21,20 +21,19 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-
-from analyzers.memory_tier import (
+from fcctl.analyzers.memory_tier import (
     DEFAULT_MEMORY_CAPACITIES_BYTES,
     MemoryTierPoint,
     hit_curve,
     memory_tier,
 )
-from analyzers.reuse import HISTOGRAM_SCHEMA, Percentiles, ReuseMetrics, reuse_metrics
-from analyzers.schema import Trace
-from analyzers.sessions import SessionMetrics, session_metrics
-from analyzers.stack import LOG2_BUCKETS_DOC, flatten_accesses, reuse_pass
-from analyzers.verdict import Verdict, decide
-from layout.errors import FcctlInputError
-from layout.geometry import KvGeometry
+from fcctl.analyzers.reuse import HISTOGRAM_SCHEMA, Percentiles, ReuseMetrics, reuse_metrics
+from fcctl.analyzers.schema import Trace
+from fcctl.analyzers.sessions import SessionMetrics, session_metrics
+from fcctl.analyzers.stack import LOG2_BUCKETS_DOC, flatten_accesses, reuse_pass
+from fcctl.analyzers.verdict import Verdict, decide
+from fcctl.layout.errors import FcctlInputError
+from fcctl.layout.geometry import KvGeometry
 
 SCHEMA_VERSION = 1
 NO_HASHES_NOTE = (

@@ -15,8 +15,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from analyzers.schema import COLUMNS, Trace
-from layout.errors import FcctlInputError
+from fcctl.analyzers.schema import COLUMNS, Trace
+from fcctl.layout.errors import FcctlInputError
 
 METADATA_KEY = "fcctl.trace"
 METADATA_VERSION = 1
@@ -88,7 +88,7 @@ def _umask() -> int:
 
 def read_canonical(path: str | Path) -> Trace:
     """Read a canonical Parquet file (same as ``read_trace(path, format="parquet")``)."""
-    from analyzers.readers import read_trace
+    from fcctl.analyzers.readers import read_trace
 
     return read_trace(path, format="parquet")
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-
-from analyzers.stack import (
+from fcctl.analyzers.stack import (
     ReusePass,
     log2_histogram_from_counts,
     percentiles_from_counts,

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+from fcctl.analyzers.reuse import Percentiles
+from fcctl.analyzers.stack import Accesses
 from numba import njit
-
-from analyzers.reuse import Percentiles
-from analyzers.stack import Accesses
 
 
 @njit(cache=True)

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from analyzers.memory_tier import MemoryTierPoint
-from layout.units import format_bytes
+from fcctl.analyzers.memory_tier import MemoryTierPoint
+from fcctl.layout.units import format_bytes
 
 GiB = 1 << 30
 #: Largest host-memory KV budget treated as realistic for one serving node.

@@ -55,9 +55,8 @@ def run_child(cmd: list[str]) -> tuple[float, float, str]:
 def write_oracle_general(parquet: Path, dest: Path) -> tuple[int, int]:
     """Write the access stream as oracleGeneral records; return (accesses, distinct blocks)."""
     import numpy as np
-
-    from analyzers.readers import read_trace
-    from analyzers.stack import flatten_accesses
+    from fcctl.analyzers.readers import read_trace
+    from fcctl.analyzers.stack import flatten_accesses
 
     acc = flatten_accesses(read_trace(parquet).requests)
     rec = np.dtype([("t", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])
@@ -110,8 +109,8 @@ def main() -> None:
     )
     args = ap.parse_args()
 
-    from layout.geometry import model_geometry
-    from layout.units import format_bytes, parse_size_list
+    from fcctl.layout.geometry import model_geometry
+    from fcctl.layout.units import format_bytes, parse_size_list
 
     caps = parse_size_list(args.memory, what="--memory")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="analyze-bench-"))

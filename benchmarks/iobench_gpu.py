@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from iobench.bench import IobenchConfig, run_iobench
-from layout.readers import probe_engine
-from layout.units import parse_int_list
+from fcctl.iobench.bench import IobenchConfig, run_iobench
+from fcctl.layout.readers import probe_engine
+from fcctl.layout.units import parse_int_list
 
 
 def main() -> int:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from layout.errors import FcctlInputError
+from fcctl.layout.errors import FcctlInputError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

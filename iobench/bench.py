@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from iobench import fio as fio_mod
-from iobench.eviction import DEFAULT_BUCKET_BYTES, EvictionLayout, write_eviction_layout
-from iobench.flat import FlatLayout, flat_bytes_needed, write_flat_layout
-from iobench.restore import (
+from fcctl.iobench import fio as fio_mod
+from fcctl.iobench.eviction import DEFAULT_BUCKET_BYTES, EvictionLayout, write_eviction_layout
+from fcctl.iobench.flat import FlatLayout, flat_bytes_needed, write_flat_layout
+from fcctl.iobench.restore import (
     RunResult,
     SessionRestore,
     allocate_buffers,
@@ -37,10 +37,10 @@ from iobench.restore import (
     flat_restores,
     run_restore,
 )
-from iobench.safety import interrupts_raise, prepare_workspace
-from iobench.workload import Workload, load_trace_workload, synthetic_workload
-from layout.errors import FcctlInputError, LayoutError
-from layout.geometry import model_geometry
+from fcctl.iobench.safety import interrupts_raise, prepare_workspace
+from fcctl.iobench.workload import Workload, load_trace_workload, synthetic_workload
+from fcctl.layout.errors import FcctlInputError, LayoutError
+from fcctl.layout.geometry import model_geometry
 
 SCHEMA_VERSION = 1
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
@@ -290,7 +290,7 @@ def bytes_needed(workload: Workload, layouts: tuple[str, ...]) -> int:
 
 
 def check_engine_name(requested: str | None) -> None:
-    from layout.readers import ENGINES
+    from fcctl.layout.readers import ENGINES
 
     if requested is not None and requested not in ENGINES:
         raise FcctlInputError(f"--engine: must be one of {', '.join(ENGINES)}; got {requested!r}")
@@ -302,7 +302,7 @@ def choose_engine(requested: str | None, directory: str | None = None) -> tuple[
     The probes read a small file in ``directory`` (the benchmark's own directory, so "O_DIRECT
     works" is said of the filesystem the benchmark reads, not of the temp dir).
     """
-    from layout.readers import EngineUnavailable, probe_engine
+    from fcctl.layout.readers import EngineUnavailable, probe_engine
 
     check_engine_name(requested)
     if requested is not None:
@@ -442,7 +442,7 @@ def _fio_round(
 
 def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResult:
     """Run the whole benchmark described by ``config`` (see the module docstring)."""
-    from layout.readers import open_engine
+    from fcctl.layout.readers import open_engine
 
     started = _utc_now()
     workload = build_workload(config, progress=progress)
@@ -623,7 +623,7 @@ def _measure(
     bar: _Progress,
 ) -> tuple[dict[tuple[str, int], list[RunResult]], list[dict[str, Any]], dict[str, Any]]:
     """The repeats: a fio round, then each concurrency's restore of each layout in turn."""
-    from layout.readers import drop_file_cache
+    from fcctl.layout.readers import drop_file_cache
 
     buffers = {name: allocate_buffers(rs, gpu=gpu) for name, rs in restores.items()}
     all_files = [f for name in config.layouts for f in files[name]]

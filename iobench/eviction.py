@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from iobench.pattern import fill_pieces, piece_keys
-from iobench.workload import Workload
-from layout.errors import FcctlInputError
-from layout.planner import Extent
+from fcctl.iobench.pattern import fill_pieces, piece_keys
+from fcctl.iobench.workload import Workload
+from fcctl.layout.errors import FcctlInputError
+from fcctl.layout.planner import Extent
 
 DEFAULT_BUCKET_BYTES = 256 * 2**20
 # The memory tier holds this fraction of the workload by default: small enough that most

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from iobench.pattern import fill_pieces, piece_keys
-from iobench.workload import Workload
-from layout.session_file import ALIGN, DATA_START, SessionFile
+from fcctl.iobench.pattern import fill_pieces, piece_keys
+from fcctl.iobench.workload import Workload
+from fcctl.layout.session_file import ALIGN, DATA_START, SessionFile
 
 
 def _align_up(n: int, align: int = ALIGN) -> int:

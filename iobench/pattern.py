@@ -15,8 +15,7 @@ byte of every restore run is verified (outside the timed region; see ``iobench.r
 from __future__ import annotations
 
 import numpy as np
-
-from layout.errors import FcctlInputError
+from fcctl.layout.errors import FcctlInputError
 
 WORD_BYTES = 8
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

@@ -26,13 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from iobench.eviction import EvictionLayout
-from iobench.flat import FlatLayout
-from iobench.pattern import mismatched_pieces, piece_keys
-from iobench.workload import Workload
-from layout.planner import ReadPlan, plan_reads
-from layout.session_file import SessionFile
+from fcctl.iobench.eviction import EvictionLayout
+from fcctl.iobench.flat import FlatLayout
+from fcctl.iobench.pattern import mismatched_pieces, piece_keys
+from fcctl.iobench.workload import Workload
+from fcctl.layout.planner import ReadPlan, plan_reads
+from fcctl.layout.session_file import SessionFile
 
 PAGE_BYTES = 4096
 

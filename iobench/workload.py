@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from layout.errors import FcctlInputError
-from layout.geometry import KvGeometry
+from fcctl.layout.errors import FcctlInputError
+from fcctl.layout.geometry import KvGeometry
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,7 @@ def load_trace_workload(
     progress: bool = False,
 ) -> Workload:
     """Read ``path`` with :func:`analyzers.readers.read_trace` and build the workload from it."""
-    from analyzers.readers import read_trace
+    from fcctl.analyzers.readers import read_trace
 
     trace = read_trace(path, trace_format, progress=progress)
     return trace_workload(

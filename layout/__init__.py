@@ -4,7 +4,7 @@ This package is the drop-in part of fcctl: it imports nothing else of ours and n
 torch and kvikio are imported lazily, by the code paths that need them.
 """
 
-from layout.address import (
+from .address import (
     MEDIUM_MEMORY,
     MEDIUM_SSD,
     BlockAddress,
@@ -13,10 +13,10 @@ from layout.address import (
     encode_address,
     encode_addresses,
 )
-from layout.errors import CorruptSessionFile, FcctlInputError, LayoutError, VerificationError
-from layout.geometry import KvGeometry, geometry_from_hf_config, model_geometry
-from layout.planner import Extent, ReadCommand, ReadPlan, plan_reads
-from layout.readers import (
+from .errors import CorruptSessionFile, FcctlInputError, LayoutError, VerificationError
+from .geometry import KvGeometry, geometry_from_hf_config, model_geometry
+from .planner import Extent, ReadCommand, ReadPlan, plan_reads
+from .readers import (
     ENGINES,
     EngineUnavailable,
     ReadEngine,
@@ -25,8 +25,8 @@ from layout.readers import (
     open_engine,
     probe_engine,
 )
-from layout.session_file import SessionFile, TurnRecord
-from layout.staging import RestoreStats, StagingWindow, restore_session
+from .session_file import SessionFile, TurnRecord
+from .staging import RestoreStats, StagingWindow, restore_session
 
 __all__ = [
     "ENGINES",

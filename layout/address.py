@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from layout.errors import LayoutError
+from .errors import LayoutError
 
 MEDIUM_MEMORY = 0
 MEDIUM_SSD = 1

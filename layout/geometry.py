@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from layout.errors import LayoutError
+from .errors import LayoutError
 
 KV_DTYPE_BYTES: dict[str, int] = {
     "float32": 4,

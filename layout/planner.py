@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from layout.errors import LayoutError
+from .errors import LayoutError
 
 DEFAULT_GAP_BYTES = 64 * 1024
 

@@ -38,8 +38,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from layout.errors import FcctlInputError, LayoutError
-from layout.planner import Extent, ReadCommand, ReadPlan, plan_reads
+from .errors import FcctlInputError, LayoutError
+from .planner import Extent, ReadCommand, ReadPlan, plan_reads
 
 PAGE_BYTES = 4096
 DEFAULT_THREADS = 8

@@ -43,9 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
-from layout.errors import CorruptSessionFile, LayoutError
-from layout.geometry import KvGeometry
-from layout.planner import DEFAULT_GAP_BYTES, Extent, ReadPlan, plan_reads
+from .errors import CorruptSessionFile, LayoutError
+from .geometry import KvGeometry
+from .planner import DEFAULT_GAP_BYTES, Extent, ReadPlan, plan_reads
 
 MAGIC = b"FCCIO\x00\x00\x00"
 TURN_MAGIC = b"FCTURN\x00\x00"

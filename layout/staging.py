@@ -36,9 +36,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from layout.errors import LayoutError
-from layout.planner import ReadPlan
-from layout.readers import PAGE_BYTES, aligned_buffer
+from .errors import LayoutError
+from .planner import ReadPlan
+from .readers import PAGE_BYTES, aligned_buffer
 
 
 def _torch() -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from layout.errors import UnitError
+from .errors import UnitError
 
 _UNITS = {
     "": 1,

@@ -22,14 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
-
-from layout.errors import FcctlInputError
+from fcctl.layout.errors import FcctlInputError
 
 if TYPE_CHECKING:
+    from fcctl.analyzers.analyze import AnalysisResult
+    from fcctl.analyzers.reuse import Percentiles
     from rich.console import Console
-
-    from analyzers.analyze import AnalysisResult
-    from analyzers.reuse import Percentiles
 
 
 class OutDirError(FcctlInputError):
@@ -180,7 +178,7 @@ def render_summary(result: AnalysisResult, console: Console) -> None:
     notes = Table.grid(padding=(0, 1))
     notes.add_column(no_wrap=True)
     notes.add_column()
-    from analyzers.analyze import NO_HASHES_NOTE
+    from fcctl.analyzers.analyze import NO_HASHES_NOTE
 
     for note in result.notes:
         if note != NO_HASHES_NOTE:  # the summary already led with it
@@ -212,7 +210,7 @@ def print_summary(result: AnalysisResult) -> None:
 
 
 def _write_files(result: AnalysisResult, d: Path, json_doc: dict[str, Any]) -> list[str]:
-    from reports import charts
+    from fcctl.reports import charts
 
     (d / "analysis.json").write_text(json.dumps(json_doc, indent=2) + "\n")
     result.requests_table.write_parquet(d / "requests.parquet")

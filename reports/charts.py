@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from analyzers.analyze import AnalysisResult
+    from fcctl.analyzers.analyze import AnalysisResult
 
 
 def _pyplot() -> Any:
@@ -59,7 +59,7 @@ def session_kv_cdf(result: AnalysisResult, path: Path) -> bool:
     if result.sessions is None or result.sessions.count == 0:
         return False
     plt = _pyplot()
-    from analyzers.verdict import FLAT_SESSION_KV_P90_BYTES
+    from fcctl.analyzers.verdict import FLAT_SESSION_KV_P90_BYTES
 
     kv = np.sort(result.sessions.table["kv_bytes"].to_numpy().astype(np.float64))
     # The empirical CDF starts at 0 just left of the smallest session, then steps up.

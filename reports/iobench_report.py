@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-
-from layout.units import format_bytes
+from fcctl.layout.units import format_bytes
 
 
 def runs_frame(result: Any) -> pl.DataFrame:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import polars as pl
-
-from analyzers.schema import SCHEMA, Trace
-from layout.geometry import KvGeometry
+from fcctl.analyzers.schema import SCHEMA, Trace
+from fcctl.layout.geometry import KvGeometry
 
 # 1 layer x MLA latent 5 x 2 bytes = 10 bytes per token: easy arithmetic.
 TEN_BYTES_PER_TOKEN = KvGeometry("ten", layers=1, kv_heads=0, head_dim=0, latent_dim=5)

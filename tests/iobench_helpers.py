@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from iobench.workload import Workload, synthetic_workload
-from layout.geometry import KvGeometry
+from fcctl.iobench.workload import Workload, synthetic_workload
+from fcctl.layout.geometry import KvGeometry
 
 # 2 (K and V) x 1 head x 64 dims x 2 bytes x 16 tokens = 4096 bytes per block per layer.
 TINY = KvGeometry("tiny", layers=4, kv_heads=1, head_dim=64)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
-from layout.geometry import KvGeometry
-from layout.session_file import SessionFile
+from fcctl.layout.geometry import KvGeometry
+from fcctl.layout.session_file import SessionFile
 
 # 4 layers, 2 KV heads, head dim 16, bf16: 128 bytes per token per layer; 4-token pages of 512 B.
 SMALL = KvGeometry("test-small", layers=4, kv_heads=2, head_dim=16)

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
-
-from layout.address import (
+from fcctl.layout.address import (
     MAX_NODE,
     MAX_OFFSET,
     MEDIUM_MEMORY,
@@ -19,7 +15,10 @@ from layout.address import (
     encode_address,
     encode_addresses,
 )
-from layout.errors import FcctlInputError, LayoutError
+from fcctl.layout.errors import FcctlInputError, LayoutError
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 media = st.sampled_from([MEDIUM_MEMORY, MEDIUM_SSD])
 nodes = st.integers(0, MAX_NODE)

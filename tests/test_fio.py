@@ -4,8 +4,7 @@ import json
 import os
 
 import pytest
-
-from iobench import fio
+from fcctl.iobench import fio
 
 MiB = 2**20
 

@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from layout.errors import FcctlInputError
-from layout.geometry import KvGeometry, geometry_from_hf_config, model_geometry
+from fcctl.layout.errors import FcctlInputError
+from fcctl.layout.geometry import KvGeometry, geometry_from_hf_config, model_geometry
 
 
 def test_presets_by_hand() -> None:

@@ -211,15 +211,16 @@ def test_non_empty_dir_is_refused_without_force(tmp_path):
 
 
 def test_cleanup_after_an_exception(tmp_path, monkeypatch):
-    import iobench.bench
+    import fcctl.iobench.bench
 
     def boom(*args, **kwargs):
         raise RuntimeError("injected failure during the restore")
 
-    monkeypatch.setattr(iobench.bench, "run_restore", boom)
+    monkeypatch.setattr(fcctl.iobench.bench, "run_restore", boom)
     bench = tmp_path / "bench"
     bench.mkdir()
-    from iobench.bench import IobenchConfig, run_iobench
+    from fcctl.iobench.bench import IobenchConfig, run_iobench
+
     from tests.iobench_helpers import tiny_model_config as cfg
 
     config = IobenchConfig(
@@ -280,9 +281,9 @@ def test_cleanup_after_ctrl_c(tmp_path):
 
 def test_corruption_on_disk_fails_the_run_with_exit_1(tmp_path, monkeypatch):
     """A byte flipped on disk before the first restore: counted, printed, and the run fails."""
-    import iobench.bench
+    import fcctl.iobench.bench
 
-    real = iobench.bench.run_restore
+    real = fcctl.iobench.bench.run_restore
     flipped = []
 
     def corrupt_then_run(name, restores, *args, **kwargs):
@@ -298,7 +299,7 @@ def test_corruption_on_disk_fails_the_run_with_exit_1(tmp_path, monkeypatch):
             flipped.append(name)
         return real(name, restores, *args, **kwargs)
 
-    monkeypatch.setattr(iobench.bench, "run_restore", corrupt_then_run)
+    monkeypatch.setattr(fcctl.iobench.bench, "run_restore", corrupt_then_run)
     bench = tmp_path / "bench"
     result = runner.invoke(app, [*_small_args(tmp_path), "--no-fio", "--json", "--dir", str(bench)])
     assert result.exit_code == 1
@@ -352,16 +353,16 @@ def test_scale_must_be_positive_for_a_synthetic_run_too(tmp_path):
 
 def test_layouts_alternate_and_swap_who_goes_first(tmp_path, monkeypatch):
     """Run order over 2 repeats: flat, eviction per concurrency, then eviction first."""
-    import iobench.bench
+    import fcctl.iobench.bench
 
-    real = iobench.bench.run_restore
+    real = fcctl.iobench.bench.run_restore
     order = []
 
     def recording(name, restores, *args, **kwargs):
         order.append((name, kwargs["concurrency"]))
         return real(name, restores, *args, **kwargs)
 
-    monkeypatch.setattr(iobench.bench, "run_restore", recording)
+    monkeypatch.setattr(fcctl.iobench.bench, "run_restore", recording)
     result = runner.invoke(
         app,
         [
@@ -393,9 +394,9 @@ def test_layouts_alternate_and_swap_who_goes_first(tmp_path, monkeypatch):
 
 def test_a_file_truncated_under_the_run_fails_it_with_exit_1(tmp_path, monkeypatch):
     """A bucket cut short before a restore: one line naming the file and the short read."""
-    import iobench.bench
+    import fcctl.iobench.bench
 
-    real = iobench.bench.run_restore
+    real = fcctl.iobench.bench.run_restore
     cut = []
 
     def truncate_then_run(name, restores, *args, **kwargs):
@@ -405,7 +406,7 @@ def test_a_file_truncated_under_the_run_fails_it_with_exit_1(tmp_path, monkeypat
             cut.append(path)
         return real(name, restores, *args, **kwargs)
 
-    monkeypatch.setattr(iobench.bench, "run_restore", truncate_then_run)
+    monkeypatch.setattr(fcctl.iobench.bench, "run_restore", truncate_then_run)
     bench = tmp_path / "bench"
     result = runner.invoke(app, [*_small_args(tmp_path), "--no-fio", "--dir", str(bench)])
     assert result.exit_code == 1, result.stderr
@@ -417,7 +418,7 @@ def test_a_file_truncated_under_the_run_fails_it_with_exit_1(tmp_path, monkeypat
 
 
 def test_a_memory_filesystem_is_called_out(tmp_path):
-    from iobench.bench import _filesystem_of
+    from fcctl.iobench.bench import _filesystem_of
 
     shm = Path("/dev/shm")
     if not shm.is_dir() or _filesystem_of(shm)["type"] != "tmpfs":

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
-from iobench.eviction import simulate_eviction, write_eviction_layout
-from iobench.flat import session_file_bytes, write_flat_layout
-from iobench.workload import SessionSpec, Workload
-from layout.session_file import SessionFile
+from fcctl.iobench.eviction import simulate_eviction, write_eviction_layout
+from fcctl.iobench.flat import session_file_bytes, write_flat_layout
+from fcctl.iobench.workload import SessionSpec, Workload
+from fcctl.layout.session_file import SessionFile
+
 from tests.iobench_helpers import TINY, tiny_workload
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 
 import pytest
+from fcctl.iobench.bench import FioSummary, IobenchResult, summarize
+from fcctl.iobench.restore import RunResult
+from fcctl.reports.iobench_report import ratios, render_table, runs_frame
 
-from iobench.bench import FioSummary, IobenchResult, summarize
-from iobench.restore import RunResult
-from reports.iobench_report import ratios, render_table, runs_frame
 from tests.iobench_helpers import tiny_workload
 
 GB = 1e9

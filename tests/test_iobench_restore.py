@@ -3,11 +3,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from fcctl.iobench.eviction import write_eviction_layout
+from fcctl.iobench.flat import write_flat_layout
+from fcctl.iobench.restore import allocate_buffers, eviction_restores, flat_restores, run_restore
+from fcctl.layout.readers import PosixEngine, drop_file_cache
 
-from iobench.eviction import write_eviction_layout
-from iobench.flat import write_flat_layout
-from iobench.restore import allocate_buffers, eviction_restores, flat_restores, run_restore
-from layout.readers import PosixEngine, drop_file_cache
 from tests.iobench_helpers import tiny_workload
 
 

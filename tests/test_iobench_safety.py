@@ -3,9 +3,8 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
-from iobench.safety import GiB, margin_bytes, prepare_workspace
-from layout.errors import FcctlInputError
+from fcctl.iobench.safety import GiB, margin_bytes, prepare_workspace
+from fcctl.layout.errors import FcctlInputError
 
 
 def test_margin_is_the_larger_of_1gib_and_5_percent():

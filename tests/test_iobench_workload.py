@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+from fcctl.iobench.workload import synthetic_workload, trace_workload
+from fcctl.layout.errors import FcctlInputError
 
-from iobench.workload import synthetic_workload, trace_workload
-from layout.errors import FcctlInputError
 from tests.conftest import SAMPLES
 from tests.iobench_helpers import TINY
 
@@ -69,7 +69,7 @@ def test_trace_without_sessions_is_an_input_error():
 
 
 def test_real_claude_code_sample_keeps_its_turn_structure():
-    from analyzers.readers import read_trace
+    from fcctl.analyzers.readers import read_trace
 
     trace = read_trace(SAMPLES / "claude_code_sample.jsonl.gz")
     wl = trace_workload(

@@ -9,11 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from layout_helpers import PAGED, PAGED_BLOCK_TOKENS, write_session
-
-from layout.errors import FcctlInputError, LayoutError
-from layout.planner import Extent, plan_reads
-from layout.readers import (
+from fcctl.layout.errors import FcctlInputError, LayoutError
+from fcctl.layout.planner import Extent, plan_reads
+from fcctl.layout.readers import (
     ENGINES,
     EngineUnavailable,
     PosixEngine,
@@ -24,7 +22,8 @@ from layout.readers import (
     probe_engine,
     read_plan,
 )
-from layout.session_file import SessionFile
+from fcctl.layout.session_file import SessionFile
+from layout_helpers import PAGED, PAGED_BLOCK_TOKENS, write_session
 
 
 def _random_file(path: Path, nbytes: int, seed: int = 0) -> bytes:

@@ -566,9 +566,9 @@ def test_tiny_kernel_chunks_give_the_same_figures(
 ) -> None:
     # The kernel walks the stream in chunks of whole requests (4 M accesses in production),
     # carrying state across calls; tiny chunks put chunk boundaries everywhere.
-    import analyzers.stack
+    import fcctl.analyzers.stack
 
-    monkeypatch.setattr(analyzers.stack, "_CHUNK_ACCESSES", chunk)
+    monkeypatch.setattr(fcctl.analyzers.stack, "_CHUNK_ACCESSES", chunk)
     path = SAMPLES / "bailian_synthetic.jsonl"
     check(path, parse_bailian(path), 16, [2 * MIB, 20 * MIB, 200 * MIB])
     test_random_claude_code_traces(tmp_path, 3)

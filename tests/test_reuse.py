@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from fcctl.analyzers.analyze import analyze_trace
 
-from analyzers.analyze import analyze_trace
 from tests.analyze_helpers import TEN_BYTES_PER_TOKEN, example_trace, make_trace
 
 

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fcctl.layout.errors import CorruptSessionFile, LayoutError
+from fcctl.layout.planner import Extent, plan_reads
+from fcctl.layout.session_file import DATA_START, SLOT_BYTES, SessionFile
 from layout_helpers import (
     PAGED,
     PAGED_BLOCK_TOKENS,
@@ -22,10 +25,6 @@ from layout_helpers import (
     turn_bytes,
     write_session,
 )
-
-from layout.errors import CorruptSessionFile, LayoutError
-from layout.planner import Extent, plan_reads
-from layout.session_file import DATA_START, SLOT_BYTES, SessionFile
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -194,7 +193,7 @@ _CHILD = textwrap.dedent(
     """
     import os, sys, time
     import numpy as np
-    from layout.session_file import SessionFile
+    from fcctl.layout.session_file import SessionFile
     path, mode = sys.argv[1], sys.argv[2]
     s = SessionFile.open(path, writable=True)
     def fill(layer, buf):

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
 import pytest
+from fcctl.analyzers.analyze import analyze_trace
+from fcctl.analyzers.sessions import infer_sessions
+from fcctl.analyzers.stack import flatten_accesses
 
-from analyzers.analyze import analyze_trace
-from analyzers.sessions import infer_sessions
-from analyzers.stack import flatten_accesses
 from tests.analyze_helpers import TEN_BYTES_PER_TOKEN, example_trace, make_trace
 
 

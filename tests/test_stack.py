@@ -1,13 +1,10 @@
 from __future__ import annotations
 
+import fcctl.analyzers.stack as stack
 import numpy as np
 import polars as pl
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-import analyzers.stack as stack
-from analyzers.stack import (
+from fcctl.analyzers.stack import (
     _dense_ids,
     flatten_accesses,
     log2_histogram_from_counts,
@@ -17,6 +14,9 @@ from analyzers.stack import (
     reuse_pass,
     stack_distances,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.analyze_helpers import example_trace, make_trace
 
 

@@ -1,9 +1,8 @@
 from __future__ import annotations
 
 import pytest
-
-from layout.errors import FcctlInputError
-from layout.units import format_bytes, parse_int_list, parse_size, parse_size_list
+from fcctl.layout.errors import FcctlInputError
+from fcctl.layout.units import format_bytes, parse_int_list, parse_size, parse_size_list
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from analyzers.memory_tier import MemoryTierPoint
-from analyzers.verdict import (
+from fcctl.analyzers.memory_tier import MemoryTierPoint
+from fcctl.analyzers.verdict import (
     FLAT_BELOW_SHARE_OF_IDEAL,
     FLAT_SESSION_KV_P90_BYTES,
     REALISTIC_MEMORY_BYTES,

@@ -11,19 +11,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from analyzers.readers._common import (
+from fcctl.analyzers.readers._common import (
     JSONDecodeError,
     TraceFormatError,
     loads,
     read_head,
     show,
 )
-from analyzers.readers.azure import AzureReader
-from analyzers.readers.bailian import BailianReader
-from analyzers.readers.claude_code import ClaudeCodeReader
-from analyzers.readers.mooncake import MooncakeReader
-from analyzers.readers.parquet import ParquetReader
-from analyzers.schema import Trace
+from fcctl.analyzers.readers.azure import AzureReader
+from fcctl.analyzers.readers.bailian import BailianReader
+from fcctl.analyzers.readers.claude_code import ClaudeCodeReader
+from fcctl.analyzers.readers.mooncake import MooncakeReader
+from fcctl.analyzers.readers.parquet import ParquetReader
+from fcctl.analyzers.schema import Trace
 
 __all__ = ["FORMATS", "TraceFormatError", "TraceReader", "detect_format", "read_trace"]
 

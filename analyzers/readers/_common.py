@@ -19,9 +19,8 @@ from typing import IO, Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-
-from analyzers.schema import SCHEMA
-from layout.errors import FcctlInputError
+from fcctl.analyzers.schema import SCHEMA
+from fcctl.layout.errors import FcctlInputError
 
 try:  # orjson parses the 461 MB Claude Code file ~2x faster than json; json is the fallback.
     import orjson

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-
-from analyzers.readers._common import (
+from fcctl.analyzers.readers._common import (
     TraceFormatError,
     build_frame,
     fail,
@@ -23,7 +22,7 @@ from analyzers.readers._common import (
     show,
     stable_time_order,
 )
-from analyzers.schema import Trace
+from fcctl.analyzers.schema import Trace
 
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
-from analyzers.readers._common import (
+from fcctl.analyzers.readers._common import (
     HashIdBuffer,
     build_frame,
     fail,
@@ -29,7 +28,7 @@ from analyzers.readers._common import (
     non_negative_int,
     stable_time_order,
 )
-from analyzers.schema import Trace
+from fcctl.analyzers.schema import Trace
 
 BLOCK_SIZE_TOKENS = 16
 

@@ -31,8 +31,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-
-from analyzers.readers._common import (
+from fcctl.analyzers.readers._common import (
     HashIdBuffer,
     JSONDecodeError,
     TraceFormatError,
@@ -50,7 +49,7 @@ from analyzers.readers._common import (
     require,
     show,
 )
-from analyzers.schema import Trace
+from fcctl.analyzers.schema import Trace
 
 LOCAL_ID_BITS = 40
 MAX_SESSIONS = 2 ** (64 - LOCAL_ID_BITS) - 1

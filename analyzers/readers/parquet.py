@@ -14,16 +14,15 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-
-from analyzers.canonical import METADATA_KEY
-from analyzers.readers._common import (
+from fcctl.analyzers.canonical import METADATA_KEY
+from fcctl.analyzers.readers._common import (
     TraceFormatError,
     byte_progress,
     fail,
     show,
     stable_time_order,
 )
-from analyzers.schema import SCHEMA, Trace
+from fcctl.analyzers.schema import SCHEMA, Trace
 
 PARQUET_MAGIC = b"PAR1"
 _INTEGERS = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64)

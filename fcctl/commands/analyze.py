@@ -67,11 +67,11 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Measure block reuse, reuse distances, session KV sizes and memory-tier hit shares."""
-        from analyzers.analyze import analyze_trace
-        from analyzers.readers import read_trace
-        from layout.geometry import model_geometry
-        from layout.units import parse_size_list
-        from reports.analyze_report import check_out_dir, print_summary, write_out_dir
+        from fcctl.analyzers.analyze import analyze_trace
+        from fcctl.analyzers.readers import read_trace
+        from fcctl.layout.geometry import model_geometry
+        from fcctl.layout.units import parse_size_list
+        from fcctl.reports.analyze_report import check_out_dir, print_summary, write_out_dir
 
         # Flags first: a typo should fail before minutes of parsing.
         geometry = model_geometry(model, config_path=model_config, tp=tp, kv_dtype=kv_dtype)

@@ -28,8 +28,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Convert a trace to the canonical Parquet table (one row per request)."""
-        from analyzers.canonical import check_output_file, write_canonical
-        from analyzers.readers import read_trace
+        from fcctl.analyzers.canonical import check_output_file, write_canonical
+        from fcctl.analyzers.readers import read_trace
 
         start = time.perf_counter()
         check_output_file(out)  # a typo in -o should fail before minutes of parsing

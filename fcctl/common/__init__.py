@@ -1,0 +1,1 @@
+"""Plumbing shared by every fcctl package except the storage core (layout)."""
