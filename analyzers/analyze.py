@@ -32,8 +32,9 @@ from fcctl.analyzers.schema import Trace
 from fcctl.analyzers.sessions import SessionMetrics, session_metrics
 from fcctl.analyzers.stack import LOG2_BUCKETS_DOC, flatten_accesses, reuse_pass
 from fcctl.analyzers.verdict import Verdict, decide
-from fcctl.layout.errors import FcctlInputError
 from fcctl.layout.geometry import KvGeometry
+
+from fcctl.common.errors import FcctlInputError
 
 SCHEMA_VERSION = 1
 NO_HASHES_NOTE = (

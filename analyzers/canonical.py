@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 
 from fcctl.analyzers.schema import COLUMNS, Trace
-from fcctl.layout.errors import FcctlInputError
+
+from fcctl.common.errors import FcctlInputError
 
 METADATA_KEY = "fcctl.trace"
 METADATA_VERSION = 1

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fcctl.analyzers.memory_tier import MemoryTierPoint
-from fcctl.layout.units import format_bytes
+
+from fcctl.common.units import format_bytes
 
 GiB = 1 << 30
 #: Largest host-memory KV budget treated as realistic for one serving node.

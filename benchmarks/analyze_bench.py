@@ -110,7 +110,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from fcctl.layout.geometry import model_geometry
-    from fcctl.layout.units import format_bytes, parse_size_list
+
+    from fcctl.common.units import format_bytes, parse_size_list
 
     caps = parse_size_list(args.memory, what="--memory")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="analyze-bench-"))

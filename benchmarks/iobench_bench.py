@@ -25,8 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fcctl.iobench.bench import IobenchConfig, run_iobench  # noqa: E402
-from fcctl.layout.units import parse_int_list, parse_size  # noqa: E402
 from fcctl.reports.iobench_report import render_table  # noqa: E402
+
+from fcctl.common.units import parse_int_list, parse_size  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fcctl.iobench.bench import IobenchConfig, run_iobench
 from fcctl.layout.readers import probe_engine
-from fcctl.layout.units import parse_int_list
+
+from fcctl.common.units import parse_int_list
 
 
 def main() -> int:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from fcctl.layout.errors import FcctlInputError
+from fcctl.common.errors import InputError as FcctlInputError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

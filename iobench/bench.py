@@ -39,8 +39,10 @@ from fcctl.iobench.restore import (
 )
 from fcctl.iobench.safety import interrupts_raise, prepare_workspace
 from fcctl.iobench.workload import Workload, load_trace_workload, synthetic_workload
-from fcctl.layout.errors import FcctlInputError, LayoutError
+from fcctl.layout.errors import LayoutError
 from fcctl.layout.geometry import model_geometry
+
+from fcctl.common.errors import FcctlInputError
 
 SCHEMA_VERSION = 1
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")

@@ -29,8 +29,9 @@ from pathlib import Path
 import numpy as np
 from fcctl.iobench.pattern import fill_pieces, piece_keys
 from fcctl.iobench.workload import Workload
-from fcctl.layout.errors import FcctlInputError
 from fcctl.layout.planner import Extent
+
+from fcctl.common.errors import FcctlInputError
 
 DEFAULT_BUCKET_BYTES = 256 * 2**20
 # The memory tier holds this fraction of the workload by default: small enough that most

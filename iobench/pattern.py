@@ -15,7 +15,8 @@ byte of every restore run is verified (outside the timed region; see ``iobench.r
 from __future__ import annotations
 
 import numpy as np
-from fcctl.layout.errors import FcctlInputError
+
+from fcctl.common.errors import FcctlInputError
 
 WORD_BYTES = 8
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

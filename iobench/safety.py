@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fcctl.layout.errors import FcctlInputError
+from fcctl.common.errors import FcctlInputError
 
 GiB = 2**30
 MARGIN_MIN_BYTES = 1 * GiB

@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fcctl.layout.errors import FcctlInputError
 from fcctl.layout.geometry import KvGeometry
+
+from fcctl.common.errors import FcctlInputError
 
 
 @dataclass(frozen=True)

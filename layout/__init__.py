@@ -13,7 +13,7 @@ from .address import (
     encode_address,
     encode_addresses,
 )
-from .errors import CorruptSessionFile, FcctlInputError, LayoutError, VerificationError
+from .errors import CorruptSessionFile, InputError, LayoutError, VerificationError
 from .geometry import KvGeometry, geometry_from_hf_config, model_geometry
 from .planner import Extent, ReadCommand, ReadPlan, plan_reads
 from .readers import (
@@ -36,7 +36,7 @@ __all__ = [
     "CorruptSessionFile",
     "EngineUnavailable",
     "Extent",
-    "FcctlInputError",
+    "InputError",
     "KvGeometry",
     "LayoutError",
     "ReadCommand",

@@ -1,24 +1,21 @@
-"""Domain errors.
+"""Errors of the storage core.
 
-Every error a user can cause with bad input derives from :class:`FcctlInputError`, a
-``ValueError``. The CLI maps it to one line on stderr and exit status 2; library callers catch
-``ValueError`` (or the specific subclass) as usual. Messages name the file, the place (line,
-row, offset), the field, the rule and ``got {value!r}``.
+Every error a caller can cause with bad input derives from :class:`InputError`, a plain
+``ValueError``: library callers catch ``ValueError`` (or the specific subclass) as usual, and
+fcctl's CLI maps it to one line on stderr and exit status 2. Messages name parameters (``tp``,
+``kv_dtype``), not command-line flags: the CLI maps a parameter to its flag. They name the file,
+the place (offset, turn, layer), the field, the rule and ``got {value!r}``.
 """
 
 from __future__ import annotations
 
 
-class FcctlInputError(ValueError):
-    """Bad input from the user: a file, a flag, a size. Rendered as one line, exit status 2."""
+class InputError(ValueError):
+    """Bad input from the caller: a file, a parameter, a size."""
 
 
-class LayoutError(FcctlInputError):
+class LayoutError(InputError):
     """A layout-level rule was broken (address field out of range, bad geometry, ...)."""
-
-
-class UnitError(FcctlInputError):
-    """A size or count string could not be parsed."""
 
 
 class CorruptSessionFile(LayoutError):

@@ -38,7 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import FcctlInputError, LayoutError
+from .errors import InputError, LayoutError
 from .planner import Extent, ReadCommand, ReadPlan, plan_reads
 
 PAGE_BYTES = 4096
@@ -46,7 +46,7 @@ DEFAULT_THREADS = 8
 KVIKIO_INSTALL_HINT = "pip install kvikio-cu12, or kvikio-cu13 for CUDA 13"
 
 
-class EngineUnavailable(FcctlInputError):
+class EngineUnavailable(InputError):
     """An I/O engine cannot run here (missing package, no CUDA driver); the message says why."""
 
 

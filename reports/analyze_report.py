@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
-from fcctl.layout.errors import FcctlInputError
+
+from fcctl.common.errors import FcctlInputError
 
 if TYPE_CHECKING:
     from fcctl.analyzers.analyze import AnalysisResult

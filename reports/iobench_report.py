@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from fcctl.layout.units import format_bytes
+
+from fcctl.common.units import format_bytes
 
 
 def runs_frame(result: Any) -> pl.DataFrame:

@@ -15,7 +15,7 @@ from fcctl.layout.address import (
     encode_address,
     encode_addresses,
 )
-from fcctl.layout.errors import FcctlInputError, LayoutError
+from fcctl.layout.errors import InputError, LayoutError
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -77,7 +77,7 @@ def test_out_of_range_fields_are_named(args: tuple[int, int, int], field: str, g
         encode_address(*args)
     msg = str(info.value)
     assert f"'{field}'" in msg and got in msg
-    assert isinstance(info.value, FcctlInputError) and isinstance(info.value, ValueError)
+    assert isinstance(info.value, InputError) and isinstance(info.value, ValueError)
 
 
 def test_reserved_medium_message_says_how_to_allow() -> None:

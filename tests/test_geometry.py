@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fcctl.layout.errors import FcctlInputError
+from fcctl.layout.errors import InputError
 from fcctl.layout.geometry import KvGeometry, geometry_from_hf_config, model_geometry
 
 
@@ -40,16 +40,16 @@ def test_tp_splits_heads_and_replicates_beyond_them() -> None:
 
 def test_kv_dtype() -> None:
     assert model_geometry("llama-3.1-8b", kv_dtype="fp8").bytes_per_token == 65536
-    with pytest.raises(FcctlInputError, match="--kv-dtype"):
+    with pytest.raises(InputError, match="--kv-dtype"):
         model_geometry("llama-3.1-8b", kv_dtype="int3")
 
 
 def test_unknown_preset_and_bad_tp() -> None:
-    with pytest.raises(FcctlInputError, match="--model: unknown preset"):
+    with pytest.raises(InputError, match="--model: unknown preset"):
         model_geometry("gpt-9")
-    with pytest.raises(FcctlInputError, match="--tp"):
+    with pytest.raises(InputError, match="--tp"):
         model_geometry("llama-3.1-8b", tp=0)
-    with pytest.raises(FcctlInputError, match="layers"):
+    with pytest.raises(InputError, match="layers"):
         KvGeometry("x", layers=0, kv_heads=1, head_dim=1)
 
 
@@ -93,11 +93,11 @@ def test_hf_config_mla_and_nested_text_config(tmp_path: Path) -> None:
 def test_hf_config_errors_name_file_and_field(tmp_path: Path, content: str, needle: str) -> None:
     cfg = tmp_path / "config.json"
     cfg.write_text(content)
-    with pytest.raises(FcctlInputError) as e:
+    with pytest.raises(InputError) as e:
         geometry_from_hf_config(cfg)
     assert str(cfg) in str(e.value) and needle in str(e.value)
 
 
 def test_hf_config_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(FcctlInputError, match="not found"):
+    with pytest.raises(InputError, match="not found"):
         geometry_from_hf_config(tmp_path / "nope.json")

@@ -3,7 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fcctl.iobench.pattern import check_piece_bytes, fill_pieces, mismatched_pieces, piece_keys
-from fcctl.layout.errors import FcctlInputError
+
+from fcctl.common.errors import FcctlInputError
 
 PIECE = 4096
 

@@ -4,7 +4,8 @@ import shutil
 
 import pytest
 from fcctl.iobench.safety import GiB, margin_bytes, prepare_workspace
-from fcctl.layout.errors import FcctlInputError
+
+from fcctl.common.errors import FcctlInputError
 
 
 def test_margin_is_the_larger_of_1gib_and_5_percent():

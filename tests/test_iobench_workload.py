@@ -3,8 +3,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 from fcctl.iobench.workload import synthetic_workload, trace_workload
-from fcctl.layout.errors import FcctlInputError
 
+from fcctl.common.errors import FcctlInputError
 from tests.conftest import SAMPLES
 from tests.iobench_helpers import TINY
 

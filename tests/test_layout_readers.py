@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fcctl.layout.errors import FcctlInputError, LayoutError
+from fcctl.layout.errors import InputError, LayoutError
 from fcctl.layout.planner import Extent, plan_reads
 from fcctl.layout.readers import (
     ENGINES,
@@ -158,7 +158,7 @@ def test_registry_and_protocol() -> None:
         open_engine("posix", colour="blue")
     with pytest.raises(LayoutError, match="threads"):
         PosixEngine(threads=0)
-    assert issubclass(EngineUnavailable, FcctlInputError)
+    assert issubclass(EngineUnavailable, InputError)
 
 
 def test_probe_posix_and_unknown() -> None:

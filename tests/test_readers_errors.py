@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from fcctl.analyzers.readers import TraceFormatError, read_trace
-from fcctl.layout.errors import FcctlInputError
+
+from fcctl.common.errors import FcctlInputError
 
 GOOD = {"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [0, 1]}
 

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import pytest
-from fcctl.layout.errors import FcctlInputError
-from fcctl.layout.units import format_bytes, parse_int_list, parse_size, parse_size_list
+
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.units import format_bytes, parse_int_list, parse_size, parse_size_list
 
 
 @pytest.mark.parametrize(
@@ -22,12 +23,22 @@ def test_parse_size(text: str | int, expected: int) -> None:
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "GiB", "12XB", "-5GiB", "1.5", "1e9", "64 GiB extra"])
+@pytest.mark.parametrize(
+    "text", ["", "GiB", "12XB", "-5GiB", "1.5", "1e9", "64 GiB extra", "0.3KiB", "1.0000001GiB"]
+)
 def test_parse_size_rejects(text: str) -> None:
     with pytest.raises(FcctlInputError) as e:
         parse_size(text, what="--size-limit")
     assert str(e.value).startswith("--size-limit: ")
     assert repr(text) in str(e.value)
+
+
+def test_fractional_sizes_that_are_whole_bytes_are_exact() -> None:
+    # Decimal arithmetic, not float: 0.5KiB is 512 bytes exactly, 0.3KiB (307.2) is refused.
+    assert parse_size("0.5KiB") == 512
+    assert parse_size("0.1GB") == 100_000_000
+    with pytest.raises(FcctlInputError, match="whole number of bytes"):
+        parse_size("0.3KiB", what="--memory")
 
 
 def test_parse_size_list() -> None:

@@ -20,7 +20,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 from fcctl.analyzers.schema import SCHEMA
-from fcctl.layout.errors import FcctlInputError
+
+from fcctl.common.errors import FcctlInputError
 
 try:  # orjson parses the 461 MB Claude Code file ~2x faster than json; json is the fallback.
     import orjson

@@ -69,8 +69,8 @@ def register(app: typer.Typer) -> None:
         """Measure block reuse, reuse distances, session KV sizes and memory-tier hit shares."""
         from fcctl.analyzers.analyze import analyze_trace
         from fcctl.analyzers.readers import read_trace
+        from fcctl.common.units import parse_size_list
         from fcctl.layout.geometry import model_geometry
-        from fcctl.layout.units import parse_size_list
         from fcctl.reports.analyze_report import check_out_dir, print_summary, write_out_dir
 
         # Flags first: a typo should fail before minutes of parsing.

@@ -102,8 +102,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Write sessions as flat files and as eviction-ordered buckets; restore both cold; fio."""
+        from fcctl.common.units import parse_int_list, parse_size
         from fcctl.iobench.bench import BenchFailed, IobenchConfig, run_iobench
-        from fcctl.layout.units import parse_int_list, parse_size
 
         if out is not None and out.exists() and not out.is_dir():
             raise fail(f"--out: must be a directory; got a file {str(out)!r}")

@@ -1,10 +1,12 @@
-"""Parse and format byte sizes. Binary (KiB, MiB, GiB, TiB) and decimal (KB, MB, GB, TB) units."""
+"""Parse and format byte sizes and lists for flags. Binary (KiB, MiB, GiB, TiB) and decimal
+(KB, MB, GB, TB) units."""
 
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
-from .errors import UnitError
+from fcctl.common.errors import UnitError
 
 _UNITS = {
     "": 1,
@@ -47,9 +49,10 @@ def parse_size(text: str | int, *, what: str = "size") -> int:
             f"{what}: unknown unit {unit!r} (use B, KiB, MiB, GiB, TiB or KB, MB, GB, TB); "
             f"got {text!r}"
         )
-    value = float(number) * factor
-    if value != int(value) and factor == 1:
-        raise UnitError(f"{what}: a byte count must be whole; got {text!r}")
+    # Exact decimal arithmetic: 1.5TB is a whole byte count, 0.3KiB (307.2 bytes) is not.
+    value = Decimal(number) * factor
+    if value != value.to_integral_value():
+        raise UnitError(f"{what}: must be a whole number of bytes; got {text!r} ({value} bytes)")
     return int(value)
 
 
