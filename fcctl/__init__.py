@@ -1,3 +1,5 @@
 """fcctl: decide where LLM KV cache lives (host memory, SSD, or both)."""
 
-__version__ = "0.1.0"
+from fcctl.common.version import __version__
+
+__all__ = ["__version__"]

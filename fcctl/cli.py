@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from fcctl import __version__
+from fcctl.common.version import __version__
 
 app = typer.Typer(
     name="fcctl",

@@ -1,39 +1,94 @@
-"""Map domain errors to one line on stderr and exit status 2."""
+"""The one error handler: every error a command can meet, mapped to one line and an exit status.
+
+| what | status |
+|---|---|
+| bad input: any :class:`~fcctl.layout.errors.InputError` (a trace, a flag, a file, a size) | 2 |
+| the run failed on this machine: :class:`~fcctl.common.errors.RunFailed` (disk, fio) | 1 |
+| Ctrl-C | 130 |
+| SIGTERM / SIGHUP turned into ``KeyboardInterrupt`` with ``exit_status`` (128 + N) | 128 + N |
+
+Library code raises these and never exits. The storage core's messages name parameters
+(``kv_dtype: ...``); the handler shows them as the command's flag (``--kv-dtype: ...``).
+"""
 
 from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, overload
 
 import typer
 
-from fcctl.common.errors import InputError as FcctlInputError
+from fcctl.common.errors import InputError, RunFailed
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+EXIT_BAD_INPUT = 2
+EXIT_RUN_FAILED = 1
+EXIT_INTERRUPTED = 130
 
-def fail(message: str, code: int = 2) -> typer.Exit:
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print ``fcctl: error: <message>`` (one line) to stderr; return the Exit to raise."""
     one_line = " ".join(str(message).split())
     print(f"fcctl: error: {one_line}", file=sys.stderr)
     return typer.Exit(code)
 
 
-def cli_errors(func: F) -> F:
-    """Decorate a command: bad input becomes one line and exit 2, never a traceback."""
+def flag_for(parameter: str, flags: Mapping[str, str] | None = None) -> str:
+    """The command-line flag of a library parameter: ``kv_dtype`` -> ``--kv-dtype``."""
+    if flags and parameter in flags:
+        return flags[parameter]
+    return "--" + parameter.replace("_", "-")
 
+
+def input_error_message(e: InputError, flags: Mapping[str, str] | None = None) -> str:
+    """The message of ``e``, its leading parameter name replaced by the flag."""
+    text = str(e)
+    parameter = getattr(e, "parameter", None)
+    if parameter and text.startswith(f"{parameter}:"):
+        text = flag_for(parameter, flags) + text[len(parameter) :]
+    return text
+
+
+def exit_status_of(e: BaseException) -> int:
+    """The exit status for an error (see the table above); 1 for anything else."""
+    if isinstance(e, InputError):
+        return EXIT_BAD_INPUT
+    if isinstance(e, KeyboardInterrupt):
+        return int(getattr(e, "exit_status", EXIT_INTERRUPTED))
+    return EXIT_RUN_FAILED
+
+
+def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except FcctlInputError as e:
-            raise fail(str(e)) from None
+        except InputError as e:
+            raise fail(input_error_message(e, flags), EXIT_BAD_INPUT) from None
+        except RunFailed as e:
+            raise fail(str(e), EXIT_RUN_FAILED) from None
         except KeyboardInterrupt as e:
             # Ctrl-C: 130; a signal turned into KeyboardInterrupt carries its own 128 + N.
             name = getattr(e, "signal_name", "")
             print(f"fcctl: interrupted{f' by {name}' if name else ''}", file=sys.stderr)
-            raise typer.Exit(getattr(e, "exit_status", 130)) from None
+            raise typer.Exit(exit_status_of(e)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+@overload
+def cli_errors(func: F) -> F: ...
+@overload
+def cli_errors(*, flags: Mapping[str, str]) -> Callable[[F], F]: ...
+def cli_errors(func: F | None = None, *, flags: Mapping[str, str] | None = None) -> Any:
+    """Decorate a command: bad input becomes one line and exit 2, never a traceback.
+
+    ``flags`` maps library parameter names to this command's flags where the rule
+    ``kv_dtype`` -> ``--kv-dtype`` does not hold (``{"config_path": "--model-config"}``).
+    """
+    if func is not None:
+        return _wrap(func, None)
+    return lambda f: _wrap(f, flags)
