@@ -1,0 +1,127 @@
+"""The house rules of STYLE.md, checked on the source: which package may import which.
+
+Data flows one way: layout (the core) -> common -> analyzers -> iobench -> reports -> the CLI.
+No library imports the CLI, the core imports nothing of ours, and no module imports itself
+back through a chain of imports (an import circle), lazily or not.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FOLDERS = {
+    "fcctl": REPO / "fcctl",
+    "fcctl.analyzers": REPO / "analyzers",
+    "fcctl.iobench": REPO / "iobench",
+    "fcctl.layout": REPO / "layout",
+    "fcctl.reports": REPO / "reports",
+}
+# What each layer may import of ours (besides itself).
+ALLOWED = {
+    "fcctl.layout": set(),
+    "fcctl.common": {"fcctl.layout"},
+    "fcctl.analyzers": {"fcctl.layout", "fcctl.common"},
+    "fcctl.iobench": {"fcctl.layout", "fcctl.common", "fcctl.analyzers"},
+    "fcctl.reports": {"fcctl.layout", "fcctl.common", "fcctl.analyzers", "fcctl.iobench"},
+}
+CLI = ("fcctl.cli", "fcctl.commands", "fcctl.errors", "fcctl.__main__")
+
+
+def _modules() -> dict[str, Path]:
+    mods: dict[str, Path] = {}
+    for pkg, folder in FOLDERS.items():
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            mods[".".join([pkg, *parts])] = path
+    return mods
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    is_pkg = path.name == "__init__.py"
+    here = name if is_pkg else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = here.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+        for t in targets:
+            # The longest known module that the target names (a name imported from a module
+            # counts as the module).
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                out.add(t)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    known = set(mods)
+    return {m: _imports(m, p, known) for m, p in mods.items()}
+
+
+def _layer(module: str) -> str | None:
+    for layer in sorted(ALLOWED, key=len, reverse=True):
+        if module == layer or module.startswith(layer + "."):
+            return layer
+    return None
+
+
+def test_no_library_imports_the_cli_and_layers_point_one_way() -> None:
+    bad = []
+    for mod, deps in _graph().items():
+        layer = _layer(mod)
+        if layer is None:
+            continue  # the CLI itself
+        for dep in deps:
+            dep_layer = _layer(dep)
+            if dep.startswith(CLI) or dep == "fcctl":
+                bad.append(f"{mod} imports the CLI ({dep})")
+            elif dep_layer not in {layer, *ALLOWED[layer]}:
+                bad.append(f"{mod} ({layer}) imports {dep} ({dep_layer})")
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_no_import_circle() -> None:
+    graph = _graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not circles, f"import circles: {circles}"
