@@ -1,44 +1,23 @@
 """The canonical trace as a Parquet file: what ``fcctl convert`` writes.
 
 The table is :data:`analyzers.schema.SCHEMA`, rows in analysis order. What the reader knew
-about the trace goes in the Parquet file's key-value metadata under :data:`METADATA_KEY`
-as one JSON object (``schema_version``, ``format``, ``order``, ``has_hashes``,
-``has_sessions``, ``block_size_tokens``, ``path`` of the source trace, ``notes``), so that
+about the trace goes in the Parquet file's key-value metadata
+(:mod:`fcctl.analyzers.trace_metadata`, shared with the reader), so that
 reading the file back (the ``"parquet"`` reader) gives a :class:`Trace` equal to the one
 written (:func:`traces_equal`), including the source ``path`` and ``format``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
 
+from fcctl.analyzers.readers import read_trace
 from fcctl.analyzers.schema import COLUMNS, Trace
+from fcctl.analyzers.trace_metadata import trace_metadata
 
 from fcctl.common.errors import FcctlInputError
-
-METADATA_KEY = "fcctl.trace"
-METADATA_VERSION = 1
-
-
-def trace_metadata(trace: Trace) -> dict[str, str]:
-    """The Parquet key-value metadata that describes ``trace``."""
-    return {
-        METADATA_KEY: json.dumps(
-            {
-                "schema_version": METADATA_VERSION,
-                "format": trace.format,
-                "order": trace.order,
-                "has_hashes": trace.has_hashes,
-                "has_sessions": trace.has_sessions,
-                "block_size_tokens": trace.block_size_tokens,
-                "path": trace.path,
-                "notes": list(trace.notes),
-            }
-        )
-    }
 
 
 def check_output_file(path: str | Path) -> None:
@@ -89,8 +68,6 @@ def _umask() -> int:
 
 def read_canonical(path: str | Path) -> Trace:
     """Read a canonical Parquet file (same as ``read_trace(path, format="parquet")``)."""
-    from fcctl.analyzers.readers import read_trace
-
     return read_trace(path, format="parquet")
 
 

@@ -25,6 +25,8 @@ from fcctl.analyzers.readers.mooncake import MooncakeReader
 from fcctl.analyzers.readers.parquet import ParquetReader
 from fcctl.analyzers.schema import Trace
 
+from fcctl.common.progress import Progress
+
 __all__ = ["FORMATS", "TraceFormatError", "TraceReader", "detect_format", "read_trace"]
 
 
@@ -39,8 +41,11 @@ class TraceReader(Protocol):
         """Whether ``head`` (the first 64 KiB of decompressed content) looks like this format."""
         ...
 
-    def read(self, path: Path, progress: bool = False) -> Trace:
-        """Parse the whole file into a :class:`Trace`; bad input raises TraceFormatError."""
+    def read(self, path: Path, progress: Progress) -> Trace:
+        """Parse the whole file into a :class:`Trace`; bad input raises TraceFormatError.
+
+        Long reads report the bytes done on a line of ``progress`` (a no-op when disabled).
+        """
         ...
 
 
@@ -90,11 +95,14 @@ def detect_format(path: str | Path) -> str:
     )
 
 
-def read_trace(path: str | Path, format: str | None = None, *, progress: bool = False) -> Trace:
+def read_trace(
+    path: str | Path, format: str | None = None, *, progress: Progress | bool = False
+) -> Trace:
     """Read a trace file (or Claude Code directory) into the canonical :class:`Trace`.
 
     ``format`` is a :data:`FORMATS` name; ``None`` detects it from the content. ``progress``
-    shows a rich progress bar on stderr (when stderr is a terminal).
+    is the caller's :class:`~fcctl.common.progress.Progress` display, or ``True`` for one of
+    its own (a bar on stderr when that is a terminal and the read runs past ~2 s).
     """
     path = Path(path)
     if not path.exists():
@@ -111,4 +119,7 @@ def read_trace(path: str | Path, format: str | None = None, *, progress: bool = 
             f"{path}: is a directory; only the claude-code format reads directories "
             f"(got --format {format})"
         )
-    return reader.read(path, progress=progress)
+    if isinstance(progress, Progress):
+        return reader.read(path, progress)
+    with Progress(enabled=progress) as own:
+        return reader.read(path, own)

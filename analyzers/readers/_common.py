@@ -12,7 +12,7 @@ import gzip
 import math
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,6 +22,7 @@ import pyarrow as pa
 from fcctl.analyzers.schema import SCHEMA
 
 from fcctl.common.errors import FcctlInputError
+from fcctl.common.progress import Progress, Task
 
 try:  # orjson parses the 461 MB Claude Code file ~2x faster than json; json is the fallback.
     import orjson
@@ -109,42 +110,14 @@ def open_content(path: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
             yield raw, raw
 
 
-@contextmanager
-def byte_progress(path: Path, enabled: bool, what: str = "reading") -> Iterator[Any]:
-    """A rich progress bar on stderr over the file's bytes; a no-op updater when disabled.
-
-    Yields ``update(done_bytes)``.
-    """
-    if not enabled:
-        yield lambda _done: None
-        return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    console = Console(stderr=True)
-    total = path.stat().st_size if path.is_file() else None
-    with Progress(
-        TextColumn(f"{what} {path.name}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    ) as bar:
-        task = bar.add_task(what, total=total)
-        yield lambda done: bar.update(task, completed=done)
+def reading_task(
+    progress: Progress, path: Path, total_bytes: int | None, what: str = "reading"
+) -> AbstractContextManager[Task]:
+    """A line of ``progress`` over the bytes of ``path`` read so far (shown in MiB)."""
+    return progress.task(f"{what} {path.name}", total_bytes, unit="MiB", per_unit=2**20)
 
 
-def iter_lines(path: Path, *, progress: bool = False) -> Iterator[tuple[int, bytes]]:
+def iter_lines(path: Path, *, progress: Progress | None = None) -> Iterator[tuple[int, bytes]]:
     """Yield ``(line_number, line)`` (1-based, without the newline) for non-blank lines.
 
     Reads the (possibly gzip) file in large chunks; a broken or truncated gzip stream becomes a
@@ -154,7 +127,8 @@ def iter_lines(path: Path, *, progress: bool = False) -> Iterator[tuple[int, byt
     check_file(path)
     lineno = 0
     seen = False
-    with byte_progress(path, progress) as update, open_content(path) as (content, raw):
+    bar = reading_task(progress or Progress(enabled=False), path, path.stat().st_size)
+    with bar as task, open_content(path) as (content, raw):
         pending: list[bytes] = []
         while True:
             try:
@@ -165,7 +139,7 @@ def iter_lines(path: Path, *, progress: bool = False) -> Iterator[tuple[int, byt
                 ) from None
             if not chunk:
                 break
-            update(raw.tell())
+            task.update(raw.tell())
             parts = chunk.split(b"\n")
             if pending:
                 parts[0] = b"".join([*pending, parts[0]])
@@ -184,7 +158,9 @@ def iter_lines(path: Path, *, progress: bool = False) -> Iterator[tuple[int, byt
         raise fail(path, None, "file is empty (no records)")
 
 
-def iter_json_lines(path: Path, *, progress: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_json_lines(
+    path: Path, *, progress: Progress | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, object)`` for each JSON Lines record; each must be a JSON object."""
     for lineno, line in iter_lines(path, progress=progress):
         try:

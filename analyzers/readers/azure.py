@@ -24,6 +24,8 @@ from fcctl.analyzers.readers._common import (
 )
 from fcctl.analyzers.schema import Trace
 
+from fcctl.common.progress import Progress
+
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
@@ -36,7 +38,7 @@ class AzureReader:
         columns = [c.strip() for c in first.decode("utf-8", "replace").split(",")]
         return all(name in columns for name in HEADER)
 
-    def read(self, path: Path, progress: bool = False) -> Trace:
+    def read(self, path: Path, progress: Progress) -> Trace:
         text = b"\n".join(line for _, line in iter_lines(path, progress=progress))
         try:
             table = pl.read_csv(io.BytesIO(text), infer_schema=False)

@@ -30,6 +30,8 @@ from fcctl.analyzers.readers._common import (
 )
 from fcctl.analyzers.schema import Trace
 
+from fcctl.common.progress import Progress
+
 BLOCK_SIZE_TOKENS = 16
 
 
@@ -41,7 +43,7 @@ class BailianReader:
         record = first_json_record(head)
         return isinstance(record, dict) and "chat_id" in record and "parent_chat_id" in record
 
-    def read(self, path: Path, progress: bool = False) -> Trace:
+    def read(self, path: Path, progress: Progress) -> Trace:
         chat_ids: list[int] = []
         parents: list[int] = []
         timestamps: list[float] = []

@@ -26,6 +26,7 @@ Mapping to the canonical table (``order == "session"``):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,6 @@ from fcctl.analyzers.readers._common import (
     JSONDecodeError,
     TraceFormatError,
     build_frame,
-    byte_progress,
     fail,
     finite_number,
     first_json_record,
@@ -46,10 +46,13 @@ from fcctl.analyzers.readers._common import (
     iter_lines,
     loads,
     non_negative_int,
+    reading_task,
     require,
     show,
 )
 from fcctl.analyzers.schema import Trace
+
+from fcctl.common.progress import Progress
 
 LOCAL_ID_BITS = 40
 MAX_SESSIONS = 2 ** (64 - LOCAL_ID_BITS) - 1
@@ -151,7 +154,7 @@ class ClaudeCodeReader:
             and (b'"hash_id_scope"' in head or b'"block_size"' in head)
         )
 
-    def read(self, path: Path, progress: bool = False) -> Trace:
+    def read(self, path: Path, progress: Progress) -> Trace:
         sessions: list[_Session] = []
         seen: dict[str, str] = {}
         for place, record in self._records(path, progress):
@@ -181,18 +184,17 @@ class ClaudeCodeReader:
             raise fail(path, None, f"no requests in any of the {len(sessions)} sessions")
         return self._trace(path, sessions)
 
-    def _records(self, path: Path, progress: bool) -> Any:
+    def _records(self, path: Path, progress: Progress) -> Iterator[tuple[str, Any]]:
         """Yield ``(place, parsed session)`` one at a time: never all sessions at once."""
         if path.is_dir():
             files = sorted(path.glob("trace_*.json"))
             if not files:
                 raise TraceFormatError(f"{path}: directory holds no trace_*.json files")
-            done = 0
-            with byte_progress(path, progress) as update:
+            total = sum(file.stat().st_size for file in files)
+            with reading_task(progress, path, total) as task:
                 for file in files:
                     data = file.read_bytes()
-                    done += len(data)
-                    update(done)
+                    task.advance(len(data))
                     if not data.strip():
                         raise TraceFormatError(f"{file}: file is empty")
                     try:

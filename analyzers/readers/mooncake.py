@@ -22,6 +22,8 @@ from fcctl.analyzers.readers._common import (
 )
 from fcctl.analyzers.schema import Trace
 
+from fcctl.common.progress import Progress
+
 BLOCK_SIZE_TOKENS = 512
 _FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
@@ -38,7 +40,7 @@ class MooncakeReader:
             and "chat_id" not in record
         )
 
-    def read(self, path: Path, progress: bool = False) -> Trace:
+    def read(self, path: Path, progress: Progress) -> Trace:
         timestamps_ms: list[float] = []
         inputs: list[int] = []
         outputs: list[int] = []

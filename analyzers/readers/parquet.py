@@ -8,21 +8,26 @@ renumbered and ``parent_request`` remapped to the new numbers.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
-from fcctl.analyzers.canonical import METADATA_KEY
 from fcctl.analyzers.readers._common import (
     TraceFormatError,
-    byte_progress,
     fail,
+    reading_task,
     show,
     stable_time_order,
 )
 from fcctl.analyzers.schema import SCHEMA, Trace
+from fcctl.analyzers.trace_metadata import (
+    METADATA_KEY,
+    TraceMetadata,
+    TraceMetadataError,
+    parse_trace_metadata,
+)
+
+from fcctl.common.progress import Progress
 
 PARQUET_MAGIC = b"PAR1"
 _INTEGERS = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64)
@@ -35,13 +40,14 @@ class ParquetReader:
     def sniff(self, head: bytes) -> bool:
         return head.startswith(PARQUET_MAGIC)
 
-    def read(self, path: Path, progress: bool = False) -> Trace:
+    def read(self, path: Path, progress: Progress) -> Trace:
         try:
             metadata = pl.read_parquet_metadata(path)
             # One read call, no partial progress to report: the bar shows that work is under way.
-            with byte_progress(path, progress) as update:
+            size = path.stat().st_size
+            with reading_task(progress, path, size) as task:
                 frame = pl.read_parquet(path)
-                update(path.stat().st_size)
+                task.update(size)
         except (pl.exceptions.PolarsError, OSError) as e:
             raise fail(
                 path, None, f"unreadable Parquet ({' '.join(str(e).split())[:160]})"
@@ -67,14 +73,14 @@ class ParquetReader:
         if not np.array_equal(index, np.arange(frame.height)):
             raise fail(path, None, "column 'request_index' must be 0..n-1 in row order")
         return Trace(
-            path=info["path"],
-            format=info["format"],
+            path=info.path,
+            format=info.format,
             requests=frame,
-            order=info["order"],
-            has_hashes=info["has_hashes"],
-            has_sessions=info["has_sessions"],
-            block_size_tokens=info["block_size_tokens"],
-            notes=tuple(info["notes"]),
+            order=info.order,
+            has_hashes=info.has_hashes,
+            has_sessions=info.has_sessions,
+            block_size_tokens=info.block_size_tokens,
+            notes=info.notes,
         )
 
     @staticmethod
@@ -131,19 +137,12 @@ class ParquetReader:
         return pl.DataFrame(columns)
 
     @staticmethod
-    def _info(path: Path, raw: str | None) -> dict[str, Any] | None:
+    def _info(path: Path, raw: str | None) -> TraceMetadata | None:
         if raw is None:
             return None
         try:
-            info = json.loads(raw)
-            keys = ("format", "order", "has_hashes", "has_sessions", "block_size_tokens", "path")
-            if not isinstance(info, dict) or any(k not in info for k in keys):
-                raise ValueError
-            if info["order"] not in ("time", "session"):
-                raise ValueError
-            info.setdefault("notes", [])
-            return info
-        except ValueError:
+            return parse_trace_metadata(raw)
+        except TraceMetadataError:
             raise TraceFormatError(
                 f"{path}: metadata {METADATA_KEY!r} must be a JSON object with the trace "
                 f"description; got {show(raw)}"
