@@ -1,0 +1,186 @@
+"""Session-start schedules: how sessions of a per-session-clock trace interleave under load.
+
+Traces whose times are per session (Claude Code: every session's clock starts at 0) say nothing
+about how many sessions run at once. Analysing them "one session after another" is the best
+case for a memory tier: no other session's blocks arrive between two turns. A schedule places
+each session's start on one shared clock, each session keeping its own offsets between
+requests, so that requests of concurrent sessions interleave as they would on a busy server.
+
+Two schedules, both deterministic for a seed:
+
+* **by rate** (:func:`schedule_by_rate`): sessions start as a Poisson process whose rate is
+  chosen so that the aggregate *request* rate is the target ``R`` requests/s. With ``S``
+  sessions and ``N`` requests, a session brings ``N/S`` requests on average, so sessions start
+  at ``lambda = R * S / N`` per second: inter-start gaps are exponential with mean
+  ``1/lambda``, drawn with ``numpy.random.default_rng(seed)``. Sessions start in trace order.
+* **by concurrency** (:func:`schedule_by_concurrency`): ``C`` sessions run at once. Sessions,
+  in trace order, take the first of ``C`` slots to come free (ties: the lowest slot); a
+  session holds its slot from its start until its last request's arrival offset.
+
+:func:`interleave` then orders requests by ``session start + own offset`` (stable: trace
+order breaks ties), renumbers ``request_index``, remaps ``parent_request`` and returns a
+trace with one shared clock (``order == "time"``). The replay simulator and
+``fcctl analyze --rate`` use this one library, so both see the same interleaving.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import numpy as np
+import polars as pl
+from fcctl.analyzers.schema import Trace
+
+from fcctl.common.errors import FcctlInputError
+
+ScheduleKind = Literal["rate", "concurrency"]
+
+
+@dataclass(frozen=True)
+class SessionSchedule:
+    """Where each session starts on the shared clock (seconds), by session ordinal."""
+
+    kind: ScheduleKind
+    seed: int
+    sessions: int
+    requests: int
+    start_s: np.ndarray  # float64, one per session, in trace order
+    rate_requests_per_s: float | None = None
+    session_rate_per_s: float | None = None
+    concurrent_sessions: int | None = None
+
+    def mean_concurrent_sessions(self, duration_s: np.ndarray) -> float:
+        """Average sessions active at once: total session time over the schedule's span."""
+        if self.sessions == 0:
+            return 0.0
+        ends = self.start_s + duration_s
+        span = float(ends.max() - self.start_s.min())
+        if span <= 0:
+            return float(self.sessions)
+        return float(duration_s.sum()) / span
+
+
+def _check_rate(rate: float, what: str) -> float:
+    if not isinstance(rate, int | float) or isinstance(rate, bool) or not math.isfinite(rate):
+        raise FcctlInputError(
+            f"{what}: must be a finite number of requests per second; got {rate!r}"
+        )
+    if rate <= 0:
+        raise FcctlInputError(f"{what}: must be > 0 requests per second; got {rate!r}")
+    return float(rate)
+
+
+def _session_ordinals(requests: pl.DataFrame) -> tuple[np.ndarray, int]:
+    """Session ordinal per request (first appearance order) and the number of sessions."""
+    if requests["session_id"].null_count():
+        raise FcctlInputError(
+            "schedule: every request needs a session_id to schedule sessions; "
+            f"{requests['session_id'].null_count()} have none"
+        )
+    codes = requests.select(
+        pl.col("session_id").rank("dense").cast(pl.Int64) - 1,
+    )["session_id"].to_numpy()
+    # Dense ranks sort by id; renumber them by first appearance (trace order).
+    _, first = np.unique(codes, return_index=True)
+    order = np.argsort(first, kind="stable")
+    renumber = np.empty_like(order)
+    renumber[order] = np.arange(order.shape[0])
+    return renumber[codes], int(order.shape[0])
+
+
+def session_durations_s(requests: pl.DataFrame) -> np.ndarray:
+    """Each session's last arrival offset (seconds after its own start), in trace order."""
+    ordinal, n = _session_ordinals(requests)
+    t = requests["timestamp_s"].to_numpy()
+    first = np.full(n, np.inf)
+    last = np.full(n, -np.inf)
+    np.minimum.at(first, ordinal, t)
+    np.maximum.at(last, ordinal, t)
+    return last - first
+
+
+def schedule_by_rate(
+    requests: pl.DataFrame, rate_requests_per_s: float, *, seed: int = 0
+) -> SessionSchedule:
+    """Poisson session starts at the session rate that gives ``rate_requests_per_s`` requests/s."""
+    rate = _check_rate(rate_requests_per_s, "rate")
+    _, n_sessions = _session_ordinals(requests)
+    n_requests = requests.height
+    if n_sessions == 0:
+        return SessionSchedule("rate", seed, 0, 0, np.zeros(0), rate, None)
+    session_rate = rate * n_sessions / n_requests
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1.0 / session_rate, size=n_sessions)
+    gaps[0] = 0.0  # the first session opens the clock
+    return SessionSchedule(
+        kind="rate",
+        seed=seed,
+        sessions=n_sessions,
+        requests=n_requests,
+        start_s=np.cumsum(gaps),
+        rate_requests_per_s=rate,
+        session_rate_per_s=session_rate,
+    )
+
+
+def schedule_by_concurrency(requests: pl.DataFrame, concurrent_sessions: int) -> SessionSchedule:
+    """``concurrent_sessions`` slots; each session takes the first slot to come free."""
+    if isinstance(concurrent_sessions, bool) or not isinstance(concurrent_sessions, int):
+        raise FcctlInputError(
+            f"concurrent_sessions: must be a whole number; got {concurrent_sessions!r}"
+        )
+    if concurrent_sessions < 1:
+        raise FcctlInputError(f"concurrent_sessions: must be >= 1; got {concurrent_sessions!r}")
+    durations = session_durations_s(requests)
+    n = durations.shape[0]
+    slots = [(0.0, k) for k in range(min(concurrent_sessions, max(n, 1)))]
+    heapq.heapify(slots)
+    start = np.zeros(n)
+    for i in range(n):
+        free_at, k = heapq.heappop(slots)
+        start[i] = free_at
+        heapq.heappush(slots, (free_at + float(durations[i]), k))
+    return SessionSchedule(
+        kind="concurrency",
+        seed=0,
+        sessions=n,
+        requests=requests.height,
+        start_s=start,
+        concurrent_sessions=concurrent_sessions,
+    )
+
+
+def interleave(trace: Trace, schedule: SessionSchedule) -> Trace:
+    """``trace`` with its sessions started on ``schedule``: one shared clock, time order."""
+    if trace.order != "session":
+        raise FcctlInputError(
+            f"{trace.path}: schedule: only traces with per-session clocks are rescheduled; "
+            f"this one has one clock for all requests (order {trace.order!r})"
+        )
+    req = trace.requests
+    ordinal, n = _session_ordinals(req)
+    if n != schedule.sessions:
+        raise FcctlInputError(
+            f"{trace.path}: schedule: made for {schedule.sessions} sessions; the trace has {n}"
+        )
+    t = req["timestamp_s"].to_numpy()
+    first = np.full(n, np.inf)
+    np.minimum.at(first, ordinal, t)
+    absolute = schedule.start_s[ordinal] + (t - first[ordinal])
+    order = np.lexsort((np.arange(req.height), absolute))  # time, then trace order
+    new_index = np.empty(req.height, dtype=np.int64)
+    new_index[order] = np.arange(req.height, dtype=np.int64)
+    parent = req["parent_request"]
+    remapped = pl.Series(
+        "parent_request",
+        np.where(parent.is_null().to_numpy(), 0, new_index[parent.fill_null(0).to_numpy()]),
+        dtype=pl.Int64,
+    )
+    out = req.with_columns(
+        pl.Series("timestamp_s", absolute, dtype=pl.Float64),
+        pl.when(parent.is_null()).then(None).otherwise(remapped).alias("parent_request"),
+    )[order].with_columns(pl.Series("request_index", np.arange(req.height), dtype=pl.Int64))
+    return replace(trace, requests=out, order="time")
