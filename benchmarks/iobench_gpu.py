@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fcctl.iobench.bench import IobenchConfig, run_iobench
-from fcctl.layout.readers import probe_engine
+from fcctl.layout.engines import probe_engine
 
 from fcctl.common.units import parse_int_list
 

@@ -292,7 +292,7 @@ def bytes_needed(workload: Workload, layouts: tuple[str, ...]) -> int:
 
 
 def check_engine_name(requested: str | None) -> None:
-    from fcctl.layout.readers import ENGINES
+    from fcctl.layout.engines import ENGINES
 
     if requested is not None and requested not in ENGINES:
         raise FcctlInputError(f"--engine: must be one of {', '.join(ENGINES)}; got {requested!r}")
@@ -304,7 +304,7 @@ def choose_engine(requested: str | None, directory: str | None = None) -> tuple[
     The probes read a small file in ``directory`` (the benchmark's own directory, so "O_DIRECT
     works" is said of the filesystem the benchmark reads, not of the temp dir).
     """
-    from fcctl.layout.readers import EngineUnavailable, probe_engine
+    from fcctl.layout.engines import EngineUnavailable, probe_engine
 
     check_engine_name(requested)
     if requested is not None:
@@ -444,7 +444,7 @@ def _fio_round(
 
 def run_iobench(config: IobenchConfig, *, progress: bool = False) -> IobenchResult:
     """Run the whole benchmark described by ``config`` (see the module docstring)."""
-    from fcctl.layout.readers import open_engine
+    from fcctl.layout.engines import open_engine
 
     started = _utc_now()
     workload = build_workload(config, progress=progress)
@@ -625,7 +625,7 @@ def _measure(
     bar: _Progress,
 ) -> tuple[dict[tuple[str, int], list[RunResult]], list[dict[str, Any]], dict[str, Any]]:
     """The repeats: a fio round, then each concurrency's restore of each layout in turn."""
-    from fcctl.layout.readers import drop_file_cache
+    from fcctl.layout.engines import drop_file_cache
 
     buffers = {name: allocate_buffers(rs, gpu=gpu) for name, rs in restores.items()}
     all_files = [f for name in config.layouts for f in files[name]]

@@ -14,26 +14,15 @@ from pathlib import Path
 import numpy as np
 from fcctl.iobench.pattern import fill_pieces, piece_keys
 from fcctl.iobench.workload import Workload
-from fcctl.layout.session_file import ALIGN, DATA_START, SessionFile
-
-
-def _align_up(n: int, align: int = ALIGN) -> int:
-    return -(-n // align) * align
-
-
-def _record_bytes(layers: int) -> int:
-    # A turn record (88 fixed + 4 per layer + 4 CRC bytes) padded to 4096 (layout.session_file).
-    return _align_up(88 + 4 * layers + 4)
+from fcctl.layout.alignment import align_up
+from fcctl.layout.session_file import SessionFile
+from fcctl.layout.session_format import DATA_START, file_bytes, fit_name
 
 
 def session_file_bytes(workload: Workload, session: int) -> int:
     """Bytes the session's file takes on disk: headers, then per turn a record and padded layers."""
-    layers = workload.geometry.layers
-    per_turn = [
-        _record_bytes(layers) + layers * _align_up(blocks * workload.piece_bytes)
-        for blocks in workload.sessions[session].turn_blocks
-    ]
-    return DATA_START + sum(per_turn)
+    turn_blocks = workload.sessions[session].turn_blocks
+    return file_bytes(workload.geometry, workload.block_tokens, turn_blocks)
 
 
 def flat_bytes_needed(workload: Workload) -> int:
@@ -63,15 +52,13 @@ def write_flat_layout(
     try:
         for s, turn in workload.arrivals:
             if files[s] is None:
-                size = _align_up(sizes[s])
+                size = align_up(sizes[s])
                 files[s] = SessionFile.create(
                     paths[s],
                     workload.geometry,
                     block_tokens=workload.block_tokens,
-                    # The header holds 64 UTF-8 bytes of session id; longer ids are cut.
-                    session_id=workload.sessions[s]
-                    .session_id.encode()[:64]
-                    .decode("utf-8", "ignore"),
+                    # The header holds a bounded session id; longer ids are cut.
+                    session_id=fit_name(workload.sessions[s].session_id),
                     reserve_bytes=size - DATA_START,
                     extent_bytes=size,
                 )

@@ -30,14 +30,9 @@ from fcctl.iobench.eviction import EvictionLayout
 from fcctl.iobench.flat import FlatLayout
 from fcctl.iobench.pattern import mismatched_pieces, piece_keys
 from fcctl.iobench.workload import Workload
+from fcctl.layout.alignment import PAGE_BYTES, align_up
 from fcctl.layout.planner import ReadPlan, plan_reads
 from fcctl.layout.session_file import SessionFile
-
-PAGE_BYTES = 4096
-
-
-def _align_up(n: int, align: int = PAGE_BYTES) -> int:
-    return -(-n // align) * align
 
 
 @dataclass(frozen=True)
@@ -77,7 +72,7 @@ def _session_restore(
     base, at = [], 0
     for plan in plans:
         base.append(at)
-        at += _align_up(plan.buffer_bytes)
+        at += align_up(plan.buffer_bytes)
     return SessionRestore(session, tuple(plans), tuple(tuple(e) for e in expected), tuple(base), at)
 
 

@@ -13,32 +13,41 @@ from .address import (
     encode_address,
     encode_addresses,
 )
-from .errors import CorruptSessionFile, InputError, LayoutError, VerificationError
-from .geometry import KvGeometry, geometry_from_hf_config, model_geometry
-from .planner import Extent, ReadCommand, ReadPlan, plan_reads
-from .readers import (
+from .alignment import PAGE_BYTES, align_up
+from .buffers import aligned_buffer
+from .engines import (
     ENGINES,
     EngineUnavailable,
+    KvikioEngine,
+    PosixEngine,
     ReadEngine,
     ReadResult,
     drop_file_cache,
     open_engine,
     probe_engine,
+    read_plan,
 )
-from .session_file import SessionFile, TurnRecord
+from .errors import CorruptSessionFile, InputError, LayoutError, VerificationError
+from .geometry import KvGeometry, geometry_from_hf_config, model_geometry
+from .planner import Extent, ReadCommand, ReadPlan, plan_reads
+from .session_file import SessionFile
+from .session_format import TurnRecord, file_bytes, fit_name
 from .staging import RestoreStats, StagingWindow, restore_session
 
 __all__ = [
     "ENGINES",
     "MEDIUM_MEMORY",
     "MEDIUM_SSD",
+    "PAGE_BYTES",
     "BlockAddress",
     "CorruptSessionFile",
     "EngineUnavailable",
     "Extent",
     "InputError",
     "KvGeometry",
+    "KvikioEngine",
     "LayoutError",
+    "PosixEngine",
     "ReadCommand",
     "ReadEngine",
     "ReadPlan",
@@ -48,15 +57,20 @@ __all__ = [
     "StagingWindow",
     "TurnRecord",
     "VerificationError",
+    "align_up",
+    "aligned_buffer",
     "decode_address",
     "decode_addresses",
     "drop_file_cache",
     "encode_address",
     "encode_addresses",
+    "file_bytes",
+    "fit_name",
     "geometry_from_hf_config",
     "model_geometry",
     "open_engine",
     "plan_reads",
     "probe_engine",
+    "read_plan",
     "restore_session",
 ]

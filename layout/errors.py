@@ -11,7 +11,15 @@ from __future__ import annotations
 
 
 class InputError(ValueError):
-    """Bad input from the caller: a file, a parameter, a size."""
+    """Bad input from the caller: a file, a parameter, a size.
+
+    ``parameter`` names the argument at fault (``"kv_dtype"``, ``"tp"``) when there is one; the
+    message then starts with ``"{parameter}: "``, which a CLI may replace by its flag.
+    """
+
+    def __init__(self, message: str, *, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self.parameter = parameter
 
 
 class LayoutError(InputError):

@@ -37,6 +37,11 @@ KV_DTYPE_BYTES: dict[str, int] = {
     "float8": 1,
     "fp8_e4m3": 1,
     "fp8_e5m2": 1,
+    # torch's float8 names, as Hugging Face configs write them (``"torch_dtype": "float8_e4m3fn"``).
+    "float8_e4m3fn": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2": 1,
+    "float8_e5m2fnuz": 1,
     "int8": 1,
 }
 
@@ -153,7 +158,9 @@ def dtype_bytes(name: str) -> int:
         return KV_DTYPE_BYTES[name.lower()]
     except KeyError:
         known = ", ".join(sorted(KV_DTYPE_BYTES))
-        raise LayoutError(f"--kv-dtype: unknown dtype (known: {known}); got {name!r}") from None
+        raise LayoutError(
+            f"kv_dtype: unknown dtype (known: {known}); got {name!r}", parameter="kv_dtype"
+        ) from None
 
 
 def model_geometry(
@@ -172,11 +179,12 @@ def model_geometry(
         except KeyError:
             known = ", ".join(MODEL_PRESETS)
             raise LayoutError(
-                f"--model: unknown preset (known: {known}; or pass --model-config config.json); "
-                f"got {model!r}"
+                f"model: unknown preset (known: {known}; or give a Hugging Face config.json as "
+                f"config_path); got {model!r}",
+                parameter="model",
             ) from None
-    if tp is not None and tp < 1:
-        raise LayoutError(f"--tp: must be >= 1; got {tp!r}")
+    if tp is not None and (not isinstance(tp, int) or isinstance(tp, bool) or tp < 1):
+        raise LayoutError(f"tp: must be an integer >= 1; got {tp!r}", parameter="tp")
     return geom.with_overrides(tp=tp, dtype_bytes=dtype_bytes(kv_dtype) if kv_dtype else None)
 
 
@@ -187,6 +195,25 @@ def _cfg_int(cfg: dict[str, Any], path: str, key: str, default: int | None = Non
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise LayoutError(f"{path}: field {key!r}: must be a non-negative integer; got {value!r}")
     return value
+
+
+def _cfg_dtype_bytes(cfg: dict[str, Any], raw: dict[str, Any], path: str) -> int:
+    """Element size from the first dtype field present; bf16 when none is.
+
+    An unknown value is an error: guessing 2 bytes would silently double an fp8 cache's size.
+    """
+    for source, key in ((cfg, "torch_dtype"), (cfg, "dtype"), (raw, "torch_dtype")):
+        value = source.get(key)
+        if not value:
+            continue
+        bytes_ = KV_DTYPE_BYTES.get(value.lower()) if isinstance(value, str) else None
+        if bytes_ is None:
+            known = ", ".join(sorted(KV_DTYPE_BYTES))
+            raise LayoutError(
+                f"{path}: field {key!r}: unknown dtype (known: {known}); got {value!r}"
+            )
+        return bytes_
+    return KV_DTYPE_BYTES["bfloat16"]
 
 
 def geometry_from_hf_config(path: str | Path) -> KvGeometry:
@@ -206,10 +233,10 @@ def geometry_from_hf_config(path: str | Path) -> KvGeometry:
         raise LayoutError(f"{p}:{e.lineno}: model config is not valid JSON: {e.msg}") from None
     if not isinstance(raw, dict):
         raise LayoutError(f"{p}: model config must be a JSON object; got {type(raw).__name__}")
-    cfg = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    text_config = raw.get("text_config")
+    cfg: dict[str, Any] = text_config if isinstance(text_config, dict) else raw
     layers = _cfg_int(cfg, str(p), "num_hidden_layers")
-    dtype_name = cfg.get("torch_dtype") or cfg.get("dtype") or raw.get("torch_dtype") or "bfloat16"
-    dbytes = KV_DTYPE_BYTES.get(str(dtype_name).lower(), 2)
+    dbytes = _cfg_dtype_bytes(cfg, raw, str(p))
     name = str(raw.get("_name_or_path") or raw.get("model_type") or p.stem)
     if cfg.get("kv_lora_rank"):
         latent = _cfg_int(cfg, str(p), "kv_lora_rank") + _cfg_int(

@@ -1,16 +1,8 @@
 """FC-CIO session files: one pre-allocated, contiguous, layer-ordered file per session.
 
-The full on-disk format is specified in ``docs/layout.md``; in short (all integers little-endian)::
-
-    offset 0      header slot 0 (4096 bytes)   } two slots, written alternately; the valid one
-    offset 4096   header slot 1 (4096 bytes)   } with the highest generation is current
-    offset 8192   segment of turn 0:
-                    turn record (4096-aligned size): token range, per-layer CRC32s
-                    layer 0 range:  all blocks of the turn at layer 0, padded to 4096
-                    layer 1 range:  ...
-                    layer L-1 range
-                  segment of turn 1 ... (segments follow each other, each 4096-aligned)
-                  pre-allocated, unused space up to a whole number of extents
+The byte layout (header slots, segments, turn records) is :mod:`.session_format`, specified in
+``docs/layout.md``; this module does the file I/O: create, open and validate, append a turn
+durably, plan and check reads.
 
 Committing a turn (crash safety):
 
@@ -31,250 +23,73 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import math
 import os
 import stat
-import struct
 import time
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from .alignment import align_up
 from .errors import CorruptSessionFile, LayoutError
 from .geometry import KvGeometry
 from .planner import DEFAULT_GAP_BYTES, Extent, ReadPlan, plan_reads
+from .session_format import (
+    ALIGN,
+    DATA_START,
+    DEFAULT_EXTENT_BYTES,
+    MAGIC,
+    NEVER_WRITTEN,
+    SLOT_BYTES,
+    STATE_CLEAN,
+    STATE_WRITING,
+    Header,
+    TurnRecord,
+    encode_name,
+    pack_header,
+    pack_record,
+    record_bytes,
+    record_len,
+    slot_offset,
+    turn_blocks,
+    unpack_header,
+    unpack_record,
+)
 
-MAGIC = b"FCCIO\x00\x00\x00"
-TURN_MAGIC = b"FCTURN\x00\x00"
-FORMAT_VERSION = 1
-ALIGN = 4096
-SLOT_BYTES = 4096
-DATA_START = 2 * SLOT_BYTES
-DEFAULT_EXTENT_BYTES = 64 * 2**20
-STATE_CLEAN = 0
-STATE_WRITING = 1
-NAME_BYTES = 64
-
-# Header slot: fixed fields, zero padding, CRC32 of bytes [0, 4092) in the last 4 bytes.
-_HEADER = struct.Struct("<8sIIQIIIIIIIIQQQQQQQIIQ64s64s")
-assert _HEADER.size == 256
-_HEADER_CRC = struct.Struct("<I")
-_HEADER_CRC_AT = SLOT_BYTES - 4
-
-# Turn record: fixed part, then one CRC32 per layer, then the record's own CRC32.
-_TURN = struct.Struct("<8sQQQQQQQQQII")
-assert _TURN.size == 88
-
-
-def _align_up(n: int, align: int = ALIGN) -> int:
-    return -(-n // align) * align
+# What ``append_turn`` takes as a turn's bytes: a callback filling one layer's buffer, or an
+# array of ``layers x layer_bytes`` bytes.
+LayerData = Callable[[int, memoryview], None] | np.ndarray
 
 
 @dataclass(frozen=True)
-class TurnRecord:
-    """One appended turn. Offsets and sizes in bytes; ``layer_bytes`` is one layer range's data
-    (``blocks x bytes_per_block_per_layer``, without the padding to 4096)."""
+class _Segment:
+    """Where one turn's segment goes and how big its parts are (bytes)."""
 
-    index: int
-    token_start: int
+    offset: int
     tokens: int
     blocks: int
-    layer_offsets: tuple[int, ...]
-    layer_bytes: int
-    layer_checksums: tuple[int, ...]
-    segment_offset: int = 0
-    segment_bytes: int = 0
+    layer_bytes: int  # one layer range's data
+    stride: int  # one layer range padded to the page
+    record_bytes: int
+    layers: int
 
     @property
-    def token_end(self) -> int:
-        return self.token_start + self.tokens
+    def first_layer(self) -> int:
+        return self.offset + self.record_bytes
+
+    @property
+    def nbytes(self) -> int:
+        return self.record_bytes + self.layers * self.stride
+
+    def layer_offset(self, layer: int) -> int:
+        return self.first_layer + layer * self.stride
 
 
-@dataclass(frozen=True)
-class _Header:
-    generation: int
-    state: int
-    block_tokens: int
-    geometry: KvGeometry
-    bytes_per_block_per_layer: int
-    turn_count: int
-    token_count: int
-    data_end: int
-    capacity_bytes: int
-    extent_bytes: int
-    index_crc32: int
-    created_unix_ns: int
-    session_id: str
-
-
-def _encode_name(path: object, field: str, text: str, truncate: bool) -> bytes:
-    raw = text.encode("utf-8")
-    if len(raw) > NAME_BYTES:
-        if not truncate:
-            raise LayoutError(
-                f"{path}: {field} must be at most {NAME_BYTES} UTF-8 bytes; got {text!r}"
-            )
-        raw = raw[:NAME_BYTES].decode("utf-8", "ignore").encode("utf-8")
-    return raw
-
-
-def _pack_header(path: object, h: _Header) -> bytes:
-    g = h.geometry
-    fixed = _HEADER.pack(
-        MAGIC,
-        FORMAT_VERSION,
-        SLOT_BYTES,
-        h.generation,
-        h.state,
-        h.block_tokens,
-        g.layers,
-        g.kv_heads,
-        g.head_dim,
-        g.dtype_bytes,
-        g.latent_dim,
-        g.tp,
-        h.bytes_per_block_per_layer,
-        h.turn_count,
-        h.token_count,
-        DATA_START,
-        h.data_end,
-        h.capacity_bytes,
-        h.extent_bytes,
-        h.index_crc32,
-        0,
-        h.created_unix_ns,
-        _encode_name(path, "model name", g.name, truncate=True),
-        _encode_name(path, "session_id", h.session_id, truncate=False),
-    )
-    slot = bytearray(SLOT_BYTES)
-    slot[: len(fixed)] = fixed
-    _HEADER_CRC.pack_into(slot, _HEADER_CRC_AT, zlib.crc32(slot[:_HEADER_CRC_AT]))
-    return bytes(slot)
-
-
-def _unpack_header(path: object, slot_index: int, raw: bytes) -> tuple[_Header | None, str]:
-    """``(header, "")`` for a valid slot, else ``(None, why)``."""
-    where = f"header slot {slot_index} (offset {slot_index * SLOT_BYTES})"
-    if raw[:8] != MAGIC:
-        return (
-            None,
-            f"{where}: bad magic {raw[:8]!r} (expected {MAGIC!r}): not an FC-CIO session file",
-        )
-    (stored_crc,) = _HEADER_CRC.unpack_from(raw, _HEADER_CRC_AT)
-    if zlib.crc32(raw[:_HEADER_CRC_AT]) != stored_crc:
-        return None, f"{where}: header checksum mismatch (torn or corrupted header write)"
-    f = _HEADER.unpack_from(raw, 0)
-    (
-        _,
-        version,
-        slot_bytes,
-        generation,
-        state,
-        block_tokens,
-        layers,
-        kv_heads,
-        head_dim,
-        dtype_bytes,
-        latent_dim,
-        tp,
-        bpbpl,
-        turn_count,
-        token_count,
-        data_start,
-        data_end,
-        capacity,
-        extent_bytes,
-        index_crc,
-        _,
-        created,
-        model,
-        session_id,
-    ) = f
-    if version != FORMAT_VERSION:
-        return (
-            None,
-            f"{where}: unsupported format version (this reader knows {FORMAT_VERSION}); got "
-            f"{version!r}",
-        )
-    if slot_bytes != SLOT_BYTES or data_start != DATA_START:
-        return (
-            None,
-            f"{where}: slot size/data start must be {SLOT_BYTES}/{DATA_START}; got "
-            f"{slot_bytes}/{data_start}",
-        )
-    if generation == 0:
-        return None, f"{where}: never written (generation 0)"
-    if state not in (STATE_CLEAN, STATE_WRITING):
-        return None, f"{where}: field 'state' must be 0 (clean) or 1 (writing); got {state!r}"
-    try:
-        geometry = KvGeometry(
-            model.rstrip(b"\x00").decode("utf-8", "replace"),
-            layers=layers,
-            kv_heads=kv_heads,
-            head_dim=head_dim,
-            dtype_bytes=dtype_bytes,
-            latent_dim=latent_dim,
-            tp=tp,
-        )
-    except LayoutError as e:
-        return None, f"{where}: bad geometry: {e}"
-    if block_tokens < 1 or geometry.bytes_per_block_per_layer(block_tokens) != bpbpl:
-        return None, (
-            f"{where}: field 'bytes_per_block_per_layer' disagrees with the geometry "
-            f"({geometry.bytes_per_block_per_layer(max(block_tokens, 1))}); got {bpbpl!r}"
-        )
-    if data_end < DATA_START or data_end % ALIGN:
-        return (
-            None,
-            f"{where}: field 'data_end' must be >= {DATA_START} and 4096-aligned; got {data_end!r}",
-        )
-    header = _Header(
-        generation=generation,
-        state=state,
-        block_tokens=block_tokens,
-        geometry=geometry,
-        bytes_per_block_per_layer=bpbpl,
-        turn_count=turn_count,
-        token_count=token_count,
-        data_end=data_end,
-        capacity_bytes=capacity,
-        extent_bytes=extent_bytes,
-        index_crc32=index_crc,
-        created_unix_ns=created,
-        session_id=session_id.rstrip(b"\x00").decode("utf-8", "replace"),
-    )
-    return header, ""
-
-
-def _record_len(layers: int) -> int:
-    return _TURN.size + 4 * layers + 4
-
-
-def _pack_record(rec: TurnRecord, layers: int, layer_stride: int) -> bytes:
-    first = rec.layer_offsets[0]
-    fixed = _TURN.pack(
-        TURN_MAGIC,
-        rec.index,
-        rec.token_start,
-        rec.tokens,
-        rec.blocks,
-        rec.segment_offset,
-        first,
-        layer_stride,
-        rec.layer_bytes,
-        rec.segment_bytes,
-        layers,
-        0,
-    )
-    body = fixed + struct.pack(f"<{layers}I", *rec.layer_checksums)
-    return body + struct.pack("<I", zlib.crc32(body))
-
-
-def _write_all(fd: int, data: object, offset: int) -> None:
-    view = memoryview(data).cast("B")  # type: ignore[arg-type]
+def _write_all(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+    view = memoryview(data).cast("B")
     while view:
         n = os.pwrite(fd, view, offset)
         view = view[n:]
@@ -310,7 +125,7 @@ class SessionFile:
     """An open FC-CIO session file. Create with :meth:`create`, reopen with :meth:`open`."""
 
     def __init__(
-        self, path: Path, fd: int, header: _Header, turns: list[TurnRecord], writable: bool
+        self, path: Path, fd: int, header: Header, turns: list[TurnRecord], writable: bool
     ):
         # Internal: use create() or open().
         self._path = path
@@ -349,15 +164,15 @@ class SessionFile:
             )
         if not isinstance(reserve_bytes, int) or reserve_bytes < 0:
             raise LayoutError(f"{p}: reserve_bytes must be an integer >= 0; got {reserve_bytes!r}")
-        _encode_name(p, "session_id", session_id, truncate=False)
+        encode_name(p, "session_id", session_id, truncate=False)
         if p.exists() and not overwrite:
             raise LayoutError(
                 f"{p}: session file already exists (pass overwrite=True to replace it)"
             )
         if not p.parent.is_dir():
             raise LayoutError(f"{p}: directory {p.parent} does not exist")
-        capacity = _align_up(DATA_START + reserve_bytes, extent_bytes)
-        header = _Header(
+        capacity = align_up(DATA_START + reserve_bytes, extent_bytes)
+        header = Header(
             generation=1,
             state=STATE_CLEAN,
             block_tokens=block_tokens,
@@ -377,7 +192,7 @@ class SessionFile:
         try:
             _allocate(fd, 0, capacity)
             _write_all(fd, bytes(SLOT_BYTES), 0)  # slot 0: generation 0, invalid until used
-            _write_all(fd, _pack_header(p, header), SLOT_BYTES * (header.generation % 2))
+            _write_all(fd, pack_header(p, header), slot_offset(header.generation))
             os.fsync(fd)
             _lock(fd, p)  # flock follows the inode through the rename: no writer gap
             os.replace(tmp, p)
@@ -473,12 +288,10 @@ class SessionFile:
 
     def layer_bytes_for(self, tokens: int) -> int:
         """Size of one layer range of a turn of ``tokens`` tokens (whole pages)."""
-        return math.ceil(tokens / self.block_tokens) * self.bytes_per_block_per_layer
+        return turn_blocks(tokens, self.block_tokens) * self.bytes_per_block_per_layer
 
     # ---------------------------------------------------------------- writing
-    def append_turn(
-        self, tokens: int, layer_data: Callable[[int, memoryview], None] | np.ndarray
-    ) -> TurnRecord:
+    def append_turn(self, tokens: int, layer_data: LayerData) -> TurnRecord:
         """Append one turn of ``tokens`` tokens as a layer-ordered segment and commit it durably.
 
         ``layer_data`` is either a callback ``fill(layer, buffer)`` that fills the writable
@@ -490,97 +303,130 @@ class SessionFile:
         fd = self._require_open()
         if not self._writable:
             raise LayoutError(f"{self._path}: opened read-only; open with writable=True to append")
+        seg = self._next_segment(tokens)
+        rows = self._layer_rows(seg, layer_data)
+        self._grow_to(fd, seg.offset + seg.nbytes)  # step 0: may fail (disk full); file clean
+        marker = self._mark_writing(fd)  # step 1
+        if rows is not None:
+            checksums = self._write_layer_rows(fd, seg, rows)
+        else:
+            # Not an array, so _layer_rows checked that it is the callback.
+            checksums = self._write_layer_callback(fd, seg, layer_data)  # type: ignore[arg-type]
+        rec, raw = self._write_record(fd, seg, checksums)  # step 2 ends with fdatasync
+        self._commit(fd, marker, rec, raw)  # step 3
+        return rec
+
+    def _next_segment(self, tokens: int) -> _Segment:
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
             raise LayoutError(
                 f"{self._path}: append_turn: tokens must be an integer >= 1; got {tokens!r}"
             )
         h = self._header
-        layers = h.geometry.layers
-        blocks = math.ceil(tokens / h.block_tokens)
+        blocks = turn_blocks(tokens, h.block_tokens)
         layer_bytes = blocks * h.bytes_per_block_per_layer
-        stride = _align_up(layer_bytes)
-        record_bytes = _align_up(_record_len(layers))
-        segment_bytes = record_bytes + layers * stride
-        seg_off = h.data_end
-        first_layer = seg_off + record_bytes
+        return _Segment(
+            offset=h.data_end,
+            tokens=tokens,
+            blocks=blocks,
+            layer_bytes=layer_bytes,
+            stride=align_up(layer_bytes),
+            record_bytes=record_bytes(h.geometry.layers),
+            layers=h.geometry.layers,
+        )
 
-        rows: np.ndarray | None = None
+    def _layer_rows(self, seg: _Segment, layer_data: LayerData) -> np.ndarray | None:
+        """An array's bytes as ``(layers, layer_bytes)`` uint8 rows; ``None`` for a callback."""
         if isinstance(layer_data, np.ndarray):
             arr = np.ascontiguousarray(layer_data)
-            if arr.nbytes != layers * layer_bytes:
+            if arr.nbytes != seg.layers * seg.layer_bytes:
                 raise LayoutError(
                     f"{self._path}: append_turn: layer_data must hold layers x layer_bytes = "
-                    f"{layers} x {layer_bytes} bytes for {tokens} tokens; got shape {arr.shape} "
-                    f"dtype {arr.dtype} ({arr.nbytes} bytes)"
+                    f"{seg.layers} x {seg.layer_bytes} bytes for {seg.tokens} tokens; got shape "
+                    f"{arr.shape} dtype {arr.dtype} ({arr.nbytes} bytes)"
                 )
-            rows = arr.reshape(-1).view(np.uint8).reshape(layers, layer_bytes)
-        elif not callable(layer_data):
+            return arr.reshape(-1).view(np.uint8).reshape(seg.layers, seg.layer_bytes)
+        if not callable(layer_data):
             raise LayoutError(
                 f"{self._path}: append_turn: layer_data must be a callable or an array; got "
                 f"{layer_data!r}"
             )
+        return None
 
-        # Grow by whole extents before marking the file dirty, so a failed allocation
-        # (disk full) leaves the file clean.
-        need = seg_off + segment_bytes
+    def _grow_to(self, fd: int, need: int) -> None:
+        """Grow by whole extents before marking the file dirty, so a failed allocation (disk
+        full) leaves the file clean."""
+        h = self._header
         if need > h.capacity_bytes:
-            new_cap = _align_up(need, h.extent_bytes)
+            new_cap = align_up(need, h.extent_bytes)
             _allocate(fd, h.capacity_bytes, new_cap - h.capacity_bytes)
-            h = _replace_header(h, capacity_bytes=new_cap)
+            self._header = replace(h, capacity_bytes=new_cap)
 
-        marker = _replace_header(h, generation=h.generation + 1, state=STATE_WRITING)
+    def _mark_writing(self, fd: int) -> Header:
+        h = self._header
+        marker = replace(h, generation=h.generation + 1, state=STATE_WRITING)
         self._write_header(fd, marker)
         self._header = marker
+        return marker
 
+    def _write_layer_rows(self, fd: int, seg: _Segment, rows: np.ndarray) -> list[int]:
+        pad = bytes(seg.stride - seg.layer_bytes)
         checksums = []
-        if rows is not None:
-            pad = bytes(stride - layer_bytes)
-            for layer in range(layers):
-                off = first_layer + layer * stride
-                _write_all(fd, rows[layer], off)
-                if pad:
-                    _write_all(fd, pad, off + layer_bytes)
-                checksums.append(zlib.crc32(rows[layer]))
-        else:
-            scratch = self._scratch_buffer(stride)
-            for layer in range(layers):
-                scratch[layer_bytes:stride] = 0
-                view = memoryview(scratch)[:layer_bytes]
-                layer_data(layer, view)  # type: ignore[operator]
-                checksums.append(zlib.crc32(view))
-                _write_all(fd, memoryview(scratch)[:stride], first_layer + layer * stride)
+        for layer in range(seg.layers):
+            off = seg.layer_offset(layer)
+            _write_all(fd, rows[layer].data, off)
+            if pad:
+                _write_all(fd, pad, off + seg.layer_bytes)
+            checksums.append(zlib.crc32(rows[layer]))
+        return checksums
 
+    def _write_layer_callback(
+        self, fd: int, seg: _Segment, fill: Callable[[int, memoryview], None]
+    ) -> list[int]:
+        scratch = self._scratch_buffer(seg.stride)
+        checksums = []
+        for layer in range(seg.layers):
+            scratch[seg.layer_bytes : seg.stride] = 0
+            view = scratch.data[: seg.layer_bytes]
+            fill(layer, view)
+            checksums.append(zlib.crc32(view))
+            _write_all(fd, scratch.data[: seg.stride], seg.layer_offset(layer))
+        return checksums
+
+    def _write_record(
+        self, fd: int, seg: _Segment, checksums: list[int]
+    ) -> tuple[TurnRecord, bytes]:
         rec = TurnRecord(
             index=len(self._turns),
-            token_start=h.token_count,
-            tokens=tokens,
-            blocks=blocks,
-            layer_offsets=tuple(first_layer + layer * stride for layer in range(layers)),
-            layer_bytes=layer_bytes,
+            token_start=self._header.token_count,
+            tokens=seg.tokens,
+            blocks=seg.blocks,
+            layer_offsets=tuple(seg.layer_offset(layer) for layer in range(seg.layers)),
+            layer_bytes=seg.layer_bytes,
             layer_checksums=tuple(checksums),
-            segment_offset=seg_off,
-            segment_bytes=segment_bytes,
+            segment_offset=seg.offset,
+            segment_bytes=seg.nbytes,
         )
-        raw = _pack_record(rec, layers, stride)
-        _write_all(fd, raw + bytes(record_bytes - len(raw)), seg_off)
+        raw = pack_record(rec, seg.layers, seg.stride)
+        _write_all(fd, raw + bytes(seg.record_bytes - len(raw)), seg.offset)
         os.fdatasync(fd)  # the segment is durable before the header points at it
+        return rec, raw
 
-        commit = _replace_header(
+    def _commit(self, fd: int, marker: Header, rec: TurnRecord, raw: bytes) -> None:
+        commit = replace(
             marker,
             generation=marker.generation + 1,
             state=STATE_CLEAN,
-            turn_count=h.turn_count + 1,
-            token_count=h.token_count + tokens,
-            data_end=seg_off + segment_bytes,
-            index_crc32=zlib.crc32(raw, h.index_crc32),
+            turn_count=marker.turn_count + 1,
+            token_count=marker.token_count + rec.tokens,
+            data_end=rec.segment_offset + rec.segment_bytes,
+            index_crc32=zlib.crc32(raw, marker.index_crc32),
         )
         self._write_header(fd, commit)
         self._header = commit
         self._turns.append(rec)
-        return rec
 
-    def _write_header(self, fd: int, header: _Header) -> None:
-        _write_all(fd, _pack_header(self._path, header), SLOT_BYTES * (header.generation % 2))
+    def _write_header(self, fd: int, header: Header) -> None:
+        _write_all(fd, pack_header(self._path, header), slot_offset(header.generation))
         os.fdatasync(fd)
 
     def _scratch_buffer(self, nbytes: int) -> np.ndarray:
@@ -702,12 +548,6 @@ class SessionFile:
         )
 
 
-def _replace_header(h: _Header, **changes: object) -> _Header:
-    from dataclasses import replace
-
-    return replace(h, **changes)  # type: ignore[arg-type]
-
-
 def _lock(fd: int, path: Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -727,8 +567,30 @@ def _allocate(fd: int, offset: int, length: int) -> None:
         os.ftruncate(fd, offset + length)
 
 
-def _load(fd: int, path: Path, recover: bool) -> tuple[_Header, list[TurnRecord]]:
+# --------------------------------------------------------------------------- loading
+
+
+def _load(fd: int, path: Path, recover: bool) -> tuple[Header, list[TurnRecord]]:
+    """The current header and the committed turns, each checked (see :meth:`SessionFile.open`)."""
     size = os.fstat(fd).st_size
+    header = _current_header(fd, path, size, recover)
+    turns, crc, end, tokens = _load_turns(fd, path, header)
+    if crc != header.index_crc32:
+        raise CorruptSessionFile(
+            f"{path}: index checksum mismatch: header says {header.index_crc32:#010x}, turn "
+            f"records give {crc:#010x}"
+        )
+    if end != header.data_end or tokens != header.token_count:
+        raise CorruptSessionFile(
+            f"{path}: header end of data/token count ({header.data_end}/{header.token_count}) "
+            f"disagree with the turn records ({end}/{tokens})"
+        )
+    return header, turns
+
+
+def _current_header(fd: int, path: Path, size: int, recover: bool) -> Header:
+    """The valid header slot of the highest generation; refuses an interrupted writer's file
+    unless ``recover`` and a file shorter than its committed data."""
     head = _read_exact(fd, DATA_START, 0)
     if head[:8] != MAGIC:
         raise CorruptSessionFile(
@@ -739,108 +601,50 @@ def _load(fd: int, path: Path, recover: bool) -> tuple[_Header, list[TurnRecord]
         raise CorruptSessionFile(
             f"{path}: truncated: the two header slots need {DATA_START} bytes; file has {size}"
         )
-    found = [_unpack_header(path, i, head[i * SLOT_BYTES : (i + 1) * SLOT_BYTES]) for i in (0, 1)]
+    found = [unpack_header(path, i, head[i * SLOT_BYTES : (i + 1) * SLOT_BYTES]) for i in (0, 1)]
     valid = [h for h, _ in found if h is not None]
     if not valid:
         raise CorruptSessionFile(
             f"{path}: no valid header slot: " + "; ".join(why for _, why in found)
         )
     header = max(valid, key=lambda h: h.generation)
-    other_bad = [why for h, why in found if h is None and "never written" not in why]
     if header.state == STATE_WRITING and not recover:
+        other_bad = [why for h, why in found if h is None and NEVER_WRITTEN not in why]
         extra = f" ({other_bad[0]})" if other_bad else ""
         raise CorruptSessionFile(
             f"{path}: left by an interrupted writer: header generation {header.generation} "
-            "marks an "
-            f"append in progress{extra}; the {header.turn_count} turns committed before it are "
-            "intact "
-            f"(open with recover=True to read them)"
+            f"marks an append in progress{extra}; the {header.turn_count} turns committed "
+            "before it are intact (open with recover=True to read them)"
         )
     if size < header.data_end:
         raise CorruptSessionFile(
             f"{path}: truncated: committed data ends at byte {header.data_end}; file has {size} "
             "bytes"
         )
-    layers = header.geometry.layers
-    rec_len = _record_len(layers)
-    record_bytes = _align_up(rec_len)
+    return header
+
+
+def _load_turns(
+    fd: int, path: Path, header: Header
+) -> tuple[list[TurnRecord], int, int, int]:
+    """The header's committed turn records, each checked: ``(turns, chained CRC32, end of the
+    last segment, tokens)``."""
+    rec_len = record_len(header.geometry.layers)
+    rec_bytes = record_bytes(header.geometry.layers)
     turns: list[TurnRecord] = []
     crc = 0
     at = DATA_START
     token_start = 0
     for index in range(header.turn_count):
         where = f"{path}: turn record {index} at offset {at}"
-        if at + record_bytes > header.data_end:
+        if at + rec_bytes > header.data_end:
             raise CorruptSessionFile(
                 f"{where}: runs past the committed end of data ({header.data_end})"
             )
         raw = _read_exact(fd, rec_len, at)
-        if raw[:8] != TURN_MAGIC:
-            raise CorruptSessionFile(
-                f"{where}: bad record magic {raw[:8]!r} (expected {TURN_MAGIC!r})"
-            )
-        (stored,) = struct.unpack_from("<I", raw, rec_len - 4)
-        if zlib.crc32(raw[: rec_len - 4]) != stored:
-            raise CorruptSessionFile(f"{where}: turn record checksum mismatch")
-        (
-            _,
-            t_index,
-            t_start,
-            tokens,
-            blocks,
-            seg_off,
-            first,
-            stride,
-            layer_bytes,
-            seg_bytes,
-            t_layers,
-            _,
-        ) = _TURN.unpack_from(raw, 0)
-        expect_layer_bytes = blocks * header.bytes_per_block_per_layer
-        problems = []
-        if t_index != index:
-            problems.append(f"field 'turn' must be {index}; got {t_index!r}")
-        if t_start != token_start:
-            problems.append(f"field 'token_start' must be {token_start}; got {t_start!r}")
-        if t_layers != layers or seg_off != at or first != at + record_bytes:
-            problems.append(
-                "layers/segment/first-layer offsets disagree with the header; got "
-                f"{t_layers}/{seg_off}/{first}"
-            )
-        if blocks != math.ceil(tokens / header.block_tokens) or layer_bytes != expect_layer_bytes:
-            problems.append(
-                f"blocks/layer_bytes disagree with tokens={tokens}; got {blocks}/{layer_bytes}"
-            )
-        if stride != _align_up(layer_bytes) or seg_bytes != record_bytes + layers * stride:
-            problems.append(f"layer stride/segment size are inconsistent; got {stride}/{seg_bytes}")
-        if problems:
-            raise CorruptSessionFile(f"{where}: " + "; ".join(problems))
-        checksums = struct.unpack_from(f"<{layers}I", raw, _TURN.size)
-        turns.append(
-            TurnRecord(
-                index=index,
-                token_start=t_start,
-                tokens=tokens,
-                blocks=blocks,
-                layer_offsets=tuple(first + layer * stride for layer in range(layers)),
-                layer_bytes=layer_bytes,
-                layer_checksums=tuple(checksums),
-                segment_offset=seg_off,
-                segment_bytes=seg_bytes,
-            )
-        )
+        rec = unpack_record(where, raw, header, index, at, token_start)
+        turns.append(rec)
         crc = zlib.crc32(raw, crc)
-        at += seg_bytes
-        token_start += tokens
-    if crc != header.index_crc32:
-        raise CorruptSessionFile(
-            f"{path}: index checksum mismatch: header says {header.index_crc32:#010x}, turn "
-            f"records give {crc:#010x}"
-        )
-    if at != header.data_end or token_start != header.token_count:
-        raise CorruptSessionFile(
-            f"{path}: header end of data/token count ({header.data_end}/{header.token_count}) "
-            "disagree "
-            f"with the turn records ({at}/{token_start})"
-        )
-    return header, turns
+        at += rec.segment_bytes
+        token_start += rec.tokens
+    return turns, crc, at, token_start

@@ -25,7 +25,7 @@ By default a 6-dimensional cache ``[layers, 2, num_pages, page_tokens, kv_heads,
 taken as split and a 3-dimensional ``[layers, num_pages, page_bytes]`` as joint; other shapes
 need ``kv_split``.
 
-torch is imported lazily: ``import layout.staging`` needs only numpy.
+torch is imported lazily: importing this module needs only numpy.
 """
 
 from __future__ import annotations
@@ -36,19 +36,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .alignment import PAGE_BYTES, align_up
+from .buffers import aligned_buffer
+from .engines.base import ReadEngine, ReadResult
 from .errors import LayoutError
+from .optional import import_optional
 from .planner import ReadPlan
-from .readers import PAGE_BYTES, aligned_buffer
 
 
 def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise LayoutError(
-            "the staging window needs torch: pip install torch (CPU tensors are enough)"
-        ) from None
-    return torch
+    return import_optional("torch", "the staging window")
 
 
 @dataclass(frozen=True)
@@ -127,7 +124,7 @@ class StagingWindow:
             dev = torch.device("cuda", torch.cuda.current_device())
         self.device = dev
         self.streams = streams
-        self.slot_bytes = -(-layer_bytes // PAGE_BYTES) * PAGE_BYTES
+        self.slot_bytes = align_up(layer_bytes)
         self.layer_bytes = layer_bytes
         slots = []
         for i in range(2 * streams):
@@ -147,7 +144,7 @@ class StagingWindow:
     def restore_session(
         self,
         plan_per_layer: Sequence[ReadPlan],
-        engine: Any,
+        engine: ReadEngine,
         kv_cache: Any,
         page_ids: Any,
         *,
@@ -172,7 +169,7 @@ class StagingWindow:
     def _restore(
         self,
         plans: Sequence[ReadPlan],
-        engine: Any,
+        engine: ReadEngine,
         kv_cache: Any,
         page_ids: Any,
         kv_split: bool | None,
@@ -241,7 +238,7 @@ class StagingWindow:
         results = state.results
         notes = sorted({r.note for r in results if r.note})
         return RestoreStats(
-            engine=results[0].engine if results else getattr(engine, "name", "?"),
+            engine=results[0].engine if results else engine.name,
             o_direct=bool(results) and all(r.o_direct for r in results),
             gds=(all(r.gds for r in results) if results and results[0].gds is not None else None),
             layers=layers,
@@ -293,7 +290,7 @@ class StagingWindow:
             rows = rows.to(self.device)
         return _LayerMap(tuple(runs), rows)
 
-    def _produce(self, state: _Shared, plans: Sequence[ReadPlan], engine: Any) -> None:
+    def _produce(self, state: _Shared, plans: Sequence[ReadPlan], engine: ReadEngine) -> None:
         while True:
             got = state.take()
             if got is None:
@@ -349,7 +346,7 @@ class _Shared:
         self.next_layer = 0
         self.free: list[_Slot] = []
         self.ready_slots: dict[int, _Slot] = {}
-        self.results: list[Any] = []
+        self.results: list[ReadResult] = []
         self.waits = 0
         self.wait_seconds = 0.0
         self.error: BaseException | None = None
@@ -371,7 +368,7 @@ class _Shared:
             self.next_layer += 1
             return layer, self.free.pop(0)
 
-    def ready(self, layer: int, slot: _Slot, result: Any) -> None:
+    def ready(self, layer: int, slot: _Slot, result: ReadResult) -> None:
         with self.cond:
             self.ready_slots[layer] = slot
             self.results.append(result)
@@ -438,7 +435,7 @@ def _kv_view(torch: Any, kv_cache: Any, kv_split: bool | None) -> tuple[Any, boo
 
 def restore_session(
     plan_per_layer: Sequence[ReadPlan],
-    engine: Any,
+    engine: ReadEngine,
     kv_cache: Any,
     page_ids: Any,
     *,

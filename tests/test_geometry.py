@@ -40,17 +40,35 @@ def test_tp_splits_heads_and_replicates_beyond_them() -> None:
 
 def test_kv_dtype() -> None:
     assert model_geometry("llama-3.1-8b", kv_dtype="fp8").bytes_per_token == 65536
-    with pytest.raises(InputError, match="--kv-dtype"):
+    assert model_geometry("llama-3.1-8b", kv_dtype="float8_e4m3fn").bytes_per_token == 65536
+    with pytest.raises(InputError) as e:
         model_geometry("llama-3.1-8b", kv_dtype="int3")
+    # The core names the parameter; the CLI maps it to its flag.
+    assert e.value.parameter == "kv_dtype"
+    assert str(e.value).startswith("kv_dtype: unknown dtype") and "got 'int3'" in str(e.value)
 
 
 def test_unknown_preset_and_bad_tp() -> None:
-    with pytest.raises(InputError, match="--model: unknown preset"):
+    with pytest.raises(InputError) as e:
         model_geometry("gpt-9")
-    with pytest.raises(InputError, match="--tp"):
+    assert e.value.parameter == "model"
+    assert str(e.value).startswith("model: unknown preset") and "got 'gpt-9'" in str(e.value)
+    with pytest.raises(InputError) as e:
         model_geometry("llama-3.1-8b", tp=0)
+    assert e.value.parameter == "tp" and str(e.value) == "tp: must be an integer >= 1; got 0"
     with pytest.raises(InputError, match="layers"):
         KvGeometry("x", layers=0, kv_heads=1, head_dim=1)
+
+
+def test_core_messages_name_parameters_not_flags() -> None:
+    for call in (
+        lambda: model_geometry("gpt-9"),
+        lambda: model_geometry("llama-3.1-8b", tp=0),
+        lambda: model_geometry("llama-3.1-8b", kv_dtype="int3"),
+    ):
+        with pytest.raises(InputError) as e:
+            call()
+        assert "--" not in str(e.value)
 
 
 def test_hf_config(tmp_path: Path) -> None:
@@ -101,3 +119,41 @@ def test_hf_config_errors_name_file_and_field(tmp_path: Path, content: str, need
 def test_hf_config_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not found"):
         geometry_from_hf_config(tmp_path / "nope.json")
+
+
+def _qwen_config(tmp_path: Path, **dtype_fields: object) -> Path:
+    cfg = tmp_path / "config.json"
+    fields = {
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "hidden_size": 3584,
+    }
+    cfg.write_text(json.dumps({**fields, **dtype_fields}))
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("fields", "dtype_bytes"),
+    [
+        ({}, 2),  # absent: bf16
+        ({"torch_dtype": "float8_e4m3fn"}, 1),
+        ({"torch_dtype": "float8_e5m2"}, 1),
+        ({"dtype": "float32"}, 4),  # newer transformers write "dtype"
+        ({"torch_dtype": "float16", "dtype": "float32"}, 2),  # torch_dtype first
+    ],
+)
+def test_hf_config_dtype(tmp_path: Path, fields: dict[str, str], dtype_bytes: int) -> None:
+    assert geometry_from_hf_config(_qwen_config(tmp_path, **fields)).dtype_bytes == dtype_bytes
+
+
+@pytest.mark.parametrize(("field", "value"), [("torch_dtype", "float4_e2m1"), ("dtype", 16)])
+def test_hf_config_unknown_dtype_is_an_error_naming_field_and_value(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    cfg = _qwen_config(tmp_path, **{field: value})
+    with pytest.raises(InputError) as e:
+        geometry_from_hf_config(cfg)
+    msg = str(e.value)
+    assert msg.startswith(f"{cfg}: field {field!r}: unknown dtype")
+    assert msg.endswith(f"got {value!r}")

@@ -6,7 +6,7 @@ import pytest
 from fcctl.iobench.eviction import write_eviction_layout
 from fcctl.iobench.flat import write_flat_layout
 from fcctl.iobench.restore import allocate_buffers, eviction_restores, flat_restores, run_restore
-from fcctl.layout.readers import PosixEngine, drop_file_cache
+from fcctl.layout.engines import PosixEngine, drop_file_cache
 
 from tests.iobench_helpers import tiny_workload
 

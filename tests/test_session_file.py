@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from fcctl.layout.errors import CorruptSessionFile, LayoutError
 from fcctl.layout.planner import Extent, plan_reads
-from fcctl.layout.session_file import DATA_START, SLOT_BYTES, SessionFile
+from fcctl.layout.session_file import SessionFile
+from fcctl.layout.session_format import DATA_START, SLOT_BYTES
 from layout_helpers import (
     PAGED,
     PAGED_BLOCK_TOKENS,

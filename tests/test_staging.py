@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from fcctl.layout.errors import LayoutError
 from fcctl.layout.planner import plan_reads
-from fcctl.layout.readers import PosixEngine, ReadResult
+from fcctl.layout.engines import PosixEngine, ReadResult
 from fcctl.layout.session_file import SessionFile
 from layout_helpers import PAGED, PAGED_BLOCK_TOKENS, SMALL, blocks_by_layer, write_session
 
@@ -213,7 +213,7 @@ def test_restore_into_a_cuda_paged_cache(tmp_path: Path) -> None:
     expected = blocks_by_layer(written, page_bytes)
     kv = torch.zeros(PAGED.layers, nblocks + 3, page_bytes, dtype=torch.uint8, device="cuda")
     pages = torch.randperm(nblocks + 3)[:nblocks]
-    from fcctl.layout.readers import open_engine, probe_engine
+    from fcctl.layout.engines import open_engine, probe_engine
 
     name = "kvikio" if probe_engine("kvikio")[0] else "posix"
     with open_engine(name) as eng:
