@@ -9,8 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fcctl.layout.errors import InputError, LayoutError
-from fcctl.layout.planner import Extent, plan_reads
 from fcctl.layout.buffers import aligned_buffer
 from fcctl.layout.engines import (
     ENGINES,
@@ -22,6 +20,8 @@ from fcctl.layout.engines import (
     probe_engine,
     read_plan,
 )
+from fcctl.layout.errors import InputError, LayoutError
+from fcctl.layout.planner import Extent, plan_reads
 from fcctl.layout.session_file import SessionFile
 from layout_helpers import PAGED, PAGED_BLOCK_TOKENS, write_session
 
@@ -268,3 +268,23 @@ def test_o_direct_refused_at_read_falls_back_and_says_so(tmp_path: Path, monkeyp
         res = eng.read(plan, buf)
     assert res.o_direct is False and "O_DIRECT read refused" in res.note
     _check(plan, buf, {name: data})
+
+
+def _kvikio_threads() -> int:
+    import kvikio.defaults as defaults
+
+    if hasattr(defaults, "get"):
+        return int(defaults.get("num_threads"))
+    return int(defaults.num_threads())
+
+
+@pytest.mark.gpu
+def test_kvikio_engine_restores_the_thread_count_it_changed() -> None:
+    pytest.importorskip("kvikio")
+    ok, reason = probe_engine("kvikio")
+    if not ok:
+        pytest.skip(f"kvikio cannot read here: {reason}")
+    before = _kvikio_threads()
+    with open_engine("kvikio", threads=before + 3):
+        assert _kvikio_threads() == before + 3
+    assert _kvikio_threads() == before  # the setting is process-wide: close() puts it back

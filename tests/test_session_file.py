@@ -17,7 +17,13 @@ import pytest
 from fcctl.layout.errors import CorruptSessionFile, LayoutError
 from fcctl.layout.planner import Extent, plan_reads
 from fcctl.layout.session_file import SessionFile
-from fcctl.layout.session_format import DATA_START, SLOT_BYTES
+from fcctl.layout.session_format import (
+    DATA_START,
+    SLOT_BYTES,
+    file_bytes,
+    fit_name,
+    segment_bytes,
+)
 from layout_helpers import (
     PAGED,
     PAGED_BLOCK_TOKENS,
@@ -360,3 +366,22 @@ def test_non_session_files_are_refused(tmp_path: Path, content: bytes) -> None:
     assert str(path) in str(info.value)
     with pytest.raises(LayoutError, match="directory"):
         SessionFile.open(tmp_path)
+
+
+def test_file_bytes_is_the_end_of_data_the_writer_reaches(tmp_path: Path) -> None:
+    # iobench sizes its files with file_bytes before writing them: it must equal data_end.
+    turns = [100, 37, 250, 1]
+    write_session(tmp_path / "p.fc", turns, geometry=PAGED, block_tokens=PAGED_BLOCK_TOKENS)
+    with SessionFile.open(tmp_path / "p.fc") as s:
+        blocks = [t.blocks for t in s.turns]
+        assert file_bytes(PAGED, PAGED_BLOCK_TOKENS, blocks) == s.data_end
+        assert [t.segment_bytes for t in s.turns] == [
+            segment_bytes(PAGED.layers, t.layer_bytes) for t in s.turns
+        ]
+
+
+def test_fit_name_cuts_at_a_character_boundary() -> None:
+    assert fit_name("short") == "short"
+    long_id = "é" * 40  # 80 UTF-8 bytes: 32 whole characters fit in 64 bytes
+    assert fit_name(long_id) == "é" * 32
+    assert len(fit_name("x" * 100).encode()) == 64  # docs/layout.md: 64-byte name fields

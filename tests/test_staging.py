@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fcctl.layout.engines import PosixEngine, ReadResult, open_engine, probe_engine
 from fcctl.layout.errors import LayoutError
 from fcctl.layout.planner import plan_reads
-from fcctl.layout.engines import PosixEngine, ReadResult
 from fcctl.layout.session_file import SessionFile
 from layout_helpers import PAGED, PAGED_BLOCK_TOKENS, SMALL, blocks_by_layer, write_session
 
@@ -202,9 +202,14 @@ def test_cuda_window_needs_a_gpu() -> None:
 
 
 @pytest.mark.gpu
-def test_restore_into_a_cuda_paged_cache(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["posix", "kvikio"])
+def test_restore_into_a_cuda_paged_cache(tmp_path: Path, name: str) -> None:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
+    ok, why = probe_engine(name)
+    if not ok:
+        # Falling back to posix here would pass without testing the engine named in the id.
+        pytest.skip(f"{name} cannot read here: {why}")
     path, written = _session(tmp_path, [100, 37, 250])
     with SessionFile.open(path) as s:
         plans = s.restore_plans()
@@ -213,9 +218,6 @@ def test_restore_into_a_cuda_paged_cache(tmp_path: Path) -> None:
     expected = blocks_by_layer(written, page_bytes)
     kv = torch.zeros(PAGED.layers, nblocks + 3, page_bytes, dtype=torch.uint8, device="cuda")
     pages = torch.randperm(nblocks + 3)[:nblocks]
-    from fcctl.layout.engines import open_engine, probe_engine
-
-    name = "kvikio" if probe_engine("kvikio")[0] else "posix"
     with open_engine(name) as eng:
         stats = restore_session(plans, eng, kv, pages)
     got = kv.cpu().numpy()
