@@ -29,20 +29,13 @@ DEFAULT_MEMORY_CAPACITIES_BYTES: tuple[int, ...] = (16 * GiB, 64 * GiB, 256 * Gi
 
 @dataclass(frozen=True)
 class MemoryTierPoint:
+    """One capacity's figures (definitions above); field names are the JSON keys."""
+
     capacity_bytes: int
     capacity_blocks: int | None
     lru_hit_share: float | None
     share_of_ideal: float | None
     ssd_reuse_share: float | None
-
-    def to_dict(self) -> dict[str, float | int | None]:
-        return {
-            "capacity_bytes": self.capacity_bytes,
-            "capacity_blocks": self.capacity_blocks,
-            "lru_hit_share": self.lru_hit_share,
-            "share_of_ideal": self.share_of_ideal,
-            "ssd_reuse_share": self.ssd_reuse_share,
-        }
 
 
 class HitCounter:

@@ -53,8 +53,15 @@ class Percentiles:
             *(None if v is None else v * factor for v in (self.p50, self.p90, self.p99))
         )
 
-    def to_dict(self) -> dict[str, float | None]:
-        return {"p50": self.p50, "p90": self.p90, "p99": self.p99}
+
+@dataclass(frozen=True)
+class ReuseDistances:
+    """Reuse distance of re-accesses in each unit (the JSON ``reuse_distance`` object)."""
+
+    requests: Percentiles = Percentiles()
+    seconds: Percentiles = Percentiles()
+    stack_blocks: Percentiles = Percentiles()
+    stack_bytes: Percentiles = Percentiles()
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,6 +73,14 @@ class ReuseMetrics:
     distance_stack_blocks: Percentiles
     distance_stack_bytes: Percentiles
     histograms: pl.DataFrame  # metric, bucket_lo, bucket_hi, count
+
+    def distances(self) -> ReuseDistances:
+        return ReuseDistances(
+            requests=self.distance_requests,
+            seconds=self.distance_seconds,
+            stack_blocks=self.distance_stack_blocks,
+            stack_bytes=self.distance_stack_bytes,
+        )
 
 
 HISTOGRAM_SCHEMA = {

@@ -20,7 +20,7 @@ candidate's whole prefix is compared before it is accepted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -157,25 +157,22 @@ class Summary:
         p = Percentiles.of(values)
         return cls(p.p50, p.p90, p.p99, float(values.max()), float(values.mean()))
 
-    def to_dict(self) -> dict[str, float | None]:
-        return {
-            "p50": self.p50,
-            "p90": self.p90,
-            "p99": self.p99,
-            "max": self.max,
-            "mean": self.mean,
-        }
+
+_NOT_JSON = {"json": False}
 
 
 @dataclass(frozen=True, eq=False)
 class SessionMetrics:
-    count: int
-    inferred: bool
+    """Per-session figures; the JSON ``sessions`` object holds kv_bytes, turns, max_input_tokens
+    (count and inferred are in the JSON ``trace`` object; the tables go to ``--out``)."""
+
+    count: int = field(metadata=_NOT_JSON)
+    inferred: bool = field(metadata=_NOT_JSON)
     kv_bytes: Summary
     turns: Percentiles
     max_input_tokens: Percentiles
-    table: pl.DataFrame  # one row per session
-    session_of_request: np.ndarray  # int32 per request
+    table: pl.DataFrame = field(metadata=_NOT_JSON)  # one row per session
+    session_of_request: np.ndarray = field(metadata=_NOT_JSON)  # int32 per request
 
 
 def session_metrics(

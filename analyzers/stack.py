@@ -45,9 +45,9 @@ LOG2_BUCKETS_DOC = (
     "Each bucket is [bucket_lo, bucket_hi)."
 )
 
-# Accesses processed per kernel call: small enough for a live progress bar, large enough that
-# the call overhead is nil.
-_CHUNK_ACCESSES = 4_000_000
+#: Accesses processed per kernel call (``reuse_pass(chunk_accesses=)``): small enough for a live
+#: progress bar, large enough that the call overhead is nil. Any value gives the same figures.
+DEFAULT_CHUNK_ACCESSES = 4_000_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -330,13 +330,18 @@ def reuse_pass(
     *,
     on_progress: Callable[[int], None] | None = None,
     per_access_out: np.ndarray | None = None,
+    chunk_accesses: int = DEFAULT_CHUNK_ACCESSES,
 ) -> ReusePass:
     """Walk the access stream once (numba); see the module docstring for the definitions.
 
     ``on_progress(n)`` is called with the number of accesses done after each chunk.
     ``per_access_out`` (int64, one per access), when given, receives each access's stack
     distance, -1 for first accesses (tests and small traces only: one int per access).
+    ``chunk_accesses``: about how many accesses one kernel call walks (whole requests, at
+    least one); the state carried between calls makes every value give the same figures.
     """
+    if chunk_accesses < 1:
+        raise ValueError(f"chunk_accesses: must be >= 1; got {chunk_accesses!r}")
     n = acc.num_accesses
     n_req = acc.num_requests
     offsets = acc.request_offsets
@@ -359,8 +364,8 @@ def reuse_pass(
     n_parts: list[np.ndarray] = []
     r = 0
     while r < n_req:
-        # Whole requests per chunk, about _CHUNK_ACCESSES accesses (at least one request).
-        r_end = int(np.searchsorted(offsets, offsets[r] + _CHUNK_ACCESSES, side="right")) - 1
+        # Whole requests per chunk, about chunk_accesses accesses (at least one request).
+        r_end = int(np.searchsorted(offsets, offsets[r] + chunk_accesses, side="right")) - 1
         r_end = min(max(r_end, r + 1), n_req)
         chunk = int(offsets[r_end] - offsets[r])
         run_dt = np.empty(chunk, dtype=np.float64)
@@ -391,7 +396,13 @@ def reuse_pass(
         if on_progress is not None:
             on_progress(int(offsets[r]))
     del tree, last, last_req
-    assert state[0] == acc.num_blocks and state[1] == n - acc.num_blocks
+    if state[0] != acc.num_blocks or state[1] != n - acc.num_blocks:
+        # Every block is first seen once and every other access is a re-access; anything else
+        # means the dense ids or offsets were inconsistent, and every figure would be wrong.
+        raise RuntimeError(
+            f"reuse pass: counted {state[0]} distinct blocks and {state[1]} re-accesses; "
+            f"expected {acc.num_blocks} and {n - acc.num_blocks}"
+        )
     seconds_values = np.concatenate(dt_parts) if dt_parts else np.zeros(0)
     seconds_counts = np.concatenate(n_parts) if n_parts else np.zeros(0, dtype=np.int64)
     return ReusePass(

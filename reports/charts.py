@@ -24,12 +24,12 @@ def _pyplot() -> Any:
 
 def reuse_distance_cdf(result: AnalysisResult, path: Path) -> bool:
     """CDF of reuse distance: stack distance (bytes), requests, seconds. False if no reuse."""
-    cdf = result.cdf_table
+    cdf = result.tables.cdf
     if cdf.height == 0:
         return False
     plt = _pyplot()
     panels = [
-        ("stack_bytes", f"LRU stack distance (GiB of KV, {result.model})"),
+        ("stack_bytes", f"LRU stack distance (GiB of KV, {result.kv.model})"),
         ("requests", "distance (requests)"),
         ("seconds", "distance (seconds; exact at log2 bucket edges)"),
     ]
@@ -47,7 +47,7 @@ def reuse_distance_cdf(result: AnalysisResult, path: Path) -> bool:
         ax.set_xlabel(label)
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("share of re-accesses")
-    fig.suptitle(f"Reuse distance CDF: {Path(result.trace_path).name}")
+    fig.suptitle(f"Reuse distance CDF: {Path(result.trace.path).name}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -69,7 +69,7 @@ def session_kv_cdf(result: AnalysisResult, path: Path) -> bool:
     ax.step(np.maximum(x, 2.0**-30), y, where="post", label="sessions")
     ax.set_xscale("log")
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel(f"session KV (GiB, {result.model})")
+    ax.set_xlabel(f"session KV (GiB, {result.kv.model})")
     ax.set_ylabel("share of sessions")
     ax.axvline(
         FLAT_SESSION_KV_P90_BYTES / 2**30,
@@ -90,11 +90,11 @@ def session_kv_cdf(result: AnalysisResult, path: Path) -> bool:
 
 def memory_tier_curve(result: AnalysisResult, path: Path) -> bool:
     """LRU hit share against memory capacity, with the ideal (infinite cache) line."""
-    if result.hit_curve_capacity_blocks.shape[0] == 0 or not result.block_bytes:
+    if result.tables.hit_curve_capacity_blocks.shape[0] == 0 or not result.kv.block_bytes:
         return False
     plt = _pyplot()
-    cap_gib = result.hit_curve_capacity_blocks * result.block_bytes / 2**30
-    share = result.hit_curve_share
+    cap_gib = result.tables.hit_curve_capacity_blocks * result.kv.block_bytes / 2**30
+    share = result.tables.hit_curve_share
     pts = [p for p in result.memory_tier if p.lru_hit_share is not None]
     widest = max((p.capacity_bytes / 2**30 for p in pts), default=0.0)
     if widest > cap_gib[-1]:
@@ -119,7 +119,7 @@ def memory_tier_curve(result: AnalysisResult, path: Path) -> bool:
     )
     ax.set_xscale("log")
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel(f"memory capacity (GiB, {result.model})")
+    ax.set_xlabel(f"memory capacity (GiB, {result.kv.model})")
     ax.set_ylabel("share of block accesses")
     ax.set_title("Memory-tier hit curve")
     ax.grid(True, alpha=0.3)

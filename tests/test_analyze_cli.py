@@ -113,6 +113,15 @@ def test_json_keys_and_types_claude_code() -> None:
     ]
     assert tier[0]["lru_hit_share"] <= tier[1]["lru_hit_share"] <= doc["reuse_access_share"]
     assert doc["verdict"]["layout"] in ("flat", "tiered") and doc["verdict"]["reasons"]
+    checks = doc["verdict"]["checks"]
+    assert [c["name"] for c in checks] == ["share_of_ideal", "session_kv_p90_bytes"]
+    for c in checks:
+        assert set(c) == {"name", "value", "threshold", "unit", "passed"}
+    sessions_check = checks[1]
+    assert sessions_check["value"] == doc["sessions"]["kv_bytes"]["p90"]
+    assert sessions_check["threshold"] == 2**30 and sessions_check["unit"] == "bytes"
+    # flat exactly when a check did not pass
+    assert (doc["verdict"]["layout"] == "flat") == (not all(c["passed"] for c in checks))
     for key in ("fcctl_version", "python", "host", "started_utc", "finished_utc"):
         assert key in doc["provenance"]
 

@@ -263,12 +263,40 @@ def _p(d: dict[str, Any] | None, keys: tuple[str, ...] = ("p50", "p90", "p99")) 
     return [d[k] for k in keys]
 
 
-def check(path: Path, reqs: list[Req], block_tokens: int, caps: list[int], *flags: str) -> None:
+def _analyze_doc(path: Path, caps: list[int], chunk_accesses: int | None, *flags: str) -> Any:
+    """The --json document: through the CLI, or (to set the kernel's chunk size, which has no
+    flag) through the library with the CLI's defaults."""
+    if chunk_accesses is None:
+        memory = ",".join(f"{c}B" for c in caps)
+        res = runner.invoke(app, ["analyze", str(path), "--json", "--memory", memory, *flags])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout)
+    from fcctl.analyzers.analyze import analyze_trace
+    from fcctl.analyzers.readers import read_trace
+    from fcctl.layout.geometry import model_geometry
+
+    from fcctl.common.jsonio import to_jsonable
+
+    assert not flags, "flags go through the CLI only"
+    result = analyze_trace(
+        read_trace(path),
+        geometry=model_geometry("llama-3.1-8b"),
+        memory_capacities_bytes=caps,
+        chunk_accesses=chunk_accesses,
+    )
+    return to_jsonable(result)
+
+
+def check(
+    path: Path,
+    reqs: list[Req],
+    block_tokens: int,
+    caps: list[int],
+    *flags: str,
+    chunk_accesses: int | None = None,
+) -> None:
     caps = sorted(set(caps))  # analyze reports capacities ascending, without repeats
-    memory = ",".join(f"{c}B" for c in caps)
-    res = runner.invoke(app, ["analyze", str(path), "--json", "--memory", memory, *flags])
-    assert res.exit_code == 0, res.output
-    doc = json.loads(res.stdout)
+    doc = _analyze_doc(path, caps, chunk_accesses, *flags)
     ref = reference(reqs, block_tokens, caps)
     assert doc["kv"]["bytes_per_token"] == LLAMA_8B_BYTES_PER_TOKEN
     assert doc["kv"]["block_bytes"] == block_tokens * LLAMA_8B_BYTES_PER_TOKEN
@@ -413,8 +441,7 @@ def _cc_requests(rng: random.Random, depth: int, t_max: float) -> list[dict[str,
     return out
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_random_claude_code_traces(tmp_path: Path, seed: int) -> None:
+def _random_claude_code_trace(tmp_path: Path, seed: int) -> Path:
     rng = random.Random(100 + seed)
     sessions = []
     for k in range(rng.randint(1, 5)):
@@ -426,8 +453,17 @@ def test_random_claude_code_traces(tmp_path: Path, seed: int) -> None:
         )
     path = tmp_path / "cc.jsonl.gz"
     path.write_bytes(gzip.compress(b"".join(json.dumps(s).encode() + b"\n" for s in sessions)))
-    block = 64 * LLAMA_8B_BYTES_PER_TOKEN
-    check(path, parse_claude_code(path), 64, [block, 3 * block, 9 * block, 50 * block])
+    return path
+
+
+CC_BLOCK_BYTES = 64 * LLAMA_8B_BYTES_PER_TOKEN
+CC_CAPS = [CC_BLOCK_BYTES, 3 * CC_BLOCK_BYTES, 9 * CC_BLOCK_BYTES, 50 * CC_BLOCK_BYTES]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_claude_code_traces(tmp_path: Path, seed: int) -> None:
+    path = _random_claude_code_trace(tmp_path, seed)
+    check(path, parse_claude_code(path), 64, CC_CAPS)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -561,14 +597,10 @@ def test_out_tables_match_reference(sample: str, parse: Any, block_tokens: int, 
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 1000])
-def test_tiny_kernel_chunks_give_the_same_figures(
-    chunk: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_tiny_kernel_chunks_give_the_same_figures(chunk: int, tmp_path: Path) -> None:
     # The kernel walks the stream in chunks of whole requests (4 M accesses in production),
     # carrying state across calls; tiny chunks put chunk boundaries everywhere.
-    import fcctl.analyzers.stack
-
-    monkeypatch.setattr(fcctl.analyzers.stack, "_CHUNK_ACCESSES", chunk)
     path = SAMPLES / "bailian_synthetic.jsonl"
-    check(path, parse_bailian(path), 16, [2 * MIB, 20 * MIB, 200 * MIB])
-    test_random_claude_code_traces(tmp_path, 3)
+    check(path, parse_bailian(path), 16, [2 * MIB, 20 * MIB, 200 * MIB], chunk_accesses=chunk)
+    path = _random_claude_code_trace(tmp_path, 3)
+    check(path, parse_claude_code(path), 64, CC_CAPS, chunk_accesses=chunk)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from pathlib import Path
 
@@ -279,10 +280,19 @@ def test_lines_longer_than_the_read_chunk(gz: bool, tmp_path: Path, monkeypatch)
     assert read_trace(path).requests.equals(whole.requests)
 
 
-def test_progress_flag_gives_the_same_trace() -> None:
-    # Without a terminal the bar is disabled, but the code path runs.
+def test_progress_gives_the_same_trace() -> None:
+    # delay 0 and a forced terminal: the display really runs while the file is read.
+    from rich.console import Console
+
+    from fcctl.common.progress import Progress
+
     path = SAMPLES / "claude_code_sample.jsonl.gz"
-    assert read_trace(path, progress=True).requests.equals(read_trace(path).requests)
+    console = Console(file=io.StringIO(), force_terminal=True)
+    with Progress(enabled=True, delay_s=0, console=console) as progress:
+        assert progress.active
+        shown = read_trace(path, progress=progress)
+    assert shown.requests.equals(read_trace(path).requests)
+    assert read_trace(path, progress=True).requests.equals(shown.requests)
 
 
 # --- detection and canonical Parquet ------------------------------------------------------

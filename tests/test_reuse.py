@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import pytest
-from fcctl.analyzers.analyze import analyze_trace
+from fcctl.analyzers.analyze import NoteCode, analyze_trace
 
+from fcctl.common.jsonio import to_jsonable
 from tests.analyze_helpers import TEN_BYTES_PER_TOKEN, example_trace, make_trace
 
 
@@ -11,26 +12,28 @@ def test_shares_and_distances_by_hand() -> None:
     res = analyze_trace(example_trace(), geometry=TEN_BYTES_PER_TOKEN)
     r = res.reuse
     assert r is not None
-    assert res.block_accesses == 12 and res.distinct_blocks == 6
+    assert res.trace.block_accesses == 12 and res.trace.distinct_blocks == 6
     # accessed once: blocks 5 and 6 -> 2 / 6
     assert r.once_only_block_share == pytest.approx(2 / 6)
     # 12 accesses - 6 first accesses = 6 re-accesses -> 6 / 12
     assert r.reuse_access_share == pytest.approx(0.5)
     # stack distances sorted [2,2,3,3,3,5]; h = 5q:
     #   p50 h=2.5 -> 3;  p90 h=4.5 -> 3 + 0.5*(5-3) = 4;  p99 h=4.95 -> 3 + 0.95*2 = 4.9
-    assert r.distance_stack_blocks.to_dict() == pytest.approx({"p50": 3, "p90": 4, "p99": 4.9})
+    assert to_jsonable(r.distance_stack_blocks) == pytest.approx({"p50": 3, "p90": 4, "p99": 4.9})
     # block bytes = 4 tokens x 10 B = 40
-    assert res.block_bytes == 40
-    assert r.distance_stack_bytes.to_dict() == pytest.approx({"p50": 120, "p90": 160, "p99": 196})
+    assert res.kv.block_bytes == 40
+    assert to_jsonable(r.distance_stack_bytes) == pytest.approx(
+        {"p50": 120, "p90": 160, "p99": 196}
+    )
     # requests sorted [1,1,2,2,2,4]: p50 2; p90 2 + 0.5*2 = 3; p99 2 + 0.95*2 = 3.9
-    assert r.distance_requests.to_dict() == pytest.approx({"p50": 2, "p90": 3, "p99": 3.9})
+    assert to_jsonable(r.distance_requests) == pytest.approx({"p50": 2, "p90": 3, "p99": 3.9})
     # seconds sorted [10,10,25,25,25,36]: p50 25; p90 25 + 0.5*11 = 30.5; p99 25 + 0.95*11
-    assert r.distance_seconds.to_dict() == pytest.approx({"p50": 25, "p90": 30.5, "p99": 35.45})
+    assert to_jsonable(r.distance_seconds) == pytest.approx({"p50": 25, "p90": 30.5, "p99": 35.45})
 
 
 def test_histograms_by_hand() -> None:
     res = analyze_trace(example_trace(), geometry=TEN_BYTES_PER_TOKEN)
-    h = res.histograms
+    h = res.tables.histograms
     stack = h.filter(h["metric"] == "stack_blocks")
     # distances 2,2,3,3,3 in [2,4); 5 in [4,8)
     assert stack["bucket_lo"].to_list() == [0, 1, 2, 4]
@@ -49,7 +52,7 @@ def test_no_reuse_at_all() -> None:
     assert r is not None
     assert r.once_only_block_share == 1.0 and r.reuse_access_share == 0.0
     assert r.distance_stack_blocks.p50 is None and r.distance_seconds.p99 is None
-    doc = res.to_json_dict()
+    doc = to_jsonable(res)
     assert doc["reuse_distance"]["requests"] == {"p50": None, "p90": None, "p99": None}
     assert all(p["share_of_ideal"] is None for p in doc["memory_tier"])
     assert all(p["lru_hit_share"] == 0.0 for p in doc["memory_tier"])
@@ -58,7 +61,7 @@ def test_no_reuse_at_all() -> None:
 def test_no_hashes_reports_sizes_only() -> None:
     t = make_trace([None, None, None, None], timestamps=[0, 1, 2, 4], input_tokens=[10, 20, 30, 40])
     res = analyze_trace(t, geometry=TEN_BYTES_PER_TOKEN, memory_capacities_bytes=[1000])
-    doc = res.to_json_dict()
+    doc = to_jsonable(res)
     assert doc["once_only_block_share"] is None and doc["reuse_access_share"] is None
     assert doc["trace"]["block_accesses"] is None and doc["sessions"] is None
     assert doc["memory_tier"] == [
@@ -75,4 +78,5 @@ def test_no_hashes_reports_sizes_only() -> None:
     assert doc["request_sizes"]["kv_bytes"]["p50"] == 250
     # 4 requests over 4 s
     assert doc["request_sizes"]["arrival_rate_per_s"] == 1.0
-    assert any("cannot be measured" in n for n in doc["notes"])
+    assert [n.code for n in res.note_details] == [NoteCode.NO_HASHES]
+    assert doc["notes"] == [n.text for n in res.note_details]

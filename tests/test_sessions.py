@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import pytest
-from fcctl.analyzers.analyze import analyze_trace
+from fcctl.analyzers.analyze import NoteCode, analyze_trace
 from fcctl.analyzers.sessions import infer_sessions
 from fcctl.analyzers.stack import flatten_accesses
 
+from fcctl.common.jsonio import to_jsonable
 from tests.analyze_helpers import TEN_BYTES_PER_TOKEN, example_trace, make_trace
 
 
@@ -16,14 +17,14 @@ def test_session_metrics_by_hand() -> None:
     # b = r2, r4:     blocks {5,3}       = 2 -> 80   (block 3 counts in both sessions)
     assert s.table["distinct_blocks"].to_list() == [5, 2]
     # kv [80, 200]: p50 140; p90 80 + 0.9*120 = 188; p99 80 + 0.99*120 = 198.8
-    assert s.kv_bytes.to_dict() == pytest.approx(
+    assert to_jsonable(s.kv_bytes) == pytest.approx(
         {"p50": 140, "p90": 188, "p99": 198.8, "max": 200, "mean": 140}
     )
     # turns [3, 2]: p50 2.5, p90 2 + 0.9 = 2.9, p99 2.99
-    assert s.turns.to_dict() == pytest.approx({"p50": 2.5, "p90": 2.9, "p99": 2.99})
+    assert to_jsonable(s.turns) == pytest.approx({"p50": 2.5, "p90": 2.9, "p99": 2.99})
     # largest inputs a: 16, b: 4 -> p50 10, p90 4 + 0.9*12 = 14.8, p99 4 + 0.99*12 = 15.88
-    assert s.max_input_tokens.to_dict() == pytest.approx({"p50": 10, "p90": 14.8, "p99": 15.88})
-    assert res.to_json_dict()["trace"]["sessions"] == 2
+    assert to_jsonable(s.max_input_tokens) == pytest.approx({"p50": 10, "p90": 14.8, "p99": 15.88})
+    assert to_jsonable(res)["trace"]["sessions"] == 2
 
 
 def _infer(hashes: list[list[int]], inputs: list[int], block: int = 4) -> tuple[list, list]:
@@ -78,13 +79,14 @@ def test_inference_diverging_continuations_mark_a_shared_prefix() -> None:
 
 def test_inferred_sessions_are_reported() -> None:
     res = analyze_trace(example_trace(with_sessions=False), geometry=TEN_BYTES_PER_TOKEN)
-    doc = res.to_json_dict()
+    doc = to_jsonable(res)
     assert doc["trace"]["sessions_inferred"] is True
     # inputs are exact multiples of 4, so full prefixes are whole hash lists:
     # r1 [1,2,4] does not start with r0's [1,2,3] -> new; r3 [1,2,4,6] extends r1 -> same
     # sessions: {r0}, {r1, r3}, {r2}, {r4}
     assert doc["trace"]["sessions"] == 4
-    assert any("inferred" in n for n in doc["notes"])
+    assert NoteCode.INFERRED_SESSIONS in [n.code for n in res.note_details]
+    assert doc["notes"] == [n.text for n in res.note_details]
 
 
 def test_interleaved_sessions_count_blocks_per_session() -> None:

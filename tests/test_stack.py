@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import fcctl.analyzers.stack as stack
 import numpy as np
 import polars as pl
 import pytest
@@ -49,12 +48,9 @@ def test_kernel_equals_reference_across_chunks(requests: list[list[int]]) -> Non
     trace = make_trace(requests)
     acc = flatten_accesses(trace.requests)
     out = np.empty(acc.num_accesses, dtype=np.int64)
-    saved = stack._CHUNK_ACCESSES
-    stack._CHUNK_ACCESSES = 3
-    try:
-        rp = reuse_pass(acc, trace.requests["timestamp_s"].to_numpy(), per_access_out=out)
-    finally:
-        stack._CHUNK_ACCESSES = saved
+    rp = reuse_pass(
+        acc, trace.requests["timestamp_s"].to_numpy(), per_access_out=out, chunk_accesses=3
+    )
     stream = [b for r in requests for b in r]
     assert out.tolist() == reference_stack_distances(stream)
     assert int(rp.seconds_counts.sum()) == rp.num_reaccesses

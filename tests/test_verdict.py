@@ -1,13 +1,20 @@
 from __future__ import annotations
 
+import pytest
 from fcctl.analyzers.memory_tier import MemoryTierPoint
 from fcctl.analyzers.verdict import (
+    CHECK_REQUEST_KV_P90,
+    CHECK_REUSE_ACCESS_SHARE,
+    CHECK_SESSION_KV_P90,
+    CHECK_SHARE_OF_IDEAL,
     FLAT_BELOW_SHARE_OF_IDEAL,
-    FLAT_SESSION_KV_P90_BYTES,
-    REALISTIC_MEMORY_BYTES,
+    Verdict,
+    VerdictCheck,
     decide,
     reference_point,
 )
+
+from fcctl.common.jsonio import to_jsonable
 
 GiB = 1 << 30
 
@@ -18,16 +25,24 @@ def _pt(cap_gib: int, share_of_ideal: float, ideal: float = 0.8) -> MemoryTierPo
     )
 
 
-def test_constants() -> None:
-    assert REALISTIC_MEMORY_BYTES == 256 * GiB
-    assert FLAT_BELOW_SHARE_OF_IDEAL == 0.5
-    assert FLAT_SESSION_KV_P90_BYTES == GiB
+def _check(v: Verdict, name: str) -> VerdictCheck:
+    return next(c for c in v.checks if c.name == name)
 
 
 def test_reference_capacity_is_largest_realistic() -> None:
     pts = [_pt(16, 0.1), _pt(256, 0.2), _pt(1024, 0.9)]
     assert reference_point(pts).capacity_bytes == 256 * GiB
     assert reference_point([_pt(512, 0.1), _pt(1024, 0.2)]).capacity_bytes == 512 * GiB
+    v = decide(
+        memory_tier=pts,
+        reuse_access_share=0.8,
+        session_kv_p90_bytes=None,
+        sessions_inferred=False,
+        request_kv_p90_bytes=None,
+    )
+    assert v.reference_capacity_bytes == 256 * GiB
+    # The check is taken at the reference capacity (256 GiB: 0.2), not at 1 TiB (0.9).
+    assert _check(v, CHECK_SHARE_OF_IDEAL).value == pytest.approx(0.2)
 
 
 def test_flat_when_memory_filters_little() -> None:
@@ -40,10 +55,21 @@ def test_flat_when_memory_filters_little() -> None:
         request_kv_p90_bytes=None,
     )
     assert v.layout == "flat"
-    assert "256.00 GiB" in v.reasons[0] and "30.0% of the ideal" in v.reasons[0]
-    assert "70.0%" in v.reasons[0] and "24.0%" in v.reasons[0]
-    # the passing session check is still shown with its figure
-    assert any("50.00 MiB" in r for r in v.reasons)
+    tier, sessions = v.checks
+    assert tier == VerdictCheck(
+        CHECK_SHARE_OF_IDEAL, pytest.approx(0.3), FLAT_BELOW_SHARE_OF_IDEAL, "share", False
+    )
+    assert tier.threshold == 0.5
+    # the passing session check is still weighed, with its figure
+    assert sessions == VerdictCheck(CHECK_SESSION_KV_P90, 50 * 2**20, GiB, "bytes", True)
+    # The triggering check's sentence leads, the passing one follows, then the conclusion.
+    assert v.reasons == (
+        "The memory tier filters little of the reuse: an LRU of 256.00 GiB hits 24.0% of block "
+        "accesses against an ideal 80.0%, 30.0% of the ideal (< 50.0%), so 70.0% of the reuse "
+        "would come from the SSD.",
+        "Sessions are small: p90 session KV is 50.00 MiB (< 1.00 GiB).",
+        "A flat per-session SSD layout is recommended.",
+    )
 
 
 def test_flat_when_sessions_reach_gbs() -> None:
@@ -55,7 +81,10 @@ def test_flat_when_sessions_reach_gbs() -> None:
         request_kv_p90_bytes=None,
     )
     assert v.layout == "flat"
-    assert v.reasons[0].startswith("Inferred sessions reach GBs") and "3.00 GiB" in v.reasons[0]
+    assert [c.passed for c in v.checks] == [True, False]
+    s = _check(v, CHECK_SESSION_KV_P90)
+    assert s.value == 3 * GiB and s.threshold == GiB and s.unit == "bytes"
+    assert v.reasons[0] == "Inferred sessions reach GBs: p90 session KV is 3.00 GiB (>= 1.00 GiB)."
 
 
 def test_tiered_when_small_and_quick() -> None:
@@ -69,8 +98,13 @@ def test_tiered_when_small_and_quick() -> None:
         reuse_p50_seconds=12.5,
     )
     assert v.layout == "tiered"
-    assert "90.0% of the ideal" in v.reasons[0] and "3 requests and 12.5 s" in v.reasons[0]
-    assert "40.00 MiB" in v.reasons[1]
+    assert all(c.passed for c in v.checks)
+    assert _check(v, CHECK_SHARE_OF_IDEAL).value == pytest.approx(0.9)
+    assert _check(v, CHECK_SESSION_KV_P90).value == 40 * 2**20
+    # The quick-reuse figures are rendered into the memory-tier reason.
+    assert v.reasons[0].endswith(
+        "Reuse comes quickly: the median re-access is 3 requests and 12.5 s after the previous one."
+    )
 
 
 def test_boundary_is_inclusive_for_flat() -> None:
@@ -82,8 +116,23 @@ def test_boundary_is_inclusive_for_flat() -> None:
         sessions_inferred=False,
         request_kv_p90_bytes=None,
     )
-    assert v.layout == "flat" and len([r for r in v.reasons if "reach GBs" in r]) == 1
-    assert not any("filters little" in r for r in v.reasons)
+    assert v.layout == "flat"
+    tier, sessions = v.checks
+    assert tier.value == tier.threshold == 0.5 and tier.passed
+    assert sessions.value == sessions.threshold == GiB and not sessions.passed
+
+
+def test_no_reuse_at_all_is_a_passing_check_without_threshold() -> None:
+    no_reuse = MemoryTierPoint(256 * GiB, 256, 0.0, None, None)
+    v = decide(
+        memory_tier=[no_reuse],
+        reuse_access_share=0.0,
+        session_kv_p90_bytes=None,
+        sessions_inferred=False,
+        request_kv_p90_bytes=None,
+    )
+    assert v.layout == "tiered"
+    assert v.checks == (VerdictCheck(CHECK_REUSE_ACCESS_SHARE, 0.0, None, "share", True),)
 
 
 def test_without_hashes_decides_on_request_sizes() -> None:
@@ -94,7 +143,8 @@ def test_without_hashes_decides_on_request_sizes() -> None:
         sessions_inferred=False,
         request_kv_p90_bytes=2 * GiB,
     )
-    assert v.layout == "flat" and "cannot be measured" in v.reasons[0]
+    assert v.layout == "flat"
+    assert v.checks == (VerdictCheck(CHECK_REQUEST_KV_P90, 2 * GiB, GiB, "bytes", False),)
     v = decide(
         memory_tier=[],
         reuse_access_share=None,
@@ -102,4 +152,27 @@ def test_without_hashes_decides_on_request_sizes() -> None:
         sessions_inferred=False,
         request_kv_p90_bytes=100 * 2**20,
     )
-    assert v.layout == "tiered" and "100.00 MiB" in v.reasons[1]
+    assert v.layout == "tiered"
+    assert v.checks == (VerdictCheck(CHECK_REQUEST_KV_P90, 100 * 2**20, GiB, "bytes", True),)
+    assert "100.00 MiB" in v.reasons[1]  # the figure is rendered into the sentence
+
+
+def test_checks_are_in_the_json() -> None:
+    v = decide(
+        memory_tier=[_pt(256, 0.3)],
+        reuse_access_share=0.8,
+        session_kv_p90_bytes=None,
+        sessions_inferred=False,
+        request_kv_p90_bytes=None,
+    )
+    doc = to_jsonable(v)
+    assert list(doc) == ["layout", "reasons", "reference_capacity_bytes", "checks"]
+    assert doc["checks"] == [
+        {
+            "name": "share_of_ideal",
+            "value": pytest.approx(0.3),
+            "threshold": 0.5,
+            "unit": "share",
+            "passed": False,
+        }
+    ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -69,24 +68,30 @@ def register(app: typer.Typer) -> None:
         """Measure block reuse, reuse distances, session KV sizes and memory-tier hit shares."""
         from fcctl.analyzers.analyze import analyze_trace
         from fcctl.analyzers.readers import read_trace
+        from fcctl.common.jsonio import write_json
+        from fcctl.common.progress import Progress
         from fcctl.common.units import parse_size_list
         from fcctl.layout.geometry import model_geometry
-        from fcctl.reports.analyze_report import check_out_dir, print_summary, write_out_dir
+        from fcctl.reports.analyze_report import (
+            check_analyze_out_dir,
+            print_summary,
+            write_out_dir,
+        )
 
         # Flags first: a typo should fail before minutes of parsing.
         geometry = model_geometry(model, config_path=model_config, tp=tp, kv_dtype=kv_dtype)
         capacities = parse_size_list(memory, what="--memory") if memory is not None else None
         if out is not None:
-            check_out_dir(out, force)
-        parsed = read_trace(trace, format, progress=True)
-        result = analyze_trace(
-            parsed, geometry=geometry, memory_capacities_bytes=capacities, progress=True
-        )
-        doc = result.to_json_dict()
+            check_analyze_out_dir(out, force=force)
+        with Progress(enabled=True) as progress:
+            parsed = read_trace(trace, format, progress=progress)
+            result = analyze_trace(
+                parsed, geometry=geometry, memory_capacities_bytes=capacities, progress=progress
+            )
         if out is not None:
-            names = write_out_dir(result, out, force=force, json_doc=doc)
+            names = write_out_dir(result, out, force=force)
             print(f"wrote {out}: {', '.join(names)}", file=sys.stderr)
         if as_json:
-            print(json.dumps(doc, indent=2, allow_nan=False))
+            write_json(result, sys.stdout)
         else:
             print_summary(result)

@@ -30,10 +30,12 @@ def register(app: typer.Typer) -> None:
         """Convert a trace to the canonical Parquet table (one row per request)."""
         from fcctl.analyzers.canonical import check_output_file, write_canonical
         from fcctl.analyzers.readers import read_trace
+        from fcctl.common.progress import Progress
 
         start = time.perf_counter()
         check_output_file(out)  # a typo in -o should fail before minutes of parsing
-        parsed = read_trace(trace, format, progress=True)
+        with Progress(enabled=True) as progress:
+            parsed = read_trace(trace, format, progress=progress)
         write_canonical(parsed, out)
         requests = parsed.requests
         sessions = requests["session_id"].drop_nulls().n_unique() if parsed.has_sessions else None
