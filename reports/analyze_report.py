@@ -108,18 +108,16 @@ def _reuse_tables(r: ReuseMetrics) -> list[Table]:
     shares.add_column("value", justify="right")
     shares.add_row("once-only block share", _share(r.once_only_block_share))
     shares.add_row("reuse access share (ideal hit share)", _share(r.reuse_access_share))
-    dist = Table(title="Reuse distance of re-accesses")
-    dist.add_column("unit")
-    for q in ("p50", "p90", "p99"):
-        dist.add_column(q, justify="right")
-    rows: list[tuple[str, Percentiles, Callable[[float | None], str]]] = [
-        ("requests", r.distance_requests, _num),
-        ("seconds", r.distance_seconds, _num),
-        ("LRU stack (blocks)", r.distance_stack_blocks, _num),
-        ("LRU stack (bytes)", r.distance_stack_bytes, _bytes),
-    ]
-    for name, p, fmt in rows:
-        dist.add_row(name, fmt(p.p50), fmt(p.p90), fmt(p.p99))
+    dist = _percentile_table(
+        "Reuse distance of re-accesses",
+        "unit",
+        [
+            ("requests", r.distance_requests, _num),
+            ("seconds", r.distance_seconds, _num),
+            ("LRU stack (blocks)", r.distance_stack_blocks, _num),
+            ("LRU stack (bytes)", r.distance_stack_bytes, _bytes),
+        ],
+    )
     return [shares, dist]
 
 
@@ -159,21 +157,32 @@ def _memory_tier_table(result: AnalysisResult) -> Table:
 
 
 def _request_sizes_table(result: AnalysisResult) -> Table:
+    rs = result.request_sizes
+    return _percentile_table(
+        "Request sizes",
+        "metric",
+        [
+            ("input tokens", rs.input_tokens, _num),
+            ("output tokens", rs.output_tokens, _num),
+            ("KV per request", rs.kv_bytes, _bytes),
+        ],
+    )
+
+
+_Row = tuple[str, "Percentiles", Callable[[float | None], str]]
+
+
+def _percentile_table(title: str, first: str, rows: list[_Row]) -> Table:
+    """A p50/p90/p99 table: one row per (name, percentiles, how to format a value)."""
     from rich.table import Table
 
-    rs = result.request_sizes
-    sizes = Table(title="Request sizes")
-    sizes.add_column("metric")
+    table = Table(title=title)
+    table.add_column(first)
     for q in ("p50", "p90", "p99"):
-        sizes.add_column(q, justify="right")
-    rows: list[tuple[str, Percentiles, Callable[[float | None], str]]] = [
-        ("input tokens", rs.input_tokens, _num),
-        ("output tokens", rs.output_tokens, _num),
-        ("KV per request", rs.kv_bytes, _bytes),
-    ]
+        table.add_column(q, justify="right")
     for name, p, fmt in rows:
-        sizes.add_row(name, fmt(p.p50), fmt(p.p90), fmt(p.p99))
-    return sizes
+        table.add_row(name, fmt(p.p50), fmt(p.p90), fmt(p.p99))
+    return table
 
 
 def _hanging(label: str, lines: list[str]) -> Table:
