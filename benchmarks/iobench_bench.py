@@ -16,7 +16,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,9 +23,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fcctl.iobench.bench import IobenchConfig, run_iobench  # noqa: E402
+from fcctl.iobench.config import IobenchConfig  # noqa: E402
+from fcctl.iobench.run import run_iobench  # noqa: E402
 from fcctl.reports.iobench_report import render_table  # noqa: E402
 
+from fcctl.common.jsonio import write_json_file  # noqa: E402
 from fcctl.common.units import parse_int_list, parse_size  # noqa: E402
 
 
@@ -63,45 +64,56 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - t0
     render_table(result, width=120)
 
-    hi, lo = max(concurrency), min(concurrency)
-    flat_hi, flat_lo = result.run("flat", hi), result.run("flat", lo)
-    ev_hi, ev_lo = result.run("eviction", hi), result.run("eviction", lo)
-    best = result.fio.seq_read_bytes_per_s
+    # The headline ratios are the result's own comparisons (the JSON's "comparisons"), so
+    # this script, the table and the JSON cannot disagree.
+    comp = result.comparisons
+    hi = max(concurrency)
+    flat_hi = result.run("flat", hi)
+    fio = result.fio
     print()
     print(
-        f"workload: {len(result.workload.sessions)} sessions, "
+        f"workload: {result.workload.sessions} sessions, "
         f"{result.workload.bytes / 2**30:.2f} GiB per layout, repeat {args.repeat}, "
         f"{elapsed:.0f} s in all"
     )
-    if best:
-        ratio = flat_hi.restore_bytes_per_s / best
+    if comp.flat_over_fio_seq is not None and flat_hi is not None and fio.seq_read_bytes_per_s:
+        ratio = comp.flat_over_fio_seq.ratio or 0.0
         print(
-            f"flat restore at concurrency {hi} / fio best sequential read: "
-            f"{flat_hi.restore_bytes_per_s / 1e9:.2f} / {best / 1e9:.2f} GB/s = {ratio:.2f} "
+            f"flat restore at concurrency {comp.flat_over_fio_seq.concurrency} / fio best "
+            f"sequential read: {flat_hi.restore_bytes_per_s / 1e9:.2f} / "
+            f"{fio.seq_read_bytes_per_s / 1e9:.2f} GB/s = {ratio:.2f} "
             f"(goal >= 0.85: {'met' if ratio >= 0.85 else 'NOT met'})"
         )
-        peak = max(r["seq_read_bytes_per_s"] for r in result.fio.samples)
+        peak = max(r.seq_read_bytes_per_s for r in fio.rounds)
         print(
             f"  against fio's best round ({peak / 1e9:.2f} GB/s): "
             f"{flat_hi.restore_bytes_per_s / peak:.2f}"
         )
     else:
-        print(f"fio did not run ({result.fio.reason}); no device reference")
-    cmd_ratio = ev_lo.read_commands / flat_lo.read_commands
-    print(
-        f"eviction / flat read commands: {ev_lo.read_commands} / {flat_lo.read_commands} = "
-        f"{cmd_ratio:.1f} (goal >= 10: {'met' if cmd_ratio >= 10 else 'NOT met'})"
-    )
-    for c, f, e in ((lo, flat_lo, ev_lo), (hi, flat_hi, ev_hi)):
-        # Same bytes both sides, so the restore-time ratio is the inverse throughput ratio.
+        print(f"fio did not run ({fio.reason}); no device reference")
+    commands = comp.eviction_over_flat_read_commands
+    if commands is not None and commands.ratio is not None:
+        c = commands.concurrency
+        ev, fl = result.run("eviction", c), result.run("flat", c)
+        if ev is None or fl is None:  # the comparison exists only when both ran
+            raise RuntimeError(f"comparison at concurrency {c} without both layouts' runs")
         print(
-            f"flat / eviction restore time at concurrency {c}: "
-            f"{e.restore_bytes_per_s / f.restore_bytes_per_s:.2f} "
+            f"eviction / flat read commands: {ev.read_commands} / {fl.read_commands} = "
+            f"{commands.ratio:.1f} (goal >= 10: {'met' if commands.ratio >= 10 else 'NOT met'})"
+        )
+    times = comp.flat_over_eviction_restore_time
+    for r in (times[0], times[-1]) if len(times) > 1 else times:
+        f, e = result.run("flat", r.concurrency), result.run("eviction", r.concurrency)
+        if f is None or e is None:
+            raise RuntimeError(f"comparison at concurrency {r.concurrency} without both runs")
+        ratio_text = "-" if r.ratio is None else f"{r.ratio:.2f}"
+        print(
+            f"flat / eviction restore time at concurrency {r.concurrency}: {ratio_text} "
             f"(flat {f.restore_bytes_per_s / 1e9:.2f} GB/s, eviction "
             f"{e.restore_bytes_per_s / 1e9:.2f} GB/s)"
         )
-    replay = result.fio.replay_bytes_per_s
-    if result.fio.available:
+    replay = fio.replay_bytes_per_s
+    if fio.available and replay["flat"] is not None and replay["eviction"] is not None:
         print(
             f"fio replay of the exact read sequences: flat {replay['flat'] / 1e9:.2f} GB/s, "
             f"eviction {replay['eviction'] / 1e9:.2f} GB/s"
@@ -109,18 +121,17 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "samples (GB/s per repeat): "
         + "; ".join(
-            f"{k} {', '.join(f'{v / 1e9:.2f}' for v in vs)}"
-            for k, vs in result.provenance["restore_bytes_per_s_samples"].items()
+            f"{name}@{r.concurrency} {', '.join(f'{v / 1e9:.2f}' for v in r.samples_bytes_per_s)}"
+            for name, runs in result.layouts.items()
+            for r in runs
         )
     )
     print(
         "fio best per repeat (GB/s): "
-        + ", ".join(
-            f"{r['seq_read_bytes_per_s'] / 1e9:.2f} ({r['best_job']})" for r in result.fio.samples
-        )
+        + ", ".join(f"{r.seq_read_bytes_per_s / 1e9:.2f} ({r.best_job})" for r in fio.rounds)
     )
     if args.json:
-        args.json.write_text(json.dumps(result.to_json_dict(), indent=2) + "\n")
+        write_json_file(result, args.json)
     return 1 if result.mismatched_blocks else 0
 
 

@@ -11,16 +11,17 @@ one summary line per layout and concurrency and writes each JSON document to ``-
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fcctl.iobench.bench import IobenchConfig, run_iobench
+from fcctl.iobench.config import IobenchConfig
+from fcctl.iobench.run import run_iobench
 from fcctl.layout.engines import probe_engine
 
+from fcctl.common.jsonio import to_jsonable, write_json_file
 from fcctl.common.units import parse_int_list
 
 
@@ -50,8 +51,8 @@ def main() -> int:
         )
         t0 = time.perf_counter()
         result = run_iobench(config, progress=False)
-        doc = result.to_json_dict()
-        (args.out / f"iobench-{engine}.json").write_text(json.dumps(doc, indent=2) + "\n")
+        doc = to_jsonable(result)
+        write_json_file(result, args.out / f"iobench-{engine}.json")
         print(
             f"{engine}: {time.perf_counter() - t0:.0f} s; engine {doc['engine']}; "
             f"buffers {doc['provenance']['settings']['restore_buffers']}; "

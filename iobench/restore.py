@@ -31,6 +31,7 @@ from fcctl.iobench.flat import FlatLayout
 from fcctl.iobench.pattern import mismatched_pieces, piece_keys
 from fcctl.iobench.workload import Workload
 from fcctl.layout.alignment import PAGE_BYTES, align_up
+from fcctl.layout.engines import ReadEngine, ReadResult
 from fcctl.layout.planner import ReadPlan, plan_reads
 from fcctl.layout.session_file import SessionFile
 
@@ -235,7 +236,7 @@ def run_restore(
     layout_name: str,
     restores: Sequence[SessionRestore],
     buffers: Sequence[Any],
-    engine: object,
+    engine: ReadEngine,
     *,
     concurrency: int,
     piece_bytes: int,
@@ -247,14 +248,14 @@ def run_restore(
     if drop_cache is not None:
         drop_cache()
     seconds = [0.0] * len(restores)
-    results: list[list[object]] = [[] for _ in restores]
+    results: list[list[ReadResult]] = [[] for _ in restores]
 
     def one(i: int) -> None:
         r, buf = restores[i], buffers[i]
         t0 = time.perf_counter()
         for layer, plan in enumerate(r.plans):
             base = r.layer_base[layer]
-            results[i].append(engine.read(plan, buf[base : base + plan.buffer_bytes]))  # type: ignore[attr-defined]
+            results[i].append(engine.read(plan, buf[base : base + plan.buffer_bytes]))
         seconds[i] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -278,9 +279,7 @@ def run_restore(
         mismatched += m
         examples.extend(ex[: max(0, 3 - len(examples))])
     flat_results = [x for rs in results for x in rs]
-    notes = tuple(
-        dict.fromkeys(getattr(x, "note", "") for x in flat_results if getattr(x, "note", ""))
-    )
+    notes = tuple(dict.fromkeys(x.note for x in flat_results if x.note))
     return RunResult(
         layout=layout_name,
         concurrency=concurrency,
@@ -292,9 +291,7 @@ def run_restore(
         verified_bytes=verified,
         mismatched_blocks=mismatched,
         mismatch_examples=tuple(examples),
-        o_direct=all(getattr(x, "o_direct", False) for x in flat_results)
-        if flat_results
-        else False,
-        gds=next((getattr(x, "gds", None) for x in flat_results), None),
+        o_direct=bool(flat_results) and all(x.o_direct for x in flat_results),
+        gds=next((x.gds for x in flat_results), None),
         notes=notes,
     )

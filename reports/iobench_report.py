@@ -1,18 +1,22 @@
-"""Render an :class:`iobench.bench.IobenchResult`: rich table, one JSON document, Parquet + PNGs."""
+"""Render an :class:`~fcctl.iobench.result.IobenchResult`: rich table, one JSON document,
+``iobench.json`` + Parquet + PNGs. Every figure comes from the result; nothing is recomputed."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import polars as pl
+from fcctl.iobench.result import Comparisons, IobenchResult, Ratio
 
+from fcctl.common.jsonio import write_json, write_json_file
 from fcctl.common.units import format_bytes
 
+JSON_NAME = "iobench.json"
 
-def runs_frame(result: Any) -> pl.DataFrame:
+
+def runs_frame(result: IobenchResult) -> pl.DataFrame:
     """One row per (layout, concurrency): the JSON runs, flattened, plus fio's figures."""
     rows = []
     for layout, runs in result.layouts.items():
@@ -26,8 +30,8 @@ def runs_frame(result: Any) -> pl.DataFrame:
                     "bytes_read": r.bytes_read,
                     "read_amplification": r.read_amplification,
                     "restore_bytes_per_s": r.restore_bytes_per_s,
-                    "restore_p50_s": r.restore_p50_s,
-                    "restore_p99_s": r.restore_p99_s,
+                    "restore_p50_s": r.restore_s.p50,
+                    "restore_p99_s": r.restore_s.p99,
                     "verified_bytes": r.verified_bytes,
                     "mismatched_blocks": r.mismatched_blocks,
                     "fio_seq_read_bytes_per_s": result.fio.seq_read_bytes_per_s,
@@ -52,45 +56,47 @@ def runs_frame(result: Any) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
-def ratios(result: Any) -> dict[str, float | None]:
-    """The headline comparisons: commands, flat vs fio, flat vs eviction restore time."""
-    out: dict[str, float | None] = {}
-    flat = {r.concurrency: r for r in result.layouts.get("flat", ())}
-    evic = {r.concurrency: r for r in result.layouts.get("eviction", ())}
-    common = sorted(set(flat) & set(evic))
-    if common:
-        c = common[0]
-        out["eviction_over_flat_read_commands"] = evic[c].read_commands / max(
-            1, flat[c].read_commands
+def comparison_sentences(comparisons: Comparisons) -> list[str]:
+    """The human reading of each headline comparison (the JSON keeps the numbers)."""
+
+    def times(r: Ratio) -> str:
+        return "-" if r.ratio is None else f"{r.ratio:.2f}x"
+
+    lines = []
+    if comparisons.eviction_over_flat_read_commands is not None:
+        v = times(comparisons.eviction_over_flat_read_commands)
+        lines.append(f"eviction issues {v} the flat layout's read commands")
+    for r in comparisons.flat_over_eviction_restore_time:
+        lines.append(
+            f"flat restores in {times(r)} the eviction layout's time at concurrency {r.concurrency}"
         )
-    for c in common:
-        f, e = flat[c], evic[c]
-        out[f"flat_over_eviction_restore_time_c{c}"] = (
-            e.restore_bytes_per_s / f.restore_bytes_per_s if f.restore_bytes_per_s else None
+    if comparisons.flat_over_fio_seq is not None:
+        r = comparisons.flat_over_fio_seq
+        lines.append(
+            f"flat restore at concurrency {r.concurrency} reads at {times(r)} fio's best "
+            "sequential read"
         )
-    best = result.fio.seq_read_bytes_per_s
-    if best and flat:
-        c = max(flat)
-        out[f"flat_c{c}_over_fio_seq"] = flat[c].restore_bytes_per_s / best
-    return out
+    return lines
 
 
 def _rate(x: float | None) -> str:
     return "-" if x is None else f"{x / 1e9:.2f} GB/s"
 
 
-def render_table(result: Any, *, file: Any = None, width: int | None = None) -> None:
+def render_table(
+    result: IobenchResult, *, file: IO[str] | None = None, width: int | None = None
+) -> None:
     from rich import box
     from rich.console import Console
     from rich.table import Table
 
     console = Console(file=file or sys.stdout, width=width)
-    wl = result.workload
+    wl, engine = result.workload, result.engine
+    gds = ", GDS " + ("yes" if engine.gds else "no (compat)") if engine.gds_capable else ""
     title = (
-        f"iobench: {len(wl.sessions)} sessions, {wl.geometry.name} ({wl.geometry.layers} layers), "
+        f"iobench: {wl.sessions} sessions, {wl.model} ({wl.layers} layers), "
         f"{wl.block_tokens}-token pages, {format_bytes(wl.bytes)} per layout; engine "
-        f"{result.engine_name} (O_DIRECT {'yes' if result.o_direct else 'no'}"
-        f"{'' if result.gds is None else ', GDS ' + ('yes' if result.gds else 'no (compat)')})"
+        f"{engine.name} (O_DIRECT {'yes' if engine.o_direct else 'no'}{gds})"
     )
     # Fits 80 columns: bytes requested are the same for every run (the workload's size, in the
     # title), so the table shows only whether every one of them was read back and verified.
@@ -101,7 +107,7 @@ def render_table(result: Any, *, file: Any = None, width: int | None = None) -> 
         for r in runs:
             if r.mismatched_blocks:
                 verified = f"{r.mismatched_blocks} BAD"
-            elif r.verified_bytes == r.bytes_requested * getattr(r, "repeats", 1):
+            elif r.verified_bytes == r.bytes_requested * r.repeats:
                 verified = "all"  # every requested byte of every repeat
             else:
                 verified = format_bytes(r.verified_bytes)
@@ -111,8 +117,8 @@ def render_table(result: Any, *, file: Any = None, width: int | None = None) -> 
                 f"{r.read_commands:,}",
                 f"{r.read_amplification:.3f}",
                 _rate(r.restore_bytes_per_s),
-                f"{r.restore_p50_s:.3f}",
-                f"{r.restore_p99_s:.3f}",
+                f"{r.restore_s.p50:.3f}",
+                f"{r.restore_s.p99:.3f}",
                 verified,
             )
     console.print(table)
@@ -124,7 +130,7 @@ def render_table(result: Any, *, file: Any = None, width: int | None = None) -> 
         # Two lines, so neither wraps mid-phrase at 80 columns.
         # With repeats the figure is the median of each repeat's best job (which job won each
         # repeat is in the JSON's provenance); kept short enough for one 80-column line.
-        rounds = len(fio.samples)
+        rounds = len(fio.rounds)
         which = f"median of {rounds}" if rounds > 1 else fio.best_job
         console.print(
             f"fio ({fio.ioengine}): best sequential direct read {_rate(fio.seq_read_bytes_per_s)}"
@@ -133,33 +139,22 @@ def render_table(result: Any, *, file: Any = None, width: int | None = None) -> 
         console.print(f"fio replay of each layout's exact reads: {replay or '-'}")
     else:
         console.print(f"fio: not run ({fio.reason})")
-    for name, value in ratios(result).items():
-        console.print(_ratio_sentence(name, value))
+    for line in comparison_sentences(result.comparisons):
+        console.print(line)
 
 
-def _ratio_sentence(name: str, value: float | None) -> str:
-    """The human reading of one :func:`ratios` key (the JSON and Parquet keep the key)."""
-    v = "-" if value is None else f"{value:.2f}x"
-    if name == "eviction_over_flat_read_commands":
-        return f"eviction issues {v} the flat layout's read commands"
-    if name.startswith("flat_over_eviction_restore_time_c"):
-        c = name.rsplit("_c", 1)[1]
-        return f"flat restores in {v} the eviction layout's time at concurrency {c}"
-    if name.startswith("flat_c") and name.endswith("_over_fio_seq"):
-        c = name[len("flat_c") : -len("_over_fio_seq")]
-        return f"flat restore at concurrency {c} reads at {v} fio's best sequential read"
-    return f"{name}: {v}"
+def print_json(result: IobenchResult, *, file: IO[str] | None = None) -> None:
+    """The ``--json`` document: exactly one JSON document and a newline."""
+    write_json(result, file or sys.stdout)
 
 
-def print_json(result: Any, *, file: Any = None) -> None:
-    json.dump(result.to_json_dict(), file or sys.stdout, indent=2, sort_keys=False)
-    (file or sys.stdout).write("\n")
-
-
-def write_outputs(result: Any, out: Path) -> list[Path]:
-    """``runs.parquet``, ``restore_bytes_per_s.png`` and ``read_commands.png`` under ``out``."""
+def write_outputs(result: IobenchResult, out: Path) -> list[Path]:
+    """``iobench.json``, ``runs.parquet``, ``restore_bytes_per_s.png`` and ``read_commands.png``
+    under ``out`` (the CLI passes the temporary directory of an atomic ``--out``)."""
     out.mkdir(parents=True, exist_ok=True)
-    written = []
+    document = out / JSON_NAME
+    write_json_file(result, document)
+    written = [document]
     frame = runs_frame(result)
     parquet = out / "runs.parquet"
     tmp = out / ".runs.parquet.tmp"
@@ -177,7 +172,7 @@ def _save_png(fig: Any, path: Path) -> None:
     tmp.replace(path)
 
 
-def _charts(result: Any, frame: pl.DataFrame, out: Path) -> list[Path]:
+def _charts(result: IobenchResult, frame: pl.DataFrame, out: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -229,8 +224,8 @@ def _charts(result: Any, frame: pl.DataFrame, out: Path) -> list[Path]:
     ax.yaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
     wl = result.workload
     ax.set_title(
-        f"Read commands to restore all {len(wl.sessions)} sessions\n"
-        f"({wl.geometry.layers} layers, {format_bytes(wl.bytes)} per layout)",
+        f"Read commands to restore all {wl.sessions} sessions\n"
+        f"({wl.layers} layers, {format_bytes(wl.bytes)} per layout)",
         fontsize=10,
     )
     fig.tight_layout()

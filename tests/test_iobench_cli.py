@@ -12,9 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+import typer
+from fcctl.iobench.restore import run_restore
+from fcctl.iobench.run import RunHooks
 from typer.testing import CliRunner
 
 from fcctl.cli import app
+from fcctl.commands.iobench import register
 from tests.conftest import REPO, SAMPLES
 from tests.iobench_helpers import tiny_model_config
 
@@ -30,6 +34,18 @@ RUN_KEYS = {
     "verified_bytes",
     "mismatched_blocks",
 }
+
+
+def _app_with(hooks: RunHooks) -> typer.Typer:
+    """An app whose iobench runs with ``hooks`` (register's documented parameter)."""
+    hooked = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+    @hooked.callback()
+    def _root() -> None:  # a group, so "iobench" stays a subcommand
+        pass
+
+    register(hooked, hooks=hooks)
+    return hooked
 
 
 def _small_args(tmp_path: Path) -> list[str]:
@@ -70,7 +86,15 @@ def test_end_to_end_json(tmp_path, fio_bin):
     )
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)  # exactly one JSON document on stdout
-    assert set(doc) == {"schema_version", "engine", "workload", "fio", "layouts", "provenance"}
+    assert set(doc) == {
+        "schema_version",
+        "engine",
+        "workload",
+        "fio",
+        "layouts",
+        "comparisons",
+        "provenance",
+    }
     assert doc["schema_version"] == 1
     assert doc["engine"]["name"] in ("posix", "kvikio")
     assert set(doc["engine"]) == {"name", "o_direct", "gds"}
@@ -102,12 +126,29 @@ def test_end_to_end_json(tmp_path, fio_bin):
             assert r["verified_bytes"] == doc["workload"]["bytes"]
             assert r["mismatched_blocks"] == 0
             assert r["restore_bytes_per_s"] > 0
+    flat1, evic1 = doc["layouts"]["flat"][0], doc["layouts"]["eviction"][0]
+    assert doc["comparisons"]["eviction_over_flat_read_commands"] == {
+        "concurrency": 1,
+        "ratio": (4 * 20 * 4) / (4 * 4 * 4),
+    }
+    assert [r["concurrency"] for r in doc["comparisons"]["flat_over_eviction_restore_time"]] == [
+        1,
+        2,
+    ]
+    assert doc["comparisons"]["flat_over_eviction_restore_time"][0]["ratio"] == pytest.approx(
+        evic1["restore_bytes_per_s"] / flat1["restore_bytes_per_s"]
+    )
+    assert doc["comparisons"]["flat_over_fio_seq"]["concurrency"] == 2
     prov = doc["provenance"]
     for key in ("fcctl_version", "host", "kernel", "filesystem", "started_utc", "finished_utc"):
         assert prov[key]
+    for key in ("numpy", "argv", "settings", "restore_bytes_per_s_samples", "fio", "notes"):
+        assert key in prov
     assert "engine" in result.stderr  # which engine ran and why
     assert list(bench.iterdir()) == []  # everything written was removed
-    assert {p.name for p in out.iterdir()} >= {
+    assert json.loads((out / "iobench.json").read_text())["layouts"] == doc["layouts"]
+    assert {p.name for p in out.iterdir()} == {
+        "iobench.json",
         "runs.parquet",
         "restore_bytes_per_s.png",
         "read_commands.png",
@@ -210,22 +251,18 @@ def test_non_empty_dir_is_refused_without_force(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs", "tiny.json"]
 
 
-def test_cleanup_after_an_exception(tmp_path, monkeypatch):
-    import fcctl.iobench.bench
-
+def test_cleanup_after_an_exception(tmp_path):
     def boom(*args, **kwargs):
         raise RuntimeError("injected failure during the restore")
 
-    monkeypatch.setattr(fcctl.iobench.bench, "run_restore", boom)
     bench = tmp_path / "bench"
     bench.mkdir()
-    from fcctl.iobench.bench import IobenchConfig, run_iobench
-
-    from tests.iobench_helpers import tiny_model_config as cfg
+    from fcctl.iobench.config import IobenchConfig
+    from fcctl.iobench.run import run_iobench
 
     config = IobenchConfig(
         directory=bench,
-        model_config=cfg(tmp_path / "t.json"),
+        model_config=tiny_model_config(tmp_path / "t.json"),
         sessions=2,
         tokens=320,
         turns=2,
@@ -233,7 +270,7 @@ def test_cleanup_after_an_exception(tmp_path, monkeypatch):
         fio=False,
     )
     with pytest.raises(RuntimeError, match="injected"):
-        run_iobench(config)
+        run_iobench(config, hooks=RunHooks(restore_runner=boom))
     assert list(bench.iterdir()) == []
 
 
@@ -279,11 +316,9 @@ def test_cleanup_after_ctrl_c(tmp_path):
     shutil.rmtree(bench)
 
 
-def test_corruption_on_disk_fails_the_run_with_exit_1(tmp_path, monkeypatch):
+def test_corruption_on_disk_fails_the_run_with_exit_1(tmp_path):
     """A byte flipped on disk before the first restore: counted, printed, and the run fails."""
-    import fcctl.iobench.bench
-
-    real = fcctl.iobench.bench.run_restore
+    real = run_restore
     flipped = []
 
     def corrupt_then_run(name, restores, *args, **kwargs):
@@ -299,9 +334,11 @@ def test_corruption_on_disk_fails_the_run_with_exit_1(tmp_path, monkeypatch):
             flipped.append(name)
         return real(name, restores, *args, **kwargs)
 
-    monkeypatch.setattr(fcctl.iobench.bench, "run_restore", corrupt_then_run)
     bench = tmp_path / "bench"
-    result = runner.invoke(app, [*_small_args(tmp_path), "--no-fio", "--json", "--dir", str(bench)])
+    result = runner.invoke(
+        _app_with(RunHooks(restore_runner=corrupt_then_run)),
+        [*_small_args(tmp_path), "--no-fio", "--json", "--dir", str(bench)],
+    )
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     # The corrupted piece is read (and caught) by every run of that layout: 2 concurrencies.
@@ -351,20 +388,17 @@ def test_scale_must_be_positive_for_a_synthetic_run_too(tmp_path):
     assert result.stderr.strip() == "fcctl: error: --scale: must be > 0; got -1.0"
 
 
-def test_layouts_alternate_and_swap_who_goes_first(tmp_path, monkeypatch):
+def test_layouts_alternate_and_swap_who_goes_first(tmp_path):
     """Run order over 2 repeats: flat, eviction per concurrency, then eviction first."""
-    import fcctl.iobench.bench
-
-    real = fcctl.iobench.bench.run_restore
+    real = run_restore
     order = []
 
     def recording(name, restores, *args, **kwargs):
         order.append((name, kwargs["concurrency"]))
         return real(name, restores, *args, **kwargs)
 
-    monkeypatch.setattr(fcctl.iobench.bench, "run_restore", recording)
     result = runner.invoke(
-        app,
+        _app_with(RunHooks(restore_runner=recording)),
         [
             *_small_args(tmp_path),
             "--no-fio",
@@ -392,11 +426,9 @@ def test_layouts_alternate_and_swap_who_goes_first(tmp_path, monkeypatch):
         assert [r["verified_bytes"] for r in runs] == [2 * doc["workload"]["bytes"]] * 2
 
 
-def test_a_file_truncated_under_the_run_fails_it_with_exit_1(tmp_path, monkeypatch):
+def test_a_file_truncated_under_the_run_fails_it_with_exit_1(tmp_path):
     """A bucket cut short before a restore: one line naming the file and the short read."""
-    import fcctl.iobench.bench
-
-    real = fcctl.iobench.bench.run_restore
+    real = run_restore
     cut = []
 
     def truncate_then_run(name, restores, *args, **kwargs):
@@ -406,9 +438,11 @@ def test_a_file_truncated_under_the_run_fails_it_with_exit_1(tmp_path, monkeypat
             cut.append(path)
         return real(name, restores, *args, **kwargs)
 
-    monkeypatch.setattr(fcctl.iobench.bench, "run_restore", truncate_then_run)
     bench = tmp_path / "bench"
-    result = runner.invoke(app, [*_small_args(tmp_path), "--no-fio", "--dir", str(bench)])
+    result = runner.invoke(
+        _app_with(RunHooks(restore_runner=truncate_then_run)),
+        [*_small_args(tmp_path), "--no-fio", "--dir", str(bench)],
+    )
     assert result.exit_code == 1, result.stderr
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("fcctl: error: restoring failed: ")
@@ -418,10 +452,10 @@ def test_a_file_truncated_under_the_run_fails_it_with_exit_1(tmp_path, monkeypat
 
 
 def test_a_memory_filesystem_is_called_out(tmp_path):
-    from fcctl.iobench.bench import _filesystem_of
+    from fcctl.iobench.run import filesystem_of
 
     shm = Path("/dev/shm")
-    if not shm.is_dir() or _filesystem_of(shm)["type"] != "tmpfs":
+    if not shm.is_dir() or filesystem_of(shm).type != "tmpfs":
         pytest.skip("no tmpfs at /dev/shm")
     bench = shm / f"fcctl-test-{os.getpid()}"
     try:

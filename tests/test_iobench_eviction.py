@@ -1,16 +1,24 @@
 from __future__ import annotations
 
-from fcctl.iobench.eviction import simulate_eviction, write_eviction_layout
+from fcctl.analyzers.tiered import eviction_order
+from fcctl.analyzers.turns import SessionTurns, TurnSchedule
+from fcctl.iobench.eviction import write_eviction_layout
 from fcctl.iobench.flat import session_file_bytes, write_flat_layout
-from fcctl.iobench.workload import SessionSpec, Workload
+from fcctl.iobench.workload import Workload
 from fcctl.layout.session_file import SessionFile
 
 from tests.iobench_helpers import TINY, tiny_workload
 
 
 def _two_by_two() -> Workload:
-    sessions = (SessionSpec(0, "s0", (1, 1)), SessionSpec(1, "s1", (1, 1)))
-    return Workload(TINY, 16, sessions, ((0, 0), (1, 0), (0, 1), (1, 1)))
+    sessions = (SessionTurns(0, "s0", (1, 1)), SessionTurns(1, "s1", (1, 1)))
+    return Workload(TINY, TurnSchedule(16, sessions, ((0, 0), (1, 0), (0, 1), (1, 1))))
+
+
+def simulate_eviction(wl: Workload, memory_tier_bytes: int):
+    return eviction_order(
+        wl.schedule, block_bytes=wl.block_bytes, memory_tier_bytes=memory_tier_bytes
+    )
 
 
 def test_lru_order_hand_computed():
@@ -38,8 +46,11 @@ def test_buckets_mix_sessions_and_sessions_scatter(tmp_path):
     assert ev.bytes_written == wl.bytes
     assert sum(p.stat().st_size for p in ev.bucket_files) == wl.bytes
     assert len(ev.bucket_files) == -(-wl.blocks // 16)
-    assert max(ev.sessions_per_bucket()) >= 3
-    assert min(ev.buckets_per_session()) >= 3
+    assert max(ev.buckets.sessions_per_bucket()) >= 3
+    assert min(ev.buckets.buckets_per_session()) >= 3
+    # The files are the model's buckets, in its order: bucket k holds rows k*16 .. k*16+15.
+    assert [p.name for p in ev.bucket_files][:2] == ["bucket-00000.bin", "bucket-00001.bin"]
+    assert ev.buckets.bucket_rows(1).tolist() == ev.buckets.order[16:32].tolist()
 
 
 def test_both_layouts_hold_identical_bytes(tmp_path):

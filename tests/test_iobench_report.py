@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
-from fcctl.iobench.bench import FioSummary, IobenchResult, summarize
 from fcctl.iobench.restore import RunResult
-from fcctl.reports.iobench_report import ratios, render_table, runs_frame
+from fcctl.iobench.result import (
+    SCHEMA_VERSION,
+    EngineInfo,
+    FioRound,
+    FioSummary,
+    IobenchResult,
+    Ratio,
+    WorkloadSummary,
+    compare,
+    summarize,
+)
+from fcctl.reports.iobench_report import render_table, runs_frame
 
-from tests.iobench_helpers import tiny_workload
+from fcctl.common.jsonio import dumps
+from fcctl.common.provenance import collect_provenance
 
 GB = 1e9
 
@@ -34,49 +46,104 @@ def test_summarize_takes_medians_and_sums_verification():
     s = summarize(runs)
     # Rates 2, 1, 0.5 GB/s: the median is 1 GB/s.
     assert s.restore_bytes_per_s == pytest.approx(1 * GB)
-    assert s.restore_p50_s == pytest.approx(2.5)
-    assert s.restore_p99_s == pytest.approx(3.97)
+    assert s.restore_s.p50 == pytest.approx(2.5)
+    assert s.restore_s.p99 == pytest.approx(3.97)
     assert s.verified_bytes == 3 * int(2 * GB)
     assert s.mismatched_blocks == 2
     assert s.read_amplification == pytest.approx(1 + 4096 / (2 * GB))
 
 
-def _result():
-    flat = (
+def _result(fio: FioSummary | None = None, flat=None, evic=None):
+    flat = flat or (
         summarize([_run("flat", 1, 2.0, (2.0,), 100)]),
         summarize([_run("flat", 16, 1.0, (1.0,), 100)]),
     )
-    evic = (
+    evic = evic or (
         summarize([_run("eviction", 1, 4.0, (4.0,), 1600)]),
         summarize([_run("eviction", 16, 5.0, (5.0,), 1600)]),
     )
-    fio = FioSummary(
+    fio = fio or FioSummary(
         available=True,
-        ioengine="io_uring",
         seq_read_bytes_per_s=2.5 * GB,
-        best_job="seq-4m-qd32",
         replay_bytes_per_s={"flat": 2 * GB, "eviction": GB},
+        ioengine="io_uring",
+        best_job="seq-4m-qd32",
     )
+    layouts = {"flat": flat, "eviction": evic}
     return IobenchResult(
-        engine_name="posix",
-        o_direct=True,
-        gds=None,
-        engine_reason="test",
-        workload=tiny_workload(),
+        schema_version=SCHEMA_VERSION,
+        engine=EngineInfo(name="posix", o_direct=True, gds=False),
+        workload=WorkloadSummary(
+            sessions=6, layers=4, block_tokens=16, bytes=6 * 40 * 4 * 4096, model="tiny"
+        ),
         fio=fio,
-        layouts={"flat": flat, "eviction": evic},
-        provenance={},
+        layouts=layouts,
+        comparisons=compare(layouts, fio),
+        provenance=collect_provenance("2026-12-01T00:00:00Z", argv=["test"]),
+        engine_reason="test",
     )
 
 
-def test_ratios_hand_computed():
-    r = ratios(_result())
-    assert r["eviction_over_flat_read_commands"] == pytest.approx(16)
+def test_comparisons_hand_computed():
+    c = _result().comparisons
+    assert c.eviction_over_flat_read_commands == Ratio(1, pytest.approx(16))
     # Same bytes: flat takes 2 s vs 4 s at c1, 1 s vs 5 s at c16.
-    assert r["flat_over_eviction_restore_time_c1"] == pytest.approx(0.5)
-    assert r["flat_over_eviction_restore_time_c16"] == pytest.approx(0.2)
+    assert c.flat_over_eviction_restore_time == (
+        Ratio(1, pytest.approx(0.5)),
+        Ratio(16, pytest.approx(0.2)),
+    )
     # 2 GB/s flat at c16 against 2.5 GB/s from fio.
-    assert r["flat_c16_over_fio_seq"] == pytest.approx(0.8)
+    assert c.flat_over_fio_seq == Ratio(16, pytest.approx(0.8))
+
+
+def test_comparisons_without_fio_or_without_a_second_layout():
+    no_fio = _result(fio=FioSummary(available=False, reason="--no-fio given"))
+    assert no_fio.comparisons.flat_over_fio_seq is None
+    assert no_fio.comparisons.eviction_over_flat_read_commands == Ratio(1, pytest.approx(16))
+    flat_only = compare({"flat": _result().layouts["flat"], "eviction": ()}, _result().fio)
+    assert flat_only.eviction_over_flat_read_commands is None
+    assert flat_only.flat_over_eviction_restore_time == ()
+    assert flat_only.flat_over_fio_seq == Ratio(16, pytest.approx(0.8))
+
+
+def test_json_document_keys_and_comparisons():
+    doc = json.loads(dumps(_result()))
+    assert list(doc) == [
+        "schema_version",
+        "engine",
+        "workload",
+        "fio",
+        "layouts",
+        "comparisons",
+        "provenance",
+    ]
+    assert doc["engine"] == {"name": "posix", "o_direct": True, "gds": False}
+    assert doc["workload"] == {"sessions": 6, "layers": 4, "block_tokens": 16, "bytes": 3932160}
+    assert doc["fio"] == {
+        "available": True,
+        "seq_read_bytes_per_s": 2.5 * GB,
+        "replay_bytes_per_s": {"flat": 2 * GB, "eviction": GB},
+    }
+    assert doc["comparisons"] == {
+        "eviction_over_flat_read_commands": {"concurrency": 1, "ratio": 16.0},
+        "flat_over_eviction_restore_time": [
+            {"concurrency": 1, "ratio": 0.5},
+            {"concurrency": 16, "ratio": 0.2},
+        ],
+        "flat_over_fio_seq": {"concurrency": 16, "ratio": 0.8},
+    }
+    assert doc["layouts"]["flat"][0] == {
+        "concurrency": 1,
+        "read_commands": 100,
+        "bytes_requested": int(2 * GB),
+        "bytes_read": int(2 * GB) + 4096,
+        "read_amplification": pytest.approx(1 + 4096 / (2 * GB)),
+        "restore_bytes_per_s": 1 * GB,
+        "restore_s": {"p50": 2.0, "p99": 2.0},
+        "verified_bytes": int(2 * GB),
+        "mismatched_blocks": 0,
+    }
+    assert doc["provenance"]["argv"] == ["test"]
 
 
 def test_runs_frame_and_table():
@@ -94,7 +161,7 @@ def test_runs_frame_and_table():
     assert "best sequential direct read 2.50 GB/s (seq-4m-qd32)" in text
     assert "flat restore at concurrency 16 reads at 0.80x fio's best sequential read" in text
     assert "verified" in text and "BAD" not in text
-    d = result.to_json_dict()
+    d = json.loads(dumps(result))
     assert d["layouts"]["flat"][1]["restore_bytes_per_s"] == pytest.approx(2 * GB)
     assert d["fio"]["replay_bytes_per_s"] == {"flat": 2 * GB, "eviction": GB}
 
@@ -107,13 +174,12 @@ def test_repeats_table_says_all_verified_names_the_median_and_fits_80_columns():
     base = _result()
     fio = dataclasses.replace(
         base.fio,
-        samples=(
-            {"seq_read_bytes_per_s": 2.0 * GB, "best_job": "seq-1m-qd8"},
-            {"seq_read_bytes_per_s": 3.0 * GB, "best_job": "seq-4m-qd32"},
-            {"seq_read_bytes_per_s": 2.5 * GB, "best_job": "seq-8m-qd16"},
+        rounds=tuple(
+            FioRound(rate * GB, job, {}, {})
+            for rate, job in ((2.0, "seq-1m-qd8"), (3.0, "seq-4m-qd32"), (2.5, "seq-8m-qd16"))
         ),
     )
-    result = dataclasses.replace(base, fio=fio, layouts={"flat": flat, "eviction": evic})
+    result = _result(fio=fio, flat=flat, evic=evic)
     buf = io.StringIO()
     render_table(result, file=buf, width=80)
     lines = buf.getvalue().splitlines()

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fcctl.errors import cli_errors, fail
+from fcctl.errors import cli_errors
+
+if TYPE_CHECKING:
+    from fcctl.iobench.run import RunHooks
 
 Opt = typer.Option
+# The file every iobench --out directory holds (the JSON document): --force replaces only a
+# directory that has it, so it never wipes unrelated data.
+OUT_MARKER = "iobench.json"
 
 
-def register(app: typer.Typer) -> None:
+def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
+    """Add ``iobench`` to ``app``; ``hooks`` (tests, embedders) go to :func:`run_iobench`."""
+
     @app.command("iobench")
     @cli_errors
     def iobench(
@@ -23,7 +31,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
         force: Annotated[
             bool,
-            Opt("--force", help="Use a non-empty --dir (still writes only in our subdirectory)."),
+            Opt(
+                "--force",
+                help="Use a non-empty --dir (still writes only in our subdirectory); replace an "
+                "earlier iobench --out directory (one holding iobench.json).",
+            ),
         ] = False,
         keep: Annotated[bool, Opt("--keep", help="Keep the written files.")] = False,
         layout: Annotated[str, Opt("--layout", help="flat, eviction or both.")] = "both",
@@ -98,17 +110,22 @@ def register(app: typer.Typer) -> None:
         ] = 1.5,
         json_out: Annotated[bool, Opt("--json", help="Print one JSON document to stdout.")] = False,
         out: Annotated[
-            Path | None, Opt("--out", help="Also write runs.parquet and PNG charts here.")
+            Path | None,
+            Opt(
+                "--out",
+                help="Also write iobench.json, runs.parquet and PNG charts into this new "
+                "directory (all or nothing).",
+            ),
         ] = None,
     ) -> None:
         """Write sessions as flat files and as eviction-ordered buckets; restore both cold; fio."""
+        from fcctl.common.outdir import atomic_out_dir, check_out_dir
         from fcctl.common.units import parse_int_list, parse_size
-        from fcctl.iobench.bench import BenchFailed, IobenchConfig, run_iobench
+        from fcctl.iobench.config import IobenchConfig
+        from fcctl.iobench.run import run_iobench
 
-        if out is not None and out.exists() and not out.is_dir():
-            raise fail(f"--out: must be a directory; got a file {str(out)!r}")
-        if out is not None and not out.exists() and not out.parent.is_dir():
-            raise fail(f"--out: the parent directory does not exist; got {str(out)!r}")
+        if out is not None:  # refused before the run, not after minutes of it
+            check_out_dir(out, force=force, marker=OUT_MARKER, command="iobench")
         config = IobenchConfig(
             directory=dir,
             force=force,
@@ -141,12 +158,9 @@ def register(app: typer.Typer) -> None:
             fio=not no_fio,
             fio_runtime_s=fio_runtime,
         )
-        try:
-            result = run_iobench(config, progress=True)
-        except BenchFailed as e:  # a disk error or a file changed under the run: exit 1
-            raise fail(str(e), code=1) from None
+        result = run_iobench(config, progress=True, hooks=hooks)
         if keep:
-            print(f"iobench: kept the files in {result.provenance['directory']}", file=sys.stderr)
+            print(f"iobench: kept the files in {result.directory}", file=sys.stderr)
 
         from fcctl.reports.iobench_report import print_json, render_table, write_outputs
 
@@ -155,11 +169,8 @@ def register(app: typer.Typer) -> None:
         else:
             render_table(result)
         if out is not None:
-            for path in write_outputs(result, out):
-                print(f"iobench: wrote {path}", file=sys.stderr)
-        if result.mismatched_blocks:
-            raise fail(
-                f"verification failed: {result.mismatched_blocks} block pieces read back wrong "
-                f"(first: {'; '.join(result.mismatch_examples[:1]) or 'unknown'})",
-                code=1,
-            )
+            with atomic_out_dir(out, force=force, marker=OUT_MARKER, command="iobench") as tmp:
+                written = write_outputs(result, tmp)
+            for path in written:
+                print(f"iobench: wrote {out / path.relative_to(tmp)}", file=sys.stderr)
+        result.check_verified()  # a piece read back wrong: one line, exit 1

@@ -1,0 +1,82 @@
+"""``IobenchConfig``: every knob of one ``fcctl iobench`` run, checked when it is made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fcctl.analyzers.tiered import DEFAULT_BUCKET_BYTES
+
+from fcctl.common.errors import FcctlInputError
+
+GiB = 2**30
+# Every layout iobench knows, in the order runs and JSON list them (the registry is
+# iobench.layouts.LAYOUTS).
+LAYOUT_NAMES = ("flat", "eviction")
+BUFFER_CHOICES = ("auto", "host", "gpu")
+
+
+@dataclass(frozen=True)
+class IobenchConfig:
+    """Every knob of a run; sizes in bytes. See ``fcctl iobench --help`` for the flags."""
+
+    directory: Path | None = None
+    force: bool = False
+    keep: bool = False
+    layout: str = "both"
+    trace: Path | None = None
+    trace_format: str | None = None
+    scale: float = 1.0
+    size_limit_bytes: int = 2 * GiB
+    sessions: int = 16
+    tokens: int = 1024
+    turns: int = 4
+    model: str = "llama-3.1-8b"
+    model_config: Path | None = None
+    tp: int | None = None
+    kv_dtype: str | None = None
+    block_tokens: int = 16
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    memory_tier_bytes: int | None = None
+    concurrency: tuple[int, ...] = (1, 4, 16)
+    repeat: int = 1
+    engine: str | None = None
+    engine_threads: int | None = None
+    gap_bytes: int = 64 * 1024
+    max_command_bytes: int | None = None
+    fio: bool = True
+    fio_runtime_s: float = 1.5
+    # Restore destinations: "host" memory, "gpu" (CuPy device arrays), or "auto" (gpu for the
+    # kvikio engine when CuPy sees a GPU, else host).
+    buffers: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.layout not in (*LAYOUT_NAMES, "both"):
+            raise FcctlInputError(f"--layout: must be flat, eviction or both; got {self.layout!r}")
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            raise FcctlInputError(
+                f"--concurrency: each value must be >= 1; got {self.concurrency!r}"
+            )
+        if not self.scale > 0:  # also NaN; checked here so a synthetic run refuses it too
+            raise FcctlInputError(f"--scale: must be > 0; got {self.scale!r}")
+        if self.repeat < 1:
+            raise FcctlInputError(f"--repeat: must be >= 1; got {self.repeat!r}")
+        if self.size_limit_bytes < 1:
+            raise FcctlInputError(f"--size-limit: must be > 0; got {self.size_limit_bytes!r}")
+        if self.engine_threads is not None and self.engine_threads < 1:
+            raise FcctlInputError(f"--threads: must be >= 1; got {self.engine_threads!r}")
+        if self.max_command_bytes is not None and (
+            self.max_command_bytes < 4096 or self.max_command_bytes % 4096
+        ):
+            raise FcctlInputError(
+                f"--max-command: must be a multiple of 4096 bytes; got {self.max_command_bytes!r}"
+            )
+        if self.buffers not in BUFFER_CHOICES:
+            raise FcctlInputError(f"--buffers: must be auto, host or gpu; got {self.buffers!r}")
+        if self.fio_runtime_s <= 0:
+            raise FcctlInputError(f"--fio-runtime: must be > 0; got {self.fio_runtime_s!r}")
+
+    @property
+    def layouts(self) -> tuple[str, ...]:
+        """The layouts this run writes and restores, in :data:`LAYOUT_NAMES` order."""
+        return LAYOUT_NAMES if self.layout == "both" else (self.layout,)
