@@ -530,3 +530,56 @@ def test_fio_reference_keeps_every_request_size_when_some_files_are_small(tmp_pa
     jobs = json.loads(result.stdout)["provenance"]["fio"]["rounds"][0]["seq_jobs"]
     assert sorted(jobs) == sorted(f"seq-{m}m-qd{q}" for m in (1, 4, 8) for q in (8, 16, 32))
     assert all(v > 0 for v in jobs.values())
+
+
+def _quick(tmp_path: Path, *extra: str):
+    return runner.invoke(
+        app,
+        [
+            *_small_args(tmp_path),
+            "--no-fio",
+            "--layout",
+            "flat",
+            "--concurrency",
+            "1",
+            "--dir",
+            str(tmp_path / "b"),
+            *extra,
+        ],
+    )
+
+
+def test_out_is_all_or_nothing_and_force_replaces_only_an_earlier_output(tmp_path):
+    out = tmp_path / "out"
+    result = _quick(tmp_path, "--out", str(out))
+    assert result.exit_code == 0, result.stderr
+    first = json.loads((out / "iobench.json").read_text())
+    assert first["schema_version"] == 1
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # no temp left
+    # Not empty: refused before the run, and left as it was.
+    result = _quick(tmp_path, "--out", str(out))
+    assert result.exit_code == 2 and "not empty (pass --force" in result.stderr
+    assert json.loads((out / "iobench.json").read_text()) == first
+    # --force replaces an earlier iobench output ...
+    result = _quick(tmp_path, "--out", str(out), "--force")
+    assert result.exit_code == 0, result.stderr
+    second = json.loads((out / "iobench.json").read_text())
+    assert second["provenance"]["started_utc"] >= first["provenance"]["started_utc"]
+    # ... but never a directory without iobench.json in it.
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "keep.txt").write_text("x")
+    result = _quick(tmp_path, "--out", str(theirs), "--force")
+    assert result.exit_code == 2 and "iobench.json" in result.stderr
+    assert [p.name for p in theirs.iterdir()] == ["keep.txt"]
+    (tmp_path / "afile").write_text("")
+    result = _quick(tmp_path, "--out", str(tmp_path / "afile"))
+    assert result.exit_code == 2 and "not a directory" in result.stderr
+
+
+def test_layout_registry_matches_the_layout_names():
+    from fcctl.iobench.config import LAYOUT_NAMES
+    from fcctl.iobench.layouts import LAYOUTS
+
+    assert tuple(LAYOUTS) == LAYOUT_NAMES
+    assert all(layout.name == name for name, layout in LAYOUTS.items())
