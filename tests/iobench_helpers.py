@@ -12,6 +12,20 @@ from fcctl.layout.geometry import KvGeometry
 TINY = KvGeometry("tiny", layers=4, kv_heads=1, head_dim=64)
 
 
+def trace_frame():
+    """A canonical trace table by hand. Rows in file order: a0, b0, c0, a1, c1, a2, a3."""
+    import polars as pl
+
+    return pl.DataFrame(
+        {
+            "session_id": ["a", "b", "c", "a", "c", "a", "a"],
+            "timestamp_s": [0.0, 5.0, 1.0, 10.0, 15.0, 20.0, 30.0],
+            "input_tokens": [40, 64, 16, 50, 48, 30, 70],
+            "output_tokens": [1] * 7,
+        }
+    )
+
+
 def tiny_workload(sessions: int = 6, blocks: int = 40, turns: int = 4, layers: int = 4) -> Workload:
     geometry = KvGeometry("tiny", layers=layers, kv_heads=1, head_dim=64)
     return synthetic_workload(

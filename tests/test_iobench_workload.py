@@ -6,19 +6,9 @@ from fcctl.iobench.workload import synthetic_workload, trace_workload
 
 from fcctl.common.errors import FcctlInputError
 from tests.conftest import SAMPLES
-from tests.iobench_helpers import TINY
+from tests.iobench_helpers import TINY, trace_frame
 
-
-def _frame() -> pl.DataFrame:
-    # Rows in file order: a0, b0, c0, a1, c1, a2, a3.
-    return pl.DataFrame(
-        {
-            "session_id": ["a", "b", "c", "a", "c", "a", "a"],
-            "timestamp_s": [0.0, 5.0, 1.0, 10.0, 15.0, 20.0, 30.0],
-            "input_tokens": [40, 64, 16, 50, 48, 30, 70],
-            "output_tokens": [1] * 7,
-        }
-    )
+_frame = trace_frame
 
 
 def test_synthetic_splits_pages_evenly_and_arrives_round_robin():

@@ -15,18 +15,9 @@ from fcctl.analyzers.turns import (
 )
 
 from fcctl.common.errors import FcctlInputError
+from tests.iobench_helpers import trace_frame
 
-
-def _frame() -> pl.DataFrame:
-    # Rows in file order: a0, b0, c0, a1, c1, a2, a3.
-    return pl.DataFrame(
-        {
-            "session_id": ["a", "b", "c", "a", "c", "a", "a"],
-            "timestamp_s": [0.0, 5.0, 1.0, 10.0, 15.0, 20.0, 30.0],
-            "input_tokens": [40, 64, 16, 50, 48, 30, 70],
-            "output_tokens": [1] * 7,
-        }
-    )
+_frame = trace_frame
 
 
 def test_pages_carry_the_unstored_remainder():
