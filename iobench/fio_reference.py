@@ -107,7 +107,7 @@ def fio_round(
     best = max(seq, key=lambda j: j.read_bytes_per_s)
     replay: dict[str, float] = {}
     # Alternate which layout's replay goes first, so drift between the two hits both.
-    names = list(restores) if round_index % 2 == 0 else list(reversed(restores))
+    names = list(restores) if round_index % 2 == 0 else list(restores)[::-1]
     for name in names:
         paths = []
         for k, log in enumerate(iolog_streams(restores[name], streams)):

@@ -468,4 +468,3 @@ def _result(
         mismatch_examples=tuple(x for r in all_runs for x in r.mismatch_examples)[:5],
         directory=root,
     )
-
