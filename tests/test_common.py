@@ -179,3 +179,13 @@ def test_core_parameter_names_become_flags() -> None:
     assert input_error_message(e, {"config_path": "--model-config"}) == "--model-config: not found"
     # Without a parameter, or when the message does not lead with it, the text is kept.
     assert input_error_message(InputError("file.bin: truncated")) == "file.bin: truncated"
+
+
+def test_display_path_quotes_control_characters() -> None:
+    from fcctl.common.paths import display_path
+
+    assert display_path("traces/a b.jsonl") == "traces/a b.jsonl"
+    assert display_path(Path("/tmp/x.json")) == "/tmp/x.json"
+    assert display_path("bad\nname.jsonl") == "'bad\\nname.jsonl'"
+    assert display_path("esc\x1b[31m.jsonl") == "'esc\\x1b[31m.jsonl'"
+    assert "\n" not in display_path("a\nb") and "\x1b" not in display_path("\x1b")
