@@ -31,12 +31,19 @@ DEFAULT_GAP_BYTES = 64 * 1024
 
 @dataclass(frozen=True)
 class Extent:
-    """``length`` bytes of ``file`` from byte ``offset``. ``tag`` is the caller's label."""
+    """``length`` bytes of ``file`` from byte ``offset``. ``tag`` is the caller's label.
+
+    ``checksum`` is the CRC-32 the extent's bytes must have (``None``: not known). Session
+    files set it on whole layer ranges (:meth:`SessionFile.layer_extents`), and engines that
+    verify check every extent that carries one, so a planned restore cannot return damaged KV
+    bytes silently.
+    """
 
     file: str
     offset: int
     length: int
     tag: object = None
+    checksum: int | None = None
 
     @property
     def end(self) -> int:

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from .alignment import align_up
-from .errors import CorruptSessionFile, LayoutError
+from .errors import CorruptSessionFile, LayoutError, VerificationError
 from .geometry import KvGeometry
 from .planner import DEFAULT_GAP_BYTES, Extent, ReadPlan, plan_reads
 from .session_format import (
@@ -48,6 +48,7 @@ from .session_format import (
     STATE_WRITING,
     Header,
     TurnRecord,
+    check_generations,
     encode_name,
     pack_header,
     pack_record,
@@ -228,7 +229,9 @@ class SessionFile:
                 raise LayoutError(f"{p}: is a directory, not a session file")
             if writable:
                 _lock(fd, p)
-            header, turns = _load(fd, p, recover)
+            header, turns, recovered = _load(fd, p, recover)
+            if recovered and writable:
+                header = _commit_recovered(fd, p, header)
         except BaseException:
             os.close(fd)
             raise
@@ -450,6 +453,8 @@ class SessionFile:
         """One :class:`Extent` per turn: that turn's whole range at ``layer``.
 
         ``tag`` is ``(turn, layer)``; ``turns`` defaults to all committed turns, in order.
+        ``checksum`` is the layer's CRC-32, so an engine that verifies (posix by default) checks
+        every layer range it reads through a plan of these extents.
         """
         self._check_layer(layer)
         picked = range(len(self._turns)) if turns is None else turns
@@ -457,7 +462,13 @@ class SessionFile:
         for t in picked:
             rec = self._turn(t)
             out.append(
-                Extent(str(self._path), rec.layer_offsets[layer], rec.layer_bytes, (t, layer))
+                Extent(
+                    str(self._path),
+                    rec.layer_offsets[layer],
+                    rec.layer_bytes,
+                    (t, layer),
+                    checksum=rec.layer_checksums[layer],
+                )
             )
         return out
 
@@ -499,8 +510,13 @@ class SessionFile:
             for layer in range(self.layers)
         ]
 
-    def read_layer(self, turn: int, layer: int) -> bytes:
-        """The bytes of one (turn, layer) range, read with a plain buffered pread (for checks)."""
+    def read_layer(self, turn: int, layer: int, *, verify: bool = True) -> bytes:
+        """The bytes of one (turn, layer) range, read with a plain buffered pread.
+
+        Checked against the layer's CRC-32 unless ``verify=False`` (for callers that check
+        elsewhere): a mismatch raises :class:`VerificationError` naming the file, turn, layer
+        and offset, so damaged KV bytes never come back as data.
+        """
         fd = self._require_open()
         rec = self._turn(turn)
         self._check_layer(layer)
@@ -510,6 +526,8 @@ class SessionFile:
                 f"{self._path}: turn {turn} layer {layer}: truncated at offset "
                 f"{rec.layer_offsets[layer] + len(data)}; expected {rec.layer_bytes} bytes"
             )
+        if verify:
+            self.check_layer(turn, layer, data)
         return data
 
     def verify_layer(self, turn: int, layer: int, data: object) -> bool:
@@ -518,6 +536,33 @@ class SessionFile:
         self._check_layer(layer)
         view = memoryview(data).cast("B")  # type: ignore[arg-type]
         return view.nbytes == rec.layer_bytes and zlib.crc32(view) == rec.layer_checksums[layer]
+
+    def check_layer(self, turn: int, layer: int, data: object) -> None:
+        """Raise :class:`VerificationError` unless ``data`` is the (turn, layer) range as
+        written (its length and CRC-32)."""
+        if self.verify_layer(turn, layer, data):
+            return
+        rec = self._turns[turn]
+        view = memoryview(data).cast("B")  # type: ignore[arg-type]
+        got = (
+            f"crc32 {zlib.crc32(view):#010x}"
+            if view.nbytes == rec.layer_bytes
+            else f"{view.nbytes} bytes (expected {rec.layer_bytes})"
+        )
+        raise VerificationError(
+            f"{self._path}: turn {turn} layer {layer}: layer checksum mismatch at offset "
+            f"{rec.layer_offsets[layer]}: stored crc32 {rec.layer_checksums[layer]:#010x}, read "
+            f"{got} (the file is damaged; its bytes were not returned as data)"
+        )
+
+    def verify_all(self, turns: Iterable[int] | None = None) -> int:
+        """Read and check every layer of ``turns`` (default all), one layer at a time; returns
+        the bytes checked. Raises :class:`VerificationError` at the first damaged layer."""
+        checked = 0
+        for t in range(len(self._turns)) if turns is None else turns:
+            for layer in range(self.layers):
+                checked += len(self.read_layer(t, layer))
+        return checked
 
     # ---------------------------------------------------------------- lifecycle
     def _require_open(self) -> int:
@@ -548,6 +593,15 @@ class SessionFile:
         )
 
 
+def _commit_recovered(fd: int, path: Path, header: Header) -> Header:
+    """Write the recovered state as a CLEAN header into the slot that does *not* hold the header
+    it was recovered from (generation + 1), so a torn write here still leaves that one."""
+    commit = replace(header, generation=header.generation + 1)
+    _write_all(fd, pack_header(path, commit), slot_offset(commit.generation))
+    os.fdatasync(fd)
+    return commit
+
+
 def _lock(fd: int, path: Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -570,27 +624,44 @@ def _allocate(fd: int, offset: int, length: int) -> None:
 # --------------------------------------------------------------------------- loading
 
 
-def _load(fd: int, path: Path, recover: bool) -> tuple[Header, list[TurnRecord]]:
-    """The current header and the committed turns, each checked (see :meth:`SessionFile.open`)."""
+def _load(fd: int, path: Path, recover: bool) -> tuple[Header, list[TurnRecord], bool]:
+    """The current header and the committed turns, each checked (see :meth:`SessionFile.open`).
+
+    The third value says whether the header was rebuilt by recovery (the caller commits it to
+    disk when it opened the file for writing).
+    """
     size = os.fstat(fd).st_size
-    header = _current_header(fd, path, size, recover)
-    turns, crc, end, tokens = _load_turns(fd, path, header)
-    if crc != header.index_crc32:
-        raise CorruptSessionFile(
-            f"{path}: index checksum mismatch: header says {header.index_crc32:#010x}, turn "
-            f"records give {crc:#010x}"
-        )
-    if end != header.data_end or tokens != header.token_count:
-        raise CorruptSessionFile(
-            f"{path}: header end of data/token count ({header.data_end}/{header.token_count}) "
-            f"disagree with the turn records ({end}/{tokens})"
-        )
-    return header, turns
+    candidates, damage = _header_candidates(fd, path, size)
+    if not recover:
+        header = candidates[0]
+        if header.state == STATE_WRITING:
+            extra = f" ({damage[0]})" if damage else ""
+            raise CorruptSessionFile(
+                f"{path}: left by an interrupted writer: header generation {header.generation} "
+                f"marks an append in progress{extra}; the {header.turn_count} turns committed "
+                "before it are intact (open with recover=True to read them)"
+            )
+        refused = [why for why in damage if _REFUSED in why]
+        if refused:
+            raise CorruptSessionFile(
+                f"{path}: {refused[0]} (open with recover=True to use the other slot)"
+            )
+        if size < header.data_end:
+            raise CorruptSessionFile(
+                f"{path}: truncated: committed data ends at byte {header.data_end}; file has "
+                f"{size} bytes"
+            )
+        return header, _load_committed(fd, path, header), False
+    return _recover(fd, path, size, candidates, damage)
 
 
-def _current_header(fd: int, path: Path, size: int, recover: bool) -> Header:
-    """The valid header slot of the highest generation; refuses an interrupted writer's file
-    unless ``recover`` and a file shorter than its committed data."""
+# Marks a slot that passed its checksum but was refused (impossible next to the other slot).
+_REFUSED = "refused"
+
+
+def _header_candidates(fd: int, path: Path, size: int) -> tuple[list[Header], list[str]]:
+    """The valid header slots, newest first, and why the others are not valid (a slot that was
+    simply never written is not listed as damage)."""
     head = _read_exact(fd, DATA_START, 0)
     if head[:8] != MAGIC:
         raise CorruptSessionFile(
@@ -603,25 +674,109 @@ def _current_header(fd: int, path: Path, size: int, recover: bool) -> Header:
         )
     found = [unpack_header(path, i, head[i * SLOT_BYTES : (i + 1) * SLOT_BYTES]) for i in (0, 1)]
     valid = [h for h, _ in found if h is not None]
+    damage = [why for h, why in found if h is None and NEVER_WRITTEN not in why]
+    why = check_generations(valid)
+    if why:
+        # Generations advance by one, so the slot far ahead cannot be what the writer left.
+        ahead = max(valid, key=lambda h: h.generation)
+        valid.remove(ahead)
+        damage.append(f"header slot {ahead.generation % 2}: {why}: {_REFUSED}")
     if not valid:
+        reasons = [why for _, why in found if why] + damage
+        raise CorruptSessionFile(f"{path}: no valid header slot: " + "; ".join(reasons))
+    return sorted(valid, key=lambda h: h.generation, reverse=True), damage
+
+
+def _load_committed(fd: int, path: Path, header: Header) -> list[TurnRecord]:
+    """The turns ``header`` committed, each record checked, with the chained index CRC."""
+    turns, crc, end, tokens = _load_turns(fd, path, header)
+    if crc != header.index_crc32:
         raise CorruptSessionFile(
-            f"{path}: no valid header slot: " + "; ".join(why for _, why in found)
+            f"{path}: index checksum mismatch: header says {header.index_crc32:#010x}, turn "
+            f"records give {crc:#010x}"
         )
-    header = max(valid, key=lambda h: h.generation)
-    if header.state == STATE_WRITING and not recover:
-        other_bad = [why for h, why in found if h is None and NEVER_WRITTEN not in why]
-        extra = f" ({other_bad[0]})" if other_bad else ""
+    if end != header.data_end or tokens != header.token_count:
         raise CorruptSessionFile(
-            f"{path}: left by an interrupted writer: header generation {header.generation} "
-            f"marks an append in progress{extra}; the {header.turn_count} turns committed "
-            "before it are intact (open with recover=True to read them)"
+            f"{path}: header end of data/token count ({header.data_end}/{header.token_count}) "
+            f"disagree with the turn records ({end}/{tokens})"
         )
-    if size < header.data_end:
-        raise CorruptSessionFile(
-            f"{path}: truncated: committed data ends at byte {header.data_end}; file has {size} "
-            "bytes"
+    return turns
+
+
+def _recover(
+    fd: int, path: Path, size: int, candidates: list[Header], damage: list[str]
+) -> tuple[Header, list[TurnRecord], bool]:
+    """Recovery: the newest header slot whose committed turns are all intact, then every intact
+    turn that follows it in the record chain.
+
+    A header slot that is damaged (bit rot, a torn write) or impossible falls back to the other
+    slot; the record chain then brings back turns whose record and data checksums hold but
+    which that slot does not count (the commit header that counted them is the damaged one).
+    A turn is taken from the chain only when its record checks and every layer's data matches
+    its CRC-32, so recovery never invents a turn, and the next append starts after the last
+    intact turn, so it never overwrites one.
+    """
+    failures = list(damage)
+    for header in candidates:
+        if header.data_end > size:
+            failures.append(
+                f"header generation {header.generation}: data_end {header.data_end} lies past "
+                f"the end of the file ({size} bytes)"
+            )
+            continue
+        try:
+            turns = _load_committed(fd, path, header)
+        except CorruptSessionFile as e:
+            failures.append(f"header generation {header.generation}: {e}")
+            continue
+        extra, end, tokens, crc = _intact_chain(fd, path, header, size)
+        changed = header.state != STATE_CLEAN or bool(extra)
+        recovered = replace(
+            header,
+            state=STATE_CLEAN,
+            turn_count=header.turn_count + len(extra),
+            token_count=tokens,
+            data_end=end,
+            index_crc32=crc,
+            # A grow that happened before the crash may not be in this header; never shrink.
+            capacity_bytes=max(header.capacity_bytes, size),
         )
-    return header
+        return recovered, turns + extra, changed
+    raise CorruptSessionFile(f"{path}: cannot recover: " + "; ".join(failures))
+
+
+def _intact_chain(
+    fd: int, path: Path, header: Header, size: int
+) -> tuple[list[TurnRecord], int, int, int]:
+    """Turns past ``header.data_end`` whose record and all layer data check:
+    ``(turns, end of the last, token count, chained index CRC)``."""
+    layers = header.geometry.layers
+    rec_len = record_len(layers)
+    rec_bytes = record_bytes(layers)
+    at = header.data_end
+    index = header.turn_count
+    tokens = header.token_count
+    crc = header.index_crc32
+    extra: list[TurnRecord] = []
+    while at + rec_bytes <= size:
+        raw = _read_exact(fd, rec_len, at)
+        try:
+            rec = unpack_record(
+                f"{path}: turn record {index} at offset {at}", raw, header, index, at, tokens
+            )
+        except CorruptSessionFile:
+            break  # the end of the chain: pre-allocated zeros or a partial segment
+        if at + rec.segment_bytes > size or not all(
+            zlib.crc32(_read_exact(fd, rec.layer_bytes, off)) == rec.layer_checksums[layer]
+            for layer, off in enumerate(rec.layer_offsets)
+        ):
+            break  # a record written before (some of) its data reached the disk
+        extra.append(rec)
+        crc = zlib.crc32(raw, crc)
+        at += rec.segment_bytes
+        tokens += rec.tokens
+        index += 1
+    return extra, at, tokens, crc
 
 
 def _load_turns(

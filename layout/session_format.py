@@ -248,7 +248,17 @@ def unpack_header(path: object, slot_index: int, raw: bytes) -> tuple[Header | N
         )
     except LayoutError as e:
         return None, f"{where}: bad geometry: {e}"
-    why = _slot_sizes_problem(geometry, block_tokens, bpbpl, data_end)
+    why = _slot_sizes_problem(geometry, block_tokens, bpbpl, data_end) or _slot_fields_problem(
+        slot_index,
+        generation,
+        geometry.layers,
+        turn_count,
+        token_count,
+        data_end,
+        capacity,
+        extent_bytes,
+        index_crc,
+    )
     if why:
         return None, f"{where}: {why}"
     header = Header(
@@ -296,13 +306,72 @@ NEVER_WRITTEN = "never written (generation 0)"
 def _slot_sizes_problem(
     geometry: KvGeometry, block_tokens: int, bpbpl: int, data_end: int
 ) -> str:
-    if block_tokens < 1 or geometry.bytes_per_block_per_layer(block_tokens) != bpbpl:
+    if block_tokens < 1:
+        return f"field 'block_tokens' must be >= 1; got {block_tokens!r}"
+    if geometry.bytes_per_block_per_layer(block_tokens) != bpbpl:
         return (
             "field 'bytes_per_block_per_layer' disagrees with the geometry "
             f"({geometry.bytes_per_block_per_layer(max(block_tokens, 1))}); got {bpbpl!r}"
         )
     if data_end < DATA_START or data_end % ALIGN:
         return f"field 'data_end' must be >= {DATA_START} and 4096-aligned; got {data_end!r}"
+    return ""
+
+
+def _slot_fields_problem(
+    slot_index: int,
+    generation: int,
+    layers: int,
+    turn_count: int,
+    token_count: int,
+    data_end: int,
+    capacity: int,
+    extent_bytes: int,
+    index_crc: int,
+) -> str:
+    """Fields that no writer can produce, though the slot's checksum holds (a bug or a forged
+    slot): such a slot is refused, never recovered into."""
+    if generation % 2 != slot_index:
+        return (
+            f"field 'generation' must be {'even' if slot_index == 0 else 'odd'} in slot "
+            f"{slot_index} (generation g lives in slot g mod 2); got {generation!r}"
+        )
+    if extent_bytes < ALIGN or extent_bytes % ALIGN:
+        return (
+            f"field 'extent_bytes' must be a multiple of {ALIGN} >= {ALIGN}; got {extent_bytes!r}"
+        )
+    if capacity < data_end:
+        return f"field 'capacity_bytes' must be >= data_end ({data_end}); got {capacity!r}"
+    # Every turn takes at least its record and one page per layer, and at least one token.
+    smallest = turn_count * (record_bytes(layers) + layers * ALIGN)
+    if data_end - DATA_START < smallest:
+        return (
+            f"field 'turn_count' ({turn_count}) needs at least {smallest} bytes of segments; "
+            f"data_end {data_end} leaves {data_end - DATA_START}"
+        )
+    if turn_count == 0 and (data_end != DATA_START or token_count or index_crc):
+        return (
+            "with turn_count 0, data_end/token_count/index_crc32 must be "
+            f"{DATA_START}/0/0; got {data_end}/{token_count}/{index_crc:#x}"
+        )
+    if token_count < turn_count:
+        return f"field 'token_count' must be >= turn_count ({turn_count}); got {token_count!r}"
+    return ""
+
+
+def check_generations(headers: list[Header]) -> str:
+    """Why two valid slots cannot both be what a writer left (empty when they can).
+
+    Generations advance by one per header write and alternate slots, so two valid slots are
+    always one generation apart; a slot far ahead of the other is forged or stale.
+    """
+    if len(headers) == 2:
+        lo, hi = sorted(h.generation for h in headers)
+        if hi - lo != 1:
+            return (
+                f"header generation {hi} is {hi - lo} ahead of the other slot's {lo} "
+                "(generations advance by one per header write)"
+            )
     return ""
 
 

@@ -72,6 +72,11 @@ class RestoreStats:
     producer_waits: int
     producer_wait_seconds: float
     note: str = ""
+    # True only when every layer's read was checked against its layer checksums (posix into
+    # any destination; kvikio only into host memory): a restore into GPU memory through kvikio
+    # says False here and in the note, never silently.
+    verified: bool = False
+    verified_bytes: int = 0
 
     @property
     def restore_bytes_per_s(self) -> float:
@@ -253,6 +258,8 @@ class StagingWindow:
             producer_waits=state.waits,
             producer_wait_seconds=state.wait_seconds,
             note="; ".join(notes),
+            verified=bool(results) and all(r.verified for r in results),
+            verified_bytes=sum(r.verified_bytes for r in results),
         )
 
     def _layer_map(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fcctl.layout.errors import CorruptSessionFile, LayoutError
+from fcctl.layout.errors import CorruptSessionFile, LayoutError, VerificationError
 from fcctl.layout.planner import Extent, plan_reads
 from fcctl.layout.session_file import SessionFile
 from fcctl.layout.session_format import (
@@ -90,7 +90,13 @@ def test_layer_ranges_are_contiguous_per_layer(tmp_path: Path) -> None:
             ]
             assert pieces[0].tag == (0, layer, 0)
         assert s.layer_extents(2) == [
-            Extent(str(path), rec.layer_offsets[2], rec.layer_bytes, (0, 2))
+            Extent(
+                str(path),
+                rec.layer_offsets[2],
+                rec.layer_bytes,
+                (0, 2),
+                checksum=rec.layer_checksums[2],
+            )
         ]
 
 
@@ -284,8 +290,10 @@ def test_torn_commit_header_falls_back_to_the_writing_marker(tmp_path: Path) -> 
     _put(path, cur * SLOT_BYTES + 64, b"\xff" * 16)  # a torn write of the newest header
     with pytest.raises(CorruptSessionFile, match=r"interrupted writer.*checksum mismatch"):
         SessionFile.open(path)
+    # The marker was written before turn 2's data, but turn 2's record and data checksums hold:
+    # recovery takes it back from the record chain instead of dropping it.
     with SessionFile.open(path, recover=True) as s:
-        assert len(s.turns) == 1  # the marker was written before turn 2's data
+        assert len(s.turns) == 2
 
 
 def test_both_headers_bad(tmp_path: Path) -> None:
@@ -352,7 +360,9 @@ def test_corrupt_data_fails_verification_not_open(tmp_path: Path) -> None:
     _put(path, off + 3, b"\x00\x01\x02")
     with SessionFile.open(path) as s:
         assert s.verify_layer(0, 0, s.read_layer(0, 0))
-        assert not s.verify_layer(0, 1, s.read_layer(0, 1))
+        with pytest.raises(VerificationError, match=f"{path}: turn 0 layer 1: layer checksum"):
+            s.read_layer(0, 1)
+        assert not s.verify_layer(0, 1, s.read_layer(0, 1, verify=False))
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,15 @@ from ..buffers import (
 from ..errors import LayoutError
 from ..optional import import_optional
 from ..planner import ReadPlan
-from .base import EngineUnavailable, ReadResult, check_short_read, probe_file, probe_once
+from .base import (
+    EngineUnavailable,
+    ReadResult,
+    check_short_read,
+    probe_file,
+    probe_once,
+    verification_note,
+    verify_placements,
+)
 
 
 def _import_kvikio() -> Any:
@@ -83,18 +91,24 @@ class KvikioEngine:
     """KvikIO ``CuFile.pread`` into GPU memory (torch CUDA tensor or CuPy array) or host memory.
 
     ``threads``/``task_size`` set KvikIO's own thread pool and task split when given.
+    ``verify``: check extents that carry a checksum when the destination is host memory. GPU
+    destinations are not checked (that would need a copy back to the host, or a CRC kernel):
+    the result then says ``verified=False`` and its note says so, never silently.
     Raises :class:`EngineUnavailable` if a real probe read fails.
     """
 
     name = "kvikio"
 
-    def __init__(self, *, threads: int | None = None, task_size: int | None = None) -> None:
+    def __init__(
+        self, *, threads: int | None = None, task_size: int | None = None, verify: bool = True
+    ) -> None:
         kvikio = _import_kvikio()
         ok, reason = probe_kvikio(None)
         if not ok:
             raise EngineUnavailable(reason)
         self._kvikio = kvikio
         self._task_size = task_size
+        self.verify = bool(verify)
         # KvikIO's thread pool is process-wide: remember what it was, put it back at close().
         self._restore_threads: int | None = None
         if threads is not None:
@@ -140,6 +154,15 @@ class KvikioEngine:
                 check_short_read(plan, cmd, cmd.offset + got)
                 flat[cmd.buffer_offset + got : cmd.buffer_offset + cmd.length] = 0
         where = "GPU" if is_cuda(out) else "host"
+        verified, verified_bytes, verify_s = False, 0, 0.0
+        if self.verify and not is_cuda(out):
+            verified, verified_bytes, verify_s = verify_placements(plan, flat)
+        note = f"{self.mode_note}; into {where} memory"
+        unverified = verification_note(
+            self.verify, verified, "GPU destination" if is_cuda(out) else ""
+        )
+        if unverified:
+            note += f"; {unverified}"
         return ReadResult(
             engine=self.name,
             o_direct=self.gds,
@@ -147,7 +170,10 @@ class KvikioEngine:
             commands=len(plan.commands),
             bytes_read=plan.bytes_read,
             seconds=seconds,
-            note=f"{self.mode_note}; into {where} memory",
+            note=note,
+            verified=verified,
+            verified_bytes=verified_bytes,
+            verify_seconds=verify_s,
         )
 
     def close(self) -> None:

@@ -31,7 +31,14 @@ from ..buffers import (
 )
 from ..errors import LayoutError
 from ..planner import Extent, ReadCommand, ReadPlan, plan_reads
-from .base import ReadResult, check_short_read, probe_file, probe_once
+from .base import (
+    ReadResult,
+    check_short_read,
+    probe_file,
+    probe_once,
+    verification_note,
+    verify_placements,
+)
 
 DEFAULT_THREADS = 8
 
@@ -68,18 +75,28 @@ class PosixEngine:
     ``o_direct``: try O_DIRECT (default); False reads buffered.
     ``drop_cache``: for files read buffered, drop their cached pages before each ``read`` so the
     reads are cold.
+    ``verify``: check every extent that carries a checksum (session files' layer ranges) after
+    reading it, on the host, before a GPU destination gets the bytes; a mismatch raises
+    :class:`VerificationError`. On by default; ``False`` is for callers that check elsewhere.
+    The CRC pieces run on the same thread pool as the reads.
     """
 
     name = "posix"
 
     def __init__(
-        self, *, threads: int = DEFAULT_THREADS, o_direct: bool = True, drop_cache: bool = True
+        self,
+        *,
+        threads: int = DEFAULT_THREADS,
+        o_direct: bool = True,
+        drop_cache: bool = True,
+        verify: bool = True,
     ) -> None:
         if not isinstance(threads, int) or threads < 1:
             raise LayoutError(f"posix engine: threads must be an integer >= 1; got {threads!r}")
         self.threads = threads
         self.want_direct = bool(o_direct) and hasattr(os, "O_DIRECT")
         self.drop_cache = drop_cache
+        self.verify = bool(verify)
         self._files: dict[str, _OpenFile] = {}
         self._retired: list[_OpenFile] = []
         self._lock = threading.Lock()
@@ -229,9 +246,16 @@ class PosixEngine:
             direct = [self._run(plan, c, host) for c in plan.commands]
         else:
             direct = list(self._pool.map(lambda c: self._run(plan, c, host), plan.commands))
-        if cuda_out:
-            copy_host_to_device(dev, host[: plan.buffer_bytes])
         seconds = time.perf_counter() - t0
+        verified, verified_bytes, verify_s = False, 0, 0.0
+        if self.verify:
+            # Before the GPU copy: damaged bytes must not reach the KV cache.
+            pool_map = self._pool.map if self.threads > 1 else None
+            verified, verified_bytes, verify_s = verify_placements(plan, host, pool_map)
+        if cuda_out:
+            c0 = time.perf_counter()
+            copy_host_to_device(dev, host[: plan.buffer_bytes])
+            seconds += time.perf_counter() - c0
         all_direct = bool(direct) and all(direct)
         notes = sorted({self._files[p].note for p in plan.files if self._files[p].note})
         note = "; ".join(notes)
@@ -245,6 +269,9 @@ class PosixEngine:
             )
         if cuda_out:
             note = (note + "; " if note else "") + "copied to the GPU through a host buffer"
+        unverified = verification_note(self.verify, verified)
+        if unverified:
+            note = (note + "; " if note else "") + unverified
         return ReadResult(
             engine=self.name,
             o_direct=all_direct if plan.commands else self.want_direct,
@@ -253,6 +280,9 @@ class PosixEngine:
             bytes_read=plan.bytes_read,
             seconds=seconds,
             note=note,
+            verified=verified,
+            verified_bytes=verified_bytes,
+            verify_seconds=verify_s,
         )
 
     def close(self) -> None:
