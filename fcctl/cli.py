@@ -47,6 +47,13 @@ for _name in _COMMAND_MODULES:
         continue
     _mod.register(app)
 
+# `fcctl --help` lists each command with its whole purpose (the docstring's first line); left to
+# click, the line is cut at 45 characters with "...".
+for _info in app.registered_commands:
+    if _info.short_help is None:
+        _doc = _info.help or (_info.callback.__doc__ if _info.callback else None) or ""
+        _info.short_help = " ".join(_doc.strip().split("\n\n")[0].split())
+
 
 def _click_exception() -> type[Exception]:
     # typer >= 0.29 vendors click, older releases depend on it; either way BadParameter derives

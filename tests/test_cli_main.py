@@ -43,3 +43,23 @@ def test_bare_fcctl_shows_help_and_version_works() -> None:
     assert bare.returncode == 0 and "Commands:" in bare.stdout and "analyze" in bare.stdout
     version = _fcctl("--version")
     assert version.returncode == 0 and version.stdout.startswith("fcctl ")
+
+
+def test_help_shows_each_command_purpose_whole() -> None:
+    from fcctl.cli import app
+
+    result = subprocess.run(
+        [sys.executable, "-m", "fcctl", "--help"],
+        capture_output=True,
+        text=True,
+        env={"COLUMNS": "80", "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    commands = result.stdout.split("Commands:")[1]
+    assert "..." not in commands  # click cuts a purpose at 45 characters with "..."
+    for info in app.registered_commands:
+        assert info.callback is not None and info.callback.__doc__
+        purpose = " ".join(info.callback.__doc__.strip().split("\n\n")[0].split())
+        # rich/click wrap long lines; compare with whitespace and wrap hyphens folded.
+        assert purpose.replace("-", "") in text.replace("- ", "").replace("-", ""), purpose
