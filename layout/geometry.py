@@ -8,18 +8,32 @@ Conventions
   token per layer.
 * MLA (DeepSeek-V2/V3) stores one compressed latent per token per layer:
   ``(kv_lora_rank + qk_rope_head_dim) x dtype_bytes``; no separate K and V.
-* Tensor parallelism: with ``tp`` ranks, each rank holds ``ceil(kv_heads / tp)`` KV heads
-  (heads are replicated when ``tp > kv_heads``, as vLLM and SGLang do). The MLA latent is
-  replicated on every rank. ``bytes_per_token_per_rank`` is what one GPU stores and restores;
-  ``bytes_per_token`` is the node total over all ``tp`` ranks, which is what a host-memory or
-  SSD tier serving that node must hold.
+* Tensor parallelism (``tp``: the ranks of one serving instance, the same in every command).
+  Every size is either **per rank** (its name says ``per_rank``, or it is per layer:
+  ``bytes_per_token_per_layer``, ``bytes_per_block_per_layer``) or the **node total** a shared
+  host-memory or SSD tier serving the instance must hold (``bytes_per_token``,
+  ``bytes_per_token_node``, ``bytes_per_block``, ``kv_bytes_for_tokens``). A session file holds
+  one rank's KV, so iobench and the session format size per rank; analyze sizes node totals.
+
+  Standard attention: ``tp`` must divide ``kv_heads`` (each rank holds ``kv_heads / tp``) or be
+  a multiple of it (each rank holds one head, replicated ``tp / kv_heads`` times, as vLLM and
+  SGLang do); anything else is refused (``parameter="tp"``). The node total is ``tp`` times one
+  rank's bytes, replicas included: each rank saves and restores its own KV. MLA: the latent
+  is the same on every rank, so a shared tier holds it **once** (node total = one rank's
+  bytes), whatever ``tp``.
+* Sliding-window, chunked and hybrid attention: ``windowed_layers`` of the ``layers`` keep at
+  most ``window_tokens`` tokens of KV. A context of ``T`` tokens then takes
+  ``(full layers x T + windowed layers x min(T, window)) x bytes per token per layer``
+  (:meth:`KvGeometry.kv_bytes_for_tokens`). Such a geometry has no single bytes-per-token
+  figure: ``bytes_per_token`` and ``bytes_per_token_per_rank`` raise, naming the window, so no
+  caller counts windowed layers as global by accident.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +61,32 @@ KV_DTYPE_BYTES: dict[str, int] = {
 
 
 @dataclass(frozen=True)
+class ModelInfo:
+    """What a summary names about the model beyond its KV shape (``0``/``""``: not known).
+
+    ``source`` is ``"preset"`` or the path of the Hugging Face config it was read from.
+    """
+
+    source: str = ""
+    model_type: str = ""
+    hidden_size: int = 0
+    attention_heads: int = 0
+
+
+@dataclass(frozen=True)
 class KvGeometry:
-    """Shape of one model's KV cache.
+    """Shape of one model's KV cache. Sizes in bytes; see the module docstring for ``tp``.
 
     ``latent_dim`` > 0 selects MLA (one latent vector per token per layer; ``kv_heads`` and
     ``head_dim`` are then ignored for sizing).
+
+    ``windowed_layers`` of the ``layers`` hold at most ``window_tokens`` tokens of KV (sliding
+    window or chunked attention); ``0`` for a model whose every layer is global.
+
+    Per rank: ``bytes_per_token_per_layer``, ``bytes_per_token_per_rank``,
+    ``bytes_per_block_per_layer``, ``kv_bytes_for_tokens(T, per_rank=True)``. Node total over
+    the ``tp`` ranks (what a shared tier holds; MLA counted once): ``bytes_per_token``
+    (= ``bytes_per_token_node``), ``bytes_per_block``, ``kv_bytes_for_tokens(T)``.
     """
 
     name: str
@@ -61,14 +96,20 @@ class KvGeometry:
     dtype_bytes: int = 2
     latent_dim: int = 0
     tp: int = 1
+    windowed_layers: int = 0
+    window_tokens: int = 0
+    # Descriptive only: two geometries with the same KV shape are equal whatever their source.
+    info: ModelInfo | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        for field in ("layers", "dtype_bytes", "tp"):
-            value = getattr(self, field)
+        for name in ("layers", "dtype_bytes"):
+            value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise LayoutError(
-                    f"geometry {self.name!r}: {field} must be an int >= 1; got {value!r}"
+                    f"geometry {self.name!r}: {name} must be an int >= 1; got {value!r}"
                 )
+        if not isinstance(self.tp, int) or isinstance(self.tp, bool) or self.tp < 1:
+            raise LayoutError(f"tp: must be an integer >= 1; got {self.tp!r}", parameter="tp")
         if self.latent_dim < 0:
             raise LayoutError(
                 f"geometry {self.name!r}: latent_dim must be >= 0; got {self.latent_dim!r}"
@@ -78,14 +119,51 @@ class KvGeometry:
                 f"geometry {self.name!r}: kv_heads and head_dim must be >= 1 without MLA; "
                 f"got kv_heads={self.kv_heads!r}, head_dim={self.head_dim!r}"
             )
+        if self.latent_dim == 0 and self.kv_heads % self.tp and self.tp % self.kv_heads:
+            # Engines (vLLM, SGLang) either split the KV heads evenly or replicate each head on
+            # a whole number of ranks; an uneven split is not a deployment that exists.
+            raise LayoutError(
+                f"tp: must divide the KV-head count ({self.kv_heads} for {self.name!r}) or be "
+                f"a multiple of it (heads are then replicated); got {self.tp!r}",
+                parameter="tp",
+            )
+        if not isinstance(self.windowed_layers, int) or not (
+            0 <= self.windowed_layers <= self.layers
+        ):
+            raise LayoutError(
+                f"geometry {self.name!r}: windowed_layers must be in [0, {self.layers}]; got "
+                f"{self.windowed_layers!r}"
+            )
+        if self.windowed_layers and (
+            not isinstance(self.window_tokens, int) or self.window_tokens < 1
+        ):
+            raise LayoutError(
+                f"geometry {self.name!r}: window_tokens must be an int >= 1 with windowed "
+                f"layers; got {self.window_tokens!r}"
+            )
 
     @property
     def is_mla(self) -> bool:
         return self.latent_dim > 0
 
     @property
+    def is_windowed(self) -> bool:
+        """True when some layers keep only a window of tokens (no single bytes per token)."""
+        return self.windowed_layers > 0
+
+    @property
+    def full_layers(self) -> int:
+        """Layers that keep the KV of every token of the context."""
+        return self.layers - self.windowed_layers
+
+    @property
     def kv_heads_per_rank(self) -> int:
         return 0 if self.is_mla else math.ceil(self.kv_heads / self.tp)
+
+    @property
+    def kv_head_replicas(self) -> int:
+        """Ranks holding each KV head (``tp / kv_heads`` when ``tp > kv_heads``, else 1)."""
+        return 1 if self.is_mla or self.tp <= self.kv_heads else self.tp // self.kv_heads
 
     @property
     def bytes_per_token_per_layer(self) -> int:
@@ -95,14 +173,49 @@ class KvGeometry:
         return 2 * self.kv_heads_per_rank * self.head_dim * self.dtype_bytes
 
     @property
+    def bytes_per_token_per_layer_node(self) -> int:
+        """Bytes a shared tier holds for one token at one layer: ``tp`` ranks' worth (replicated
+        heads included), the MLA latent once."""
+        ranks = 1 if self.is_mla else self.tp
+        return ranks * self.bytes_per_token_per_layer
+
+    def _refuse_windowed(self, what: str) -> None:
+        if self.is_windowed:
+            raise LayoutError(
+                f"geometry {self.name!r}: {self.windowed_layers} of {self.layers} layers keep "
+                f"a window of {self.window_tokens} tokens, so {what} has no single value "
+                "(it would count them as global); use kv_bytes_for_tokens(tokens)"
+            )
+
+    @property
     def bytes_per_token_per_rank(self) -> int:
-        """Bytes one rank stores for one token, all layers."""
+        """Bytes one rank stores for one token, all layers (all-global models only)."""
+        self._refuse_windowed("bytes_per_token_per_rank")
         return self.layers * self.bytes_per_token_per_layer
 
     @property
+    def bytes_per_token_node(self) -> int:
+        """Bytes a shared tier holds for one token over all ``tp`` ranks and all layers (MLA
+        once; all-global models only)."""
+        self._refuse_windowed("bytes_per_token")
+        return self.layers * self.bytes_per_token_per_layer_node
+
+    @property
     def bytes_per_token(self) -> int:
-        """Bytes the node stores for one token over all ``tp`` ranks, all layers."""
-        return self.tp * self.bytes_per_token_per_rank
+        """The node total per token: :attr:`bytes_per_token_node`."""
+        return self.bytes_per_token_node
+
+    def kv_bytes_for_tokens(self, tokens: int, *, per_rank: bool = False) -> int:
+        """KV bytes of a context of ``tokens`` tokens: full layers hold every token, windowed
+        layers at most ``window_tokens``. Node total unless ``per_rank``."""
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+            raise LayoutError(f"tokens: must be an integer >= 0; got {tokens!r}")
+        if per_rank:
+            per_layer = self.bytes_per_token_per_layer
+        else:
+            per_layer = self.bytes_per_token_per_layer_node
+        kept = self.full_layers * tokens + self.windowed_layers * min(tokens, self.window_tokens)
+        return kept * per_layer
 
     def bytes_per_block(self, block_tokens: int) -> int:
         """Node bytes of one block of ``block_tokens`` tokens (all layers, all ranks)."""
@@ -122,34 +235,86 @@ class KvGeometry:
             kw["dtype_bytes"] = dtype_bytes
         return replace(self, **kw)
 
+    def describe(self) -> str:
+        """One line naming the model and its KV shape, for summaries, e.g.
+        ``llama-3.1-8b (llama): hidden 4096, 32 layers, 32 heads, 8 KV heads x head dim 128,
+        2-byte KV, tp 1``."""
+        info = self.info or ModelInfo()
+        head = self.name + (f" ({info.model_type})" if info.model_type else "")
+        parts = []
+        if info.hidden_size:
+            parts.append(f"hidden {info.hidden_size}")
+        layers = f"{self.layers} layers"
+        if self.is_windowed:
+            layers += (
+                f" ({self.windowed_layers} keep a {self.window_tokens}-token window, "
+                f"{self.full_layers} global)"
+            )
+        parts.append(layers)
+        if info.attention_heads:
+            parts.append(f"{info.attention_heads} heads")
+        if self.is_mla:
+            parts.append(f"MLA latent {self.latent_dim}")
+        else:
+            parts.append(f"{self.kv_heads} KV heads x head dim {self.head_dim}")
+        parts.append(f"{self.dtype_bytes}-byte KV")
+        parts.append(f"tp {self.tp}")
+        return f"{head}: " + ", ".join(parts)
+
     def to_dict(self) -> dict[str, Any]:
+        """Fields and sizes; the per-token totals are ``None`` for a windowed geometry."""
+        info = self.info or ModelInfo()
+        windowed = self.is_windowed
         return {
             "name": self.name,
+            "model_type": info.model_type,
+            "hidden_size": info.hidden_size,
+            "attention_heads": info.attention_heads,
             "layers": self.layers,
             "kv_heads": self.kv_heads,
             "head_dim": self.head_dim,
             "dtype_bytes": self.dtype_bytes,
             "latent_dim": self.latent_dim,
             "tp": self.tp,
-            "bytes_per_token": self.bytes_per_token,
-            "bytes_per_token_per_rank": self.bytes_per_token_per_rank,
+            "windowed_layers": self.windowed_layers,
+            "window_tokens": self.window_tokens,
+            "bytes_per_token": None if windowed else self.bytes_per_token,
+            "bytes_per_token_per_rank": None if windowed else self.bytes_per_token_per_rank,
             "bytes_per_token_per_layer": self.bytes_per_token_per_layer,
         }
 
 
 # Published model configs (Hugging Face config.json), bf16 KV cache, tp=1.
+def _preset(name: str, model_type: str, hidden: int, heads: int, **kv: Any) -> KvGeometry:
+    return KvGeometry(name, info=ModelInfo("preset", model_type, hidden, heads), **kv)
+
+
 MODEL_PRESETS: dict[str, KvGeometry] = {
     g.name: g
     for g in (
-        KvGeometry("llama-3.1-8b", layers=32, kv_heads=8, head_dim=128),
-        KvGeometry("llama-3.1-70b", layers=80, kv_heads=8, head_dim=128),
-        KvGeometry("llama-3.1-405b", layers=126, kv_heads=8, head_dim=128),
-        KvGeometry("qwen2.5-7b", layers=28, kv_heads=4, head_dim=128),
-        KvGeometry("qwen2.5-72b", layers=80, kv_heads=8, head_dim=128),
+        _preset("llama-3.1-8b", "llama", 4096, 32, layers=32, kv_heads=8, head_dim=128),
+        _preset("llama-3.1-70b", "llama", 8192, 64, layers=80, kv_heads=8, head_dim=128),
+        _preset("llama-3.1-405b", "llama", 16384, 128, layers=126, kv_heads=8, head_dim=128),
+        _preset("qwen2.5-7b", "qwen2", 3584, 28, layers=28, kv_heads=4, head_dim=128),
+        _preset("qwen2.5-72b", "qwen2", 8192, 64, layers=80, kv_heads=8, head_dim=128),
         # MLA: kv_lora_rank 512 + qk_rope_head_dim 64 per token per layer.
-        KvGeometry("deepseek-v3", layers=61, kv_heads=0, head_dim=0, latent_dim=576),
+        _preset(
+            "deepseek-v3",
+            "deepseek_v3",
+            7168,
+            128,
+            layers=61,
+            kv_heads=0,
+            head_dim=0,
+            latent_dim=576,
+        ),
     )
 }
+
+
+def preset_names() -> tuple[str, ...]:
+    """Every preset :func:`model_geometry` accepts, in a stable order (for ``--help``)."""
+    return tuple(MODEL_PRESETS)
 
 
 def dtype_bytes(name: str) -> int:
@@ -177,7 +342,7 @@ def model_geometry(
         try:
             geom = MODEL_PRESETS[model.lower()]
         except KeyError:
-            known = ", ".join(MODEL_PRESETS)
+            known = ", ".join(preset_names())
             raise LayoutError(
                 f"model: unknown preset (known: {known}; or give a Hugging Face config.json as "
                 f"config_path); got {model!r}",
@@ -216,11 +381,101 @@ def _cfg_dtype_bytes(cfg: dict[str, Any], raw: dict[str, Any], path: str) -> int
     return KV_DTYPE_BYTES["bfloat16"]
 
 
+# layer_types values (transformers) and whether the layer keeps only a window of tokens.
+_LAYER_TYPES = {"full_attention": False, "sliding_attention": True, "chunked_attention": True}
+
+
+def _cfg_window(cfg: dict[str, Any], path: str, key: str) -> int:
+    value = cfg.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise LayoutError(
+            f"{path}: field {key!r}: windowed layers need a window of >= 1 tokens; got {value!r}"
+        )
+    return value
+
+
+def _cfg_windows(cfg: dict[str, Any], path: str, layers: int, model_type: str) -> tuple[int, int]:
+    """``(windowed layers, window tokens)`` from a config's sliding-window / chunked-attention
+    fields; ``(0, 0)`` when every layer is global. Anything it cannot count is refused with
+    the field named, never taken as global."""
+    layer_types = cfg.get("layer_types")
+    if layer_types is not None:
+        # transformers' per-layer list (Gemma 2/3, GPT-OSS, Llama 4, Qwen 2/3 in recent
+        # releases) is the most explicit source, so it wins over the older fields.
+        if not isinstance(layer_types, list) or len(layer_types) != layers:
+            raise LayoutError(
+                f"{path}: field 'layer_types': must list one type per layer ({layers}); got "
+                f"{layer_types!r:.200}"
+            )
+        unknown = sorted({t for t in layer_types if t not in _LAYER_TYPES}, key=str)
+        if unknown:
+            raise LayoutError(
+                f"{path}: field 'layer_types': cannot size the KV cache of layer type "
+                f"{unknown[0]!r} (known: {', '.join(_LAYER_TYPES)})"
+            )
+        kinds = {t for t in layer_types if _LAYER_TYPES[t]}
+        window_key = {
+            "sliding_attention": "sliding_window",
+            "chunked_attention": "attention_chunk_size",
+        }
+        windows = {_cfg_window(cfg, path, window_key[t]) for t in kinds}
+        if len(windows) > 1:
+            raise LayoutError(
+                f"{path}: field 'layer_types': sliding and chunked layers with different "
+                f"windows ({sorted(windows)}) are not supported"
+            )
+        windowed = sum(1 for t in layer_types if _LAYER_TYPES[t])
+        return (windowed, windows.pop()) if windowed else (0, 0)
+    if cfg.get("attention_chunk_size") is not None:
+        # Llama 4: layers that use RoPE (no_rope_layers[i] == 1) attend within a chunk.
+        chunk = _cfg_window(cfg, path, "attention_chunk_size")
+        no_rope = cfg.get("no_rope_layers")
+        if no_rope is None:
+            interval = _cfg_int(cfg, path, "no_rope_layer_interval", 4)
+            if interval < 1:
+                raise LayoutError(f"{path}: field 'no_rope_layer_interval': must be >= 1; got 0")
+            no_rope = [int((i + 1) % interval != 0) for i in range(layers)]
+        if not isinstance(no_rope, list) or len(no_rope) != layers or any(
+            v not in (0, 1) for v in no_rope
+        ):
+            raise LayoutError(
+                f"{path}: field 'no_rope_layers': must list 0 or 1 for each of {layers} "
+                f"layers; got {no_rope!r:.200}"
+            )
+        windowed = sum(no_rope)
+        return (windowed, chunk) if windowed else (0, 0)
+    if cfg.get("sliding_window") is None:
+        return 0, 0
+    # Qwen 2/3 configs carry a sliding_window that is off unless use_sliding_window says so.
+    default_on = not model_type.startswith("qwen")
+    if not cfg.get("use_sliding_window", default_on):
+        return 0, 0
+    window = _cfg_window(cfg, path, "sliding_window")
+    if cfg.get("sliding_window_pattern") is not None:
+        # Gemma 3 / Cohere 2: every pattern-th layer is global, the others slide.
+        pattern = _cfg_int(cfg, path, "sliding_window_pattern")
+        if pattern < 1:
+            raise LayoutError(f"{path}: field 'sliding_window_pattern': must be >= 1; got 0")
+        windowed = sum(1 for i in range(layers) if (i + 1) % pattern)
+    elif model_type == "gemma2":
+        windowed = (layers + 1) // 2  # Gemma 2 alternates, starting with a sliding layer
+    elif model_type.startswith("qwen") and cfg.get("max_window_layers") is not None:
+        # Qwen 2: layers from max_window_layers on use the window.
+        windowed = max(0, layers - _cfg_int(cfg, path, "max_window_layers"))
+    else:
+        windowed = layers  # Mistral style: one window for every layer
+    return (windowed, window) if windowed else (0, 0)
+
+
 def geometry_from_hf_config(path: str | Path) -> KvGeometry:
-    """Read layers, KV heads, head dim, MLA latent and dtype from a Hugging Face config.json.
+    """Read layers, KV heads, head dim, MLA latent, dtype and sliding windows from a Hugging
+    Face config.json.
 
     Multimodal configs with a nested ``text_config`` use that. ``torch_dtype`` (or ``dtype``)
-    sets the element size; bf16 when absent.
+    sets the element size; bf16 when absent. Sliding-window, chunked and hybrid attention
+    (``layer_types``, ``sliding_window`` + ``sliding_window_pattern``, ``attention_chunk_size``
+    + ``no_rope_layers``) set ``windowed_layers`` / ``window_tokens``; a layer type it cannot
+    size is refused with the field named.
     """
     p = Path(path)
     try:
@@ -238,21 +493,48 @@ def geometry_from_hf_config(path: str | Path) -> KvGeometry:
     layers = _cfg_int(cfg, str(p), "num_hidden_layers")
     dbytes = _cfg_dtype_bytes(cfg, raw, str(p))
     name = str(raw.get("_name_or_path") or raw.get("model_type") or p.stem)
+    model_type = str(cfg.get("model_type") or raw.get("model_type") or "")
+    windowed, window = _cfg_windows(cfg, str(p), layers, model_type)
+    hidden = cfg.get("hidden_size")
+    heads_field = cfg.get("num_attention_heads")
+    info = ModelInfo(
+        source=str(p),
+        model_type=model_type,
+        hidden_size=hidden if isinstance(hidden, int) else 0,
+        attention_heads=heads_field if isinstance(heads_field, int) else 0,
+    )
     if cfg.get("kv_lora_rank"):
         latent = _cfg_int(cfg, str(p), "kv_lora_rank") + _cfg_int(
             cfg, str(p), "qk_rope_head_dim", 0
         )
         return KvGeometry(
-            name, layers=layers, kv_heads=0, head_dim=0, dtype_bytes=dbytes, latent_dim=latent
+            name,
+            layers=layers,
+            kv_heads=0,
+            head_dim=0,
+            dtype_bytes=dbytes,
+            latent_dim=latent,
+            windowed_layers=windowed,
+            window_tokens=window,
+            info=info,
         )
     heads = _cfg_int(cfg, str(p), "num_attention_heads")
     kv_heads = _cfg_int(cfg, str(p), "num_key_value_heads", heads)
     head_dim = cfg.get("head_dim")
     if head_dim is None:
-        hidden = _cfg_int(cfg, str(p), "hidden_size")
+        hidden_size = _cfg_int(cfg, str(p), "hidden_size")
         if heads == 0:
             raise LayoutError(f"{p}: field 'num_attention_heads': must be > 0; got 0")
-        head_dim = hidden // heads
+        head_dim = hidden_size // heads
     elif not isinstance(head_dim, int) or head_dim < 1:
         raise LayoutError(f"{p}: field 'head_dim': must be a positive integer; got {head_dim!r}")
-    return KvGeometry(name, layers=layers, kv_heads=kv_heads, head_dim=head_dim, dtype_bytes=dbytes)
+    return KvGeometry(
+        name,
+        layers=layers,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        dtype_bytes=dbytes,
+        windowed_layers=windowed,
+        window_tokens=window,
+        info=info,
+    )
