@@ -663,7 +663,9 @@ def _header_candidates(fd: int, path: Path, size: int) -> tuple[list[Header], li
     """The valid header slots, newest first, and why the others are not valid (a slot that was
     simply never written is not listed as damage)."""
     head = _read_exact(fd, DATA_START, 0)
-    if head[:8] != MAGIC:
+    # Slot 0 of a file that has had no append yet is zeros, and one damaged slot must not hide
+    # the other: a file is foreign only when neither slot starts with the magic.
+    if head[:8] != MAGIC and head[SLOT_BYTES : SLOT_BYTES + 8] != MAGIC:
         raise CorruptSessionFile(
             f"{path}: offset 0: bad magic {head[:8]!r} (expected {MAGIC!r}): not an FC-CIO "
             "session file"

@@ -199,6 +199,8 @@ def slot_offset(generation: int) -> int:
 def unpack_header(path: object, slot_index: int, raw: bytes) -> tuple[Header | None, str]:
     """``(header, "")`` for a valid slot, else ``(None, why)``."""
     where = f"header slot {slot_index} (offset {slot_index * SLOT_BYTES})"
+    if not any(raw):
+        return None, NEVER_WRITTEN  # create() zeroes slot 0 until the first append
     if raw[:8] != MAGIC:
         return (
             None,
