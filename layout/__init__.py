@@ -15,6 +15,7 @@ from .address import (
 )
 from .alignment import PAGE_BYTES, align_up
 from .buffers import aligned_buffer
+from .checksum import crc32_combine, crc32_parallel
 from .engines import (
     ENGINES,
     EngineUnavailable,
@@ -28,7 +29,7 @@ from .engines import (
     read_plan,
 )
 from .errors import CorruptSessionFile, InputError, LayoutError, VerificationError
-from .geometry import KvGeometry, geometry_from_hf_config, model_geometry
+from .geometry import KvGeometry, ModelInfo, geometry_from_hf_config, model_geometry, preset_names
 from .planner import Extent, ReadCommand, ReadPlan, plan_reads
 from .session_file import SessionFile
 from .session_format import TurnRecord, file_bytes, fit_name
@@ -47,6 +48,7 @@ __all__ = [
     "KvGeometry",
     "KvikioEngine",
     "LayoutError",
+    "ModelInfo",
     "PosixEngine",
     "ReadCommand",
     "ReadEngine",
@@ -59,6 +61,8 @@ __all__ = [
     "VerificationError",
     "align_up",
     "aligned_buffer",
+    "crc32_combine",
+    "crc32_parallel",
     "decode_address",
     "decode_addresses",
     "drop_file_cache",
@@ -70,6 +74,7 @@ __all__ = [
     "model_geometry",
     "open_engine",
     "plan_reads",
+    "preset_names",
     "probe_engine",
     "read_plan",
     "restore_session",

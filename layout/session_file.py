@@ -15,8 +15,13 @@ Committing a turn (crash safety):
 A torn header write fails its CRC and the other slot wins: a torn step 1 leaves generation g
 (CLEAN; the half-written segment lies past its end of data and is never referenced), a torn
 step 3 leaves generation g+1 (WRITING). :meth:`SessionFile.open` refuses a WRITING file with
-:class:`CorruptSessionFile`; ``recover=True`` opens it with the turns committed before the
-interrupted append (those stay intact and verified) and ignores the partial segment.
+:class:`CorruptSessionFile`; ``recover=True`` opens it from the newest valid, possible header
+slot plus every following turn whose record and layer data checksums hold (so bit rot in a
+header or a torn commit never drops an intact turn), and ignores the partial segment.
+
+Reads verify: :meth:`SessionFile.read_layer` checks the layer's CRC-32 and raises
+:class:`VerificationError` on a mismatch, and the extents it plans carry the CRC-32 for the
+engines to check.
 """
 
 from __future__ import annotations
@@ -212,10 +217,11 @@ class SessionFile:
 
         Raises :class:`CorruptSessionFile` (naming the path and the problem) for a file that
         is not a session file, has an unsupported version, is truncated, fails a header,
-        turn-record or index checksum, or was left by an interrupted writer. With
-        ``recover=True`` an interrupted writer's file opens with the turns committed before
-        the interrupted append; with ``writable=True`` as well, the next append overwrites the
-        partial segment.
+        turn-record or index checksum, has an impossible header, or was left by an interrupted
+        writer. With ``recover=True`` the newest valid header slot whose turns check is used,
+        followed by every intact turn of the record chain past it (docs/layout.md,
+        "Recovery"); with ``writable=True`` as well, that state is committed at once and the
+        next append goes after the last intact turn (overwriting only a partial segment).
         """
         p = Path(path)
         try:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fcctl.layout.engines import PosixEngine, ReadResult, open_engine, probe_engine
-from fcctl.layout.errors import LayoutError
+from fcctl.layout.errors import LayoutError, VerificationError
 from fcctl.layout.planner import plan_reads
 from fcctl.layout.session_file import SessionFile
 from layout_helpers import PAGED, PAGED_BLOCK_TOKENS, SMALL, blocks_by_layer, write_session
@@ -77,6 +77,8 @@ def test_restore_into_shuffled_pages_joint_layout(tmp_path: Path, streams: int) 
     assert stats.read_commands == sum(p.read_commands for p in plans)
     assert stats.o_direct and stats.engine == "posix" and stats.gds is None
     assert stats.restore_bytes_per_s > 0
+    # Every layer range was checked against its CRC-32 before it was scattered.
+    assert stats.verified and stats.verified_bytes == PAGED.layers * nblocks * page_bytes
 
 
 def test_restore_into_split_kv_cache_bf16(tmp_path: Path) -> None:
@@ -201,6 +203,22 @@ def test_cuda_window_needs_a_gpu() -> None:
         StagingWindow(4096)
 
 
+def test_a_damaged_layer_is_never_scattered(tmp_path: Path) -> None:
+    path, _ = _session(tmp_path, [100])
+    with SessionFile.open(path) as s:
+        plans = s.restore_plans()
+        page_bytes = s.bytes_per_block_per_layer
+        nblocks = s.block_count
+        off = s.turns[0].layer_offsets[4]
+    with open(path, "r+b") as f:
+        f.seek(off + page_bytes)
+        f.write(bytes(page_bytes))  # a zeroed page in layer 4
+    kv = torch.zeros(PAGED.layers, nblocks, page_bytes, dtype=torch.uint8)
+    with PosixEngine() as eng, pytest.raises(VerificationError, match="turn 0 layer 4"):
+        restore_session(plans, eng, kv, torch.arange(nblocks), streams=2)
+    assert not kv[4].any()  # the damaged layer never reached the cache
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["posix", "kvikio"])
 def test_restore_into_a_cuda_paged_cache(tmp_path: Path, name: str) -> None:
@@ -226,3 +244,7 @@ def test_restore_into_a_cuda_paged_cache(tmp_path: Path, name: str) -> None:
             assert (got[layer, int(pages[b])] == expected[layer, b]).all()
     assert stats.engine == name
     np.testing.assert_equal(stats.blocks, nblocks)
+    # posix checks on the host before the GPU copy; kvikio into GPU memory cannot, and says so.
+    assert stats.verified == (name == "posix")
+    if name == "kvikio":
+        assert "not verified (GPU destination)" in stats.note
