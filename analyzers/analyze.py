@@ -8,7 +8,16 @@ issue #2 §4 (``schema_version`` 1); ``kv.tp``, ``kv.dtype_bytes``, ``request_si
 ``verdict.reference_capacity_bytes`` and ``verdict.checks`` are additions. Fields marked
 ``metadata={"json": False}`` (the tables for ``--out``, structured notes) are not in the JSON.
 
-The analysis runs as named steps: the request columns and sizes (:func:`_request_figures`),
+``trace.schedule`` (issue #7) states the request order the figures were measured in and the
+concurrency it assumes: a per-session-clock trace (Claude Code) is analysed sessions one after
+another (``kind`` ``"sequential"``, a best case for the memory tier) unless a session-start
+schedule is given (``rate_requests_per_s`` or ``concurrent_sessions``, built and applied with
+:mod:`fcctl.analyzers.schedule`, the library the replay simulator uses); a trace with one clock
+keeps its own order (``"trace"``) and refuses a schedule. ``sessions.max_context_bytes`` and
+``trace.converted_from`` are additions of the same issue.
+
+The analysis runs as named steps: the schedule (:func:`_apply_schedule`), the request columns
+and sizes (:func:`_request_figures`),
 the block figures from one pass over the access stream (:func:`_block_figures`, traces with
 hashes only), the notes (:func:`_notes`), the memory tier and the verdict (:func:`_verdict`),
 and the per-request table (:func:`_requests_table`).
@@ -17,8 +26,10 @@ and the per-request table (:func:`_requests_table`).
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import polars as pl
@@ -35,6 +46,13 @@ from fcctl.analyzers.reuse import (
     ReuseMetrics,
     reuse_metrics,
 )
+from fcctl.analyzers.schedule import (
+    SessionSchedule,
+    interleave,
+    schedule_by_concurrency,
+    schedule_by_rate,
+    session_durations_s,
+)
 from fcctl.analyzers.schema import Order, Trace
 from fcctl.analyzers.sessions import SessionMetrics, session_metrics
 from fcctl.analyzers.stack import (
@@ -43,7 +61,13 @@ from fcctl.analyzers.stack import (
     flatten_accesses,
     reuse_pass,
 )
-from fcctl.analyzers.verdict import Verdict, decide
+from fcctl.analyzers.verdict import (
+    FLAT_SESSION_KV_P90_BYTES,
+    REALISTIC_MEMORY_BYTES,
+    OrderKind,
+    Verdict,
+    decide,
+)
 from fcctl.layout.geometry import KvGeometry
 
 from fcctl.common.errors import FcctlInputError
@@ -64,6 +88,7 @@ class NoteCode(enum.StrEnum):
     TRACE = "trace"  # the reader's own note about the file
     PER_SESSION_CLOCKS = "per_session_clocks"
     SEQUENTIAL_SESSIONS = "sequential_sessions"
+    SCHEDULED_SESSIONS = "scheduled_sessions"
     NO_HASHES = "no_hashes"
     INFERRED_SESSIONS = "inferred_sessions"
     SHARED_PREFIX = "shared_prefix"
@@ -75,9 +100,59 @@ class Note:
     text: str
 
 
+ScheduleKind = Literal["trace", "sequential", "rate", "concurrency"]
+
+
+@dataclass(frozen=True)
+class ScheduleSummary:
+    """The JSON ``trace.schedule`` object: the request order and the concurrency it assumes.
+
+    ``kind``: ``"trace"`` (one clock for all requests: the trace's own order), ``"sequential"``
+    (per-session clocks, sessions one after another: a best case for the memory tier),
+    ``"rate"`` (Poisson session starts giving ``rate_requests_per_s``, drawn with ``seed``) or
+    ``"concurrency"`` (``concurrent_sessions`` slots). ``mean_concurrent_sessions``: total
+    session time (first to last request of each session) over the span of all of them; 1 for
+    ``"sequential"``; None without sessions or when every session is a single instant.
+    """
+
+    kind: ScheduleKind
+    best_case_for_memory_tier: bool
+    mean_concurrent_sessions: float | None
+    rate_requests_per_s: float | None = None
+    session_rate_per_s: float | None = None
+    concurrent_sessions: int | None = None
+    seed: int | None = None
+
+    def describe(self) -> str:
+        """The order as a clause for the summary and the verdict."""
+        mean = self.mean_concurrent_sessions
+        at_once = "" if mean is None else f"{mean:.3g} sessions at once on average"
+        if self.kind == "rate":
+            return (
+                f"sessions started at {self.rate_requests_per_s:g} requests/s "
+                f"(Poisson, seed {self.seed}{', ' + at_once if at_once else ''})"
+            )
+        if self.kind == "concurrency":
+            return (
+                f"{self.concurrent_sessions} sessions running at once at most"
+                f"{' (' + at_once + ')' if at_once else ''}"
+            )
+        if self.kind == "sequential":
+            return "sessions one after another (1 session at a time: best case for memory)"
+        return "the trace's own order" + (f" ({at_once})" if at_once else "")
+
+
+@dataclass(frozen=True)
+class ConvertedFrom:
+    """The JSON ``trace.converted_from`` object: the trace a canonical Parquet was made from."""
+
+    path: str
+    format: str
+
+
 @dataclass(frozen=True)
 class TraceSummary:
-    """The JSON ``trace`` object: what was analysed."""
+    """The JSON ``trace`` object: what was analysed (``path``: the file read)."""
 
     path: str
     format: str
@@ -90,6 +165,8 @@ class TraceSummary:
     duration_s: float | None  # longest session's span when order == "session"
     order: Order = field(metadata=_NOT_JSON)  # Trace.order: "time", or "session"
     has_hashes: bool = field(metadata=_NOT_JSON)
+    schedule: ScheduleSummary
+    converted_from: ConvertedFrom | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +178,10 @@ class KvSummary:
     block_bytes: int | None
     tp: int  # tensor-parallel ranks bytes_per_token is summed over
     dtype_bytes: int  # bytes per KV element (2: bf16/fp16, 1: fp8)
+    # One rank's share of bytes_per_token (what one GPU stores and restores); bytes_per_token
+    # is the node total over the tp ranks (an MLA latent once), what a shared tier holds.
+    bytes_per_token_per_rank: int
+    description: str  # the model and its KV shape in words (KvGeometry.describe())
 
 
 @dataclass(frozen=True)
@@ -299,10 +380,24 @@ def _block_figures(
     )
 
 
-def _notes(trace: Trace, blocks: _BlockFigures | None) -> tuple[Note, ...]:
-    """The reader's notes, then what the reader of the figures should know about them."""
+def _notes(
+    trace: Trace, blocks: _BlockFigures | None, schedule: ScheduleSummary
+) -> tuple[Note, ...]:
+    """The reader's notes, then what the reader of the figures should know about them.
+
+    ``trace`` is the trace as analysed (after a schedule, if any).
+    """
     notes = [Note(NoteCode.TRACE, text) for text in trace.notes]
-    if trace.order == "session":
+    if schedule.kind in ("rate", "concurrency"):
+        notes.append(
+            Note(
+                NoteCode.SCHEDULED_SESSIONS,
+                "The trace has per-session clocks; its sessions were started on one shared "
+                f"clock: {schedule.describe()}. duration_s and the arrival rate are the "
+                "schedule's, and the reuse and memory-tier figures hold for that concurrency.",
+            )
+        )
+    elif trace.order == "session":
         notes.append(
             Note(
                 NoteCode.PER_SESSION_CLOCKS,
@@ -345,10 +440,17 @@ def _notes(trace: Trace, blocks: _BlockFigures | None) -> tuple[Note, ...]:
 
 
 def _verdict(
-    points: tuple[MemoryTierPoint, ...], blocks: _BlockFigures | None, sizes: RequestSizes
+    points: tuple[MemoryTierPoint, ...],
+    blocks: _BlockFigures | None,
+    sizes: RequestSizes,
+    schedule: ScheduleSummary,
+    thresholds: VerdictThresholds,
 ) -> Verdict:
     reuse = blocks.reuse if blocks else None
     sessions = blocks.sessions if blocks else None
+    order: OrderKind = {"trace": "trace", "sequential": "sequential"}.get(  # type: ignore[assignment]
+        schedule.kind, "scheduled"
+    )
     return decide(
         memory_tier=points,
         reuse_access_share=reuse.reuse_access_share if reuse else None,
@@ -357,7 +459,117 @@ def _verdict(
         request_kv_p90_bytes=sizes.kv_bytes.p90,
         reuse_p50_requests=reuse.distance_requests.p50 if reuse else None,
         reuse_p50_seconds=reuse.distance_seconds.p50 if reuse else None,
+        flat_session_kv_bytes=thresholds.flat_session_kv_bytes,
+        reference_capacity_bytes=thresholds.reference_capacity_bytes,
+        order=order,
+        order_description=schedule.describe(),
     )
+
+
+@dataclass(frozen=True)
+class VerdictThresholds:
+    """The verdict's tunable thresholds (bytes); defaults are :mod:`analyzers.verdict`'s."""
+
+    flat_session_kv_bytes: int = FLAT_SESSION_KV_P90_BYTES
+    reference_capacity_bytes: int = REALISTIC_MEMORY_BYTES
+
+    def __post_init__(self) -> None:
+        for name in ("flat_session_kv_bytes", "reference_capacity_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise FcctlInputError(
+                    f"{name}: must be a whole number of bytes >= 1; got {value!r}",
+                    parameter=name,
+                )
+
+
+def check_schedule_args(rate_requests_per_s: float | None, concurrent_sessions: int | None) -> None:
+    """Refuse a rate that is not a finite number > 0, a count < 1, or both at once.
+
+    Messages start with the parameter (``rate_requests_per_s``, ``concurrent_sessions``), which
+    the CLI shows as its flag.
+    """
+    if rate_requests_per_s is not None and concurrent_sessions is not None:
+        raise FcctlInputError(
+            "rate_requests_per_s: give a session-start rate or concurrent_sessions, not both; "
+            f"got {rate_requests_per_s!r} and {concurrent_sessions!r}",
+            parameter="rate_requests_per_s",
+        )
+    if rate_requests_per_s is not None:
+        r = rate_requests_per_s
+        if isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r) or r <= 0:
+            raise FcctlInputError(
+                f"rate_requests_per_s: must be a finite number of requests per second > 0; "
+                f"got {r!r}",
+                parameter="rate_requests_per_s",
+            )
+    if concurrent_sessions is not None:
+        c = concurrent_sessions
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise FcctlInputError(
+                f"concurrent_sessions: must be a whole number >= 1; got {c!r}",
+                parameter="concurrent_sessions",
+            )
+
+
+def _apply_schedule(
+    trace: Trace,
+    *,
+    rate_requests_per_s: float | None,
+    concurrent_sessions: int | None,
+    seed: int,
+) -> tuple[Trace, SessionSchedule | None, np.ndarray | None]:
+    """``trace`` interleaved by the requested session-start schedule (or as it is).
+
+    Returns the trace to analyse, the schedule (None when none was asked for) and the
+    sessions' own durations (seconds, in trace order) that the schedule was laid out with.
+    """
+    check_schedule_args(rate_requests_per_s, concurrent_sessions)
+    if rate_requests_per_s is None and concurrent_sessions is None:
+        return trace, None, None
+    parameter = "rate_requests_per_s" if rate_requests_per_s is not None else "concurrent_sessions"
+    if trace.order != "session":
+        # One clock already says how requests interleave; re-timing it would change only the
+        # seconds, never the order the memory-tier figures come from. Refuse, do not pretend.
+        raise FcctlInputError(
+            f"{parameter}: only traces with per-session clocks (Claude Code) are scheduled; "
+            f"{trace.path} has one clock for all requests, so it is analysed in its own order "
+            "at its own arrival rate; drop the flag",
+            parameter=parameter,
+        )
+    if rate_requests_per_s is not None:
+        schedule = schedule_by_rate(trace.requests, rate_requests_per_s, seed=seed)
+    else:
+        schedule = schedule_by_concurrency(trace.requests, int(concurrent_sessions or 1))
+    durations = session_durations_s(trace.requests)
+    return interleave(trace, schedule), schedule, durations
+
+
+def _schedule_summary(
+    original_order: Order,
+    schedule: SessionSchedule | None,
+    durations_s: np.ndarray | None,
+    sessions: SessionMetrics | None,
+) -> ScheduleSummary:
+    if schedule is not None and durations_s is not None:
+        return ScheduleSummary(
+            kind=schedule.kind,
+            best_case_for_memory_tier=False,
+            mean_concurrent_sessions=schedule.mean_concurrent_sessions(durations_s),
+            rate_requests_per_s=schedule.rate_requests_per_s,
+            session_rate_per_s=schedule.session_rate_per_s,
+            concurrent_sessions=schedule.concurrent_sessions,
+            seed=schedule.seed if schedule.kind == "rate" else None,
+        )
+    if original_order == "session":
+        return ScheduleSummary("sequential", True, 1.0)
+    mean = None
+    if sessions is not None and sessions.count:
+        first = sessions.table["first_timestamp_s"].to_numpy()
+        last = sessions.table["last_timestamp_s"].to_numpy()
+        span = float(last.max() - first.min())
+        mean = float((last - first).sum()) / span if span > 0 else None
+    return ScheduleSummary("trace", False, mean)
 
 
 def _requests_table(
@@ -396,6 +608,34 @@ def _requests_table(
     return table
 
 
+def _read_and_source(trace: Trace, read_path: str | None) -> tuple[str, ConvertedFrom | None]:
+    """The file read, and the trace it was converted from (a canonical Parquet's source).
+
+    The Parquet reader restores the source's ``path`` and ``format`` from the file's metadata
+    into ``Trace.path`` / ``Trace.format``, so when the caller names the file it read
+    (``read_path``) and the trace names another, the trace was converted from that other one.
+    """
+    if read_path is None or trace.path == read_path:
+        return trace.path, None
+    return read_path, ConvertedFrom(trace.path, trace.format)
+
+
+def check_geometry(geometry: KvGeometry) -> None:
+    """Refuse a geometry whose KV per token is not one number (sliding-window layers).
+
+    Every byte figure here is blocks x block bytes; a windowed layer holds at most its window
+    of a context, so counting it per block would count it as global, silently too large.
+    """
+    if getattr(geometry, "is_windowed", False):
+        raise FcctlInputError(
+            f"model: {geometry.name!r} has {geometry.windowed_layers} of {geometry.layers} "
+            f"layers with a {geometry.window_tokens}-token window (sliding-window or chunked "
+            "attention); analyze sizes KV per block and cannot count those layers at their "
+            "window yet, so it refuses the model rather than count them as global",
+            parameter="model",
+        )
+
+
 def analyze_trace(
     trace: Trace,
     *,
@@ -403,17 +643,38 @@ def analyze_trace(
     memory_capacities_bytes: Sequence[int] | None = None,
     progress: Progress | None = None,
     chunk_accesses: int = DEFAULT_CHUNK_ACCESSES,
+    rate_requests_per_s: float | None = None,
+    concurrent_sessions: int | None = None,
+    seed: int = 0,
+    thresholds: VerdictThresholds | None = None,
+    read_path: str | None = None,
 ) -> AnalysisResult:
     """Measure reuse, sessions and the memory tier of ``trace`` (rows in analysis order).
 
     ``progress`` gets one line per stage (nothing when None or disabled). ``chunk_accesses``
     is the kernel's chunk size (:func:`~fcctl.analyzers.stack.reuse_pass`); every value gives
     the same figures, and tests use small ones to put chunk boundaries everywhere.
+
+    ``rate_requests_per_s`` (requests/s, Poisson session starts drawn with ``seed``) or
+    ``concurrent_sessions`` (at most that many sessions at once) interleave the sessions of a
+    per-session-clock trace before the analysis (:mod:`fcctl.analyzers.schedule`); a trace
+    with one clock refuses them. ``thresholds`` are the verdict's (defaults: 1 GiB, 256 GiB).
+    ``read_path``: the file the caller read, when it may differ from ``trace.path`` (a
+    canonical Parquet names its source there): ``trace.path`` is then the file read and
+    ``trace.converted_from`` the source.
     """
     started = utc_now()
+    check_geometry(geometry)
     if trace.requests.height == 0:
         # e.g. a Parquet table with no rows: every figure would be empty; say so instead.
         raise FcctlInputError(f"{trace.path}: the trace holds no requests; nothing to analyze")
+    original_order = trace.order
+    trace, schedule, durations = _apply_schedule(
+        trace,
+        rate_requests_per_s=rate_requests_per_s,
+        concurrent_sessions=concurrent_sessions,
+        seed=seed,
+    )
     # Ascending and without repeats, so tables and the JSON read as a curve whatever the flag order.
     caps = sorted(set(memory_capacities_bytes or DEFAULT_MEMORY_CAPACITIES_BYTES))
     block_tokens = int(trace.block_size_tokens)
@@ -438,9 +699,11 @@ def analyze_trace(
         block_bytes=block_bytes if trace.has_hashes else None,
         capacities_bytes=caps,
     )
+    schedule_summary = _schedule_summary(original_order, schedule, durations, sessions)
+    read_as, converted_from = _read_and_source(trace, read_path)
     return AnalysisResult(
         trace=TraceSummary(
-            path=trace.path,
+            path=read_as,
             format=trace.format,
             requests=trace.requests.height,
             sessions=sessions.count if sessions else None,
@@ -451,6 +714,8 @@ def analyze_trace(
             duration_s=requests.duration_s,
             order=trace.order,
             has_hashes=trace.has_hashes,
+            schedule=schedule_summary,
+            converted_from=converted_from,
         ),
         kv=KvSummary(
             model=geometry.name,
@@ -458,15 +723,19 @@ def analyze_trace(
             block_bytes=block_bytes,
             tp=geometry.tp,
             dtype_bytes=geometry.dtype_bytes,
+            bytes_per_token_per_rank=geometry.bytes_per_token_per_rank,
+            description=geometry.describe(),
         ),
         once_only_block_share=reuse.once_only_block_share if reuse else None,
         reuse_access_share=reuse.reuse_access_share if reuse else None,
         reuse_distance=reuse.distances() if reuse else ReuseDistances(),
         sessions=sessions,
         memory_tier=points,
-        verdict=_verdict(points, blocks, requests.sizes),
+        verdict=_verdict(
+            points, blocks, requests.sizes, schedule_summary, thresholds or VerdictThresholds()
+        ),
         request_sizes=requests.sizes,
-        note_details=_notes(trace, blocks),
+        note_details=_notes(trace, blocks, schedule_summary),
         reuse=reuse,
         tables=AnalysisTables(
             requests=_requests_table(requests, blocks, geometry.bytes_per_token),

@@ -2,6 +2,10 @@
 
 * **per-session KV size** = distinct blocks the session references x block_size_tokens x
   KV bytes per token (``KvGeometry.bytes_per_token``), summarised as p50/p90/p99/max/mean.
+* **max_context_bytes** = the session's largest single input x KV bytes per token: the KV of
+  its largest request, which is what one restore of that session reads (``kv_bytes`` counts
+  every distinct block the session ever references, across branches and rewrites, so it can
+  be far larger than any one context).
 * **turns** = requests in the session; **max_input_tokens** = its largest single input.
 
 Traces without session ids (Mooncake) get *inferred* sessions. A request's *full-block
@@ -163,12 +167,14 @@ _NOT_JSON = {"json": False}
 
 @dataclass(frozen=True, eq=False)
 class SessionMetrics:
-    """Per-session figures; the JSON ``sessions`` object holds kv_bytes, turns, max_input_tokens
-    (count and inferred are in the JSON ``trace`` object; the tables go to ``--out``)."""
+    """Per-session figures; the JSON ``sessions`` object holds kv_bytes, max_context_bytes,
+    turns, max_input_tokens (count and inferred are in the JSON ``trace`` object; the tables go
+    to ``--out``)."""
 
     count: int = field(metadata=_NOT_JSON)
     inferred: bool = field(metadata=_NOT_JSON)
-    kv_bytes: Summary
+    kv_bytes: Summary  # distinct blocks x block bytes: all the KV the session ever references
+    max_context_bytes: Summary  # largest input x bytes per token: what one restore reads
     turns: Percentiles
     max_input_tokens: Percentiles
     table: pl.DataFrame = field(metadata=_NOT_JSON)  # one row per session
@@ -201,6 +207,7 @@ def session_metrics(
     last_ts = np.full(n, -np.inf)
     np.maximum.at(last_ts, session, ts)
     kv_bytes = distinct * block_size_tokens * bytes_per_token
+    max_context_bytes = max_input * bytes_per_token
     table = pl.DataFrame(
         {
             "session_index": np.arange(n, dtype=np.int64),
@@ -209,6 +216,7 @@ def session_metrics(
             "distinct_blocks": distinct,
             "kv_bytes": kv_bytes,
             "max_input_tokens": max_input,
+            "max_context_bytes": max_context_bytes,
             "first_timestamp_s": first_ts,
             "last_timestamp_s": last_ts,
         }
@@ -218,6 +226,7 @@ def session_metrics(
         count=n,
         inferred=not has_sessions,
         kv_bytes=Summary.of(kv_bytes.astype(np.float64)),
+        max_context_bytes=Summary.of(max_context_bytes.astype(np.float64)),
         turns=Percentiles.of(turns),
         max_input_tokens=Percentiles.of(max_input),
         table=table,

@@ -6,22 +6,33 @@ or sessions reach GBs". Concretely:
 
 * **flat** when either
   - the memory tier filters little of the reuse: at the *reference capacity* (the largest
-    capacity analysed that is <= :data:`REALISTIC_MEMORY_BYTES`, 256 GiB; the smallest one
-    when all are larger) the LRU hit share is below :data:`FLAT_BELOW_SHARE_OF_IDEAL` (0.5)
-    of the ideal (infinite-cache) hit share, i.e. most reuse would be served by the SSD; or
-  - sessions reach GBs: p90 per-session KV >= :data:`FLAT_SESSION_KV_P90_BYTES` (1 GiB).
+    capacity analysed that is <= ``reference_capacity_bytes``, by default
+    :data:`REALISTIC_MEMORY_BYTES`, 256 GiB; the smallest one when all are larger) the LRU hit
+    share is below :data:`FLAT_BELOW_SHARE_OF_IDEAL` (0.5) of the ideal (infinite-cache) hit
+    share, i.e. most reuse would be served by the SSD; or
+  - sessions reach GBs: p90 per-session KV >= ``flat_session_kv_bytes`` (by default
+    :data:`FLAT_SESSION_KV_P90_BYTES`, 1 GiB).
 * **tiered** otherwise: sessions are tens of MB (p90 < 1 GiB) and reuse comes quickly enough
   for a realistic memory tier to serve at least half of it.
+* **unknown** without block hashes (Azure): reuse cannot be measured, so neither rule can be
+  applied; the p90 request KV is still weighed and stated, as a lower bound on session size.
 
-Without block hashes (Azure) reuse cannot be measured: the verdict then rests on request KV
-sizes alone (p90 request KV >= 1 GiB -> flat), and says so. Each reason is a full sentence
-with the figures it was decided on; a flat verdict lists the triggering checks first, then
-the checks that passed. The same figures are in :attr:`Verdict.checks` as
-:class:`VerdictCheck` values (name, value, threshold, unit, passed), in the order evaluated.
+The memory-tier figures depend on the order requests are taken in (:data:`OrderKind`). For a
+per-session-clock trace analysed sessions one after another (``"sequential"``) they are a best
+case, and every memory-tier sentence says so. When sessions reach GBs but the memory tier
+passes, the memory-tier sentence says why that does not make the layout tiered (how few
+sessions of that size the reference capacity holds at once), so the reasons never read as a
+tier that "serves the reuse" beside a flat verdict without the link between them.
+
+Each reason is a full sentence with the figures it was decided on; a flat verdict lists the
+triggering checks first, then the checks that passed. The same figures are in
+:attr:`Verdict.checks` as :class:`VerdictCheck` values (name, value, threshold, unit, passed),
+in the order evaluated.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -31,22 +42,30 @@ from fcctl.analyzers.memory_tier import MemoryTierPoint
 from fcctl.common.units import format_bytes
 
 GiB = 1 << 30
-#: Largest host-memory KV budget treated as realistic for one serving node.
+#: Largest host-memory KV budget treated as realistic for one serving node (the default
+#: reference capacity).
 REALISTIC_MEMORY_BYTES = 256 * GiB
 #: Below this share of the ideal hit share at the reference capacity, memory filters little.
 FLAT_BELOW_SHARE_OF_IDEAL = 0.5
-#: A p90 session (or, without sessions, request) KV at or above this is "sessions reach GBs".
+#: A p90 session (or, without sessions, request) KV at or above this is "sessions reach GBs"
+#: (the default of ``flat_session_kv_bytes``).
 FLAT_SESSION_KV_P90_BYTES = 1 * GiB
 
-Layout = Literal["flat", "tiered"]
-#: ``share``: a fraction in [0, 1]; ``bytes``: bytes of KV.
-CheckUnit = Literal["share", "bytes"]
+Layout = Literal["flat", "tiered", "unknown"]
+#: ``share``: a fraction in [0, 1]; ``bytes``: bytes of KV; ``bool``: 1 true, 0 false.
+CheckUnit = Literal["share", "bytes", "bool"]
+#: The order the memory-tier figures were measured in: ``"trace"`` (one clock, the trace's own
+#: order), ``"sequential"`` (per-session clocks, sessions one after another: a best case for
+#: the memory tier), ``"scheduled"`` (per-session clocks interleaved by a session-start
+#: schedule).
+OrderKind = Literal["trace", "sequential", "scheduled"]
 
 #: The names a :class:`VerdictCheck` can have.
 CHECK_SHARE_OF_IDEAL = "share_of_ideal"
 CHECK_REUSE_ACCESS_SHARE = "reuse_access_share"
 CHECK_SESSION_KV_P90 = "session_kv_p90_bytes"
 CHECK_REQUEST_KV_P90 = "request_kv_p90_bytes"
+CHECK_REUSE_MEASURABLE = "reuse_measurable"
 
 
 @dataclass(frozen=True)
@@ -55,9 +74,10 @@ class VerdictCheck:
 
     ``passed`` is True when the figure is compatible with a tiered layout (it does not call
     for flat): ``share_of_ideal >= threshold``; ``session_kv_p90_bytes`` /
-    ``request_kv_p90_bytes < threshold`` (an unknown request size passes). ``threshold`` is
-    None only for ``reuse_access_share`` at 0, where no block is reused and there is nothing to
-    compare.
+    ``request_kv_p90_bytes < threshold`` (an unknown request size passes);
+    ``reuse_measurable`` (value 0: the trace has no block hashes) never passes, and makes the
+    layout ``unknown``. ``threshold`` is None for ``reuse_access_share`` at 0, where no block
+    is reused and there is nothing to compare.
     """
 
     name: str
@@ -83,11 +103,13 @@ class _Finding:
     reason: str
 
 
-def reference_point(points: Sequence[MemoryTierPoint]) -> MemoryTierPoint | None:
-    """The largest capacity <= REALISTIC_MEMORY_BYTES, else the smallest one."""
+def reference_point(
+    points: Sequence[MemoryTierPoint], reference_capacity_bytes: int = REALISTIC_MEMORY_BYTES
+) -> MemoryTierPoint | None:
+    """The largest capacity <= ``reference_capacity_bytes``, else the smallest one."""
     if not points:
         return None
-    realistic = [p for p in points if p.capacity_bytes <= REALISTIC_MEMORY_BYTES]
+    realistic = [p for p in points if p.capacity_bytes <= reference_capacity_bytes]
     if realistic:
         return max(realistic, key=lambda p: p.capacity_bytes)
     return min(points, key=lambda p: p.capacity_bytes)
@@ -97,25 +119,47 @@ def _pct(x: float) -> str:
     return f"{100.0 * x:.1f}%"
 
 
-def _without_reuse(request_kv_p90_bytes: float | None, ref_cap: int | None) -> Verdict:
-    """No block hashes: the verdict rests on request KV sizes alone."""
+def _without_reuse(
+    request_kv_p90_bytes: float | None, ref_cap: int | None, flat_session_kv_bytes: int
+) -> Verdict:
+    """No block hashes: no rule can be applied; the request sizes are stated, not decisive."""
     size = request_kv_p90_bytes
+    measurable = VerdictCheck(CHECK_REUSE_MEASURABLE, 0.0, 1.0, "bool", False)
     lead = (
-        "Block reuse cannot be measured (the trace has no block hashes), so the verdict "
-        "rests on request sizes alone."
+        "Verdict unknown: reuse cannot be measured without block hashes (this trace has "
+        "sizes only), so neither the memory tier's share of the reuse nor per-session KV "
+        "can be computed."
     )
-    limit = format_bytes(FLAT_SESSION_KV_P90_BYTES)
-    if size is not None and size >= FLAT_SESSION_KV_P90_BYTES:
-        check = VerdictCheck(CHECK_REQUEST_KV_P90, size, FLAT_SESSION_KV_P90_BYTES, "bytes", False)
-        reason = f"Requests reach GBs: p90 request KV is {format_bytes(size)} (>= {limit})."
-        return Verdict("flat", (lead, reason), ref_cap, (check,))
-    check = VerdictCheck(CHECK_REQUEST_KV_P90, size, FLAT_SESSION_KV_P90_BYTES, "bytes", True)
-    shown = "unknown" if size is None else format_bytes(size)
-    reason = (
-        f"Requests are small: p90 request KV is {shown} (< {limit}); a lower bound "
-        "on session size, since sessions are not visible."
-    )
-    return Verdict("tiered", (lead, reason), ref_cap, (check,))
+    limit = format_bytes(flat_session_kv_bytes)
+    passed = size is None or size < flat_session_kv_bytes
+    check = VerdictCheck(CHECK_REQUEST_KV_P90, size, flat_session_kv_bytes, "bytes", passed)
+    if not passed:
+        reason = (
+            f"Requests reach GBs: p90 request KV is {format_bytes(size or 0)} (>= {limit}), "
+            "which points to flat, since a session holds at least its largest request; "
+            "a trace with block hashes would decide it."
+        )
+    else:
+        shown = "unknown" if size is None else format_bytes(size)
+        reason = (
+            f"Requests are small: p90 request KV is {shown} (< {limit}); that is only a lower "
+            "bound on session size, since sessions are not visible, so it does not decide "
+            "the layout either."
+        )
+    return Verdict("unknown", (lead, reason), ref_cap, (measurable, check))
+
+
+def _order_phrase(order: OrderKind, order_description: str | None) -> str:
+    """Where the memory-tier figure comes from, as a clause; '' for a trace's own order."""
+    if order == "sequential":
+        return (
+            "with sessions one after another (the trace has per-session clocks; a best case "
+            "for the memory tier, since concurrent sessions would compete for it; --rate "
+            "interleaves them)"
+        )
+    if order == "scheduled":
+        return f"with {order_description}" if order_description else "as scheduled"
+    return ""
 
 
 def _memory_tier_finding(
@@ -123,6 +167,8 @@ def _memory_tier_finding(
     reuse_access_share: float,
     reuse_p50_requests: float | None,
     reuse_p50_seconds: float | None,
+    order: OrderKind,
+    order_phrase: str,
 ) -> _Finding | None:
     """Whether the reference capacity's LRU serves at least half of the ideal hit share."""
     if ref is not None and ref.share_of_ideal is not None:
@@ -134,12 +180,16 @@ def _memory_tier_finding(
             CHECK_SHARE_OF_IDEAL, ref.share_of_ideal, FLAT_BELOW_SHARE_OF_IDEAL, "share", passed
         )
         if not passed:
+            # Filtering little even in a best-case order only makes the point stronger.
+            best_case = order == "sequential"
+            even = f" This holds even {order_phrase}." if best_case else ""
+            where = f" ({order_phrase})" if order_phrase and not best_case else ""
             return _Finding(
                 check,
-                f"The memory tier filters little of the reuse: an LRU of {cap} hits {hit} of "
-                f"block accesses against an ideal {ideal}, {_pct(ref.share_of_ideal)} of the ideal "
-                f"(< {_pct(FLAT_BELOW_SHARE_OF_IDEAL)}), so {_pct(1.0 - ref.share_of_ideal)} of "
-                "the reuse would come from the SSD.",
+                f"The memory tier filters little of the reuse{where}: an LRU of {cap} hits {hit} "
+                f"of block accesses against an ideal {ideal}, {_pct(ref.share_of_ideal)} of the "
+                f"ideal (< {_pct(FLAT_BELOW_SHARE_OF_IDEAL)}), so "
+                f"{_pct(1.0 - ref.share_of_ideal)} of the reuse would come from the SSD.{even}",
             )
         quick = ""
         if reuse_p50_requests is not None and reuse_p50_seconds is not None:
@@ -148,9 +198,10 @@ def _memory_tier_finding(
                 f" Reuse comes quickly: the median re-access is {reuse_p50_requests:g} "
                 f"{unit} and {reuse_p50_seconds:.3g} s after the previous one."
             )
+        where = f" {order_phrase}" if order_phrase else ""
         return _Finding(
             check,
-            f"A {cap} memory tier serves most of the reuse: its LRU hits {hit} of block "
+            f"A {cap} memory tier serves most of the reuse{where}: its LRU hits {hit} of block "
             f"accesses against an ideal {ideal}, {_pct(ref.share_of_ideal)} of the ideal "
             f"(>= {_pct(FLAT_BELOW_SHARE_OF_IDEAL)}).{quick}",
         )
@@ -163,18 +214,37 @@ def _memory_tier_finding(
     return None
 
 
-def _session_finding(session_kv_p90_bytes: float, sessions_inferred: bool) -> _Finding:
+def _session_finding(
+    session_kv_p90_bytes: float, sessions_inferred: bool, flat_session_kv_bytes: int
+) -> _Finding:
     """Whether p90 session KV reaches GBs."""
     what = ("inferred sessions" if sessions_inferred else "sessions").capitalize()
     shown = format_bytes(session_kv_p90_bytes)
-    limit = format_bytes(FLAT_SESSION_KV_P90_BYTES)
-    passed = session_kv_p90_bytes < FLAT_SESSION_KV_P90_BYTES
+    limit = format_bytes(flat_session_kv_bytes)
+    passed = session_kv_p90_bytes < flat_session_kv_bytes
     check = VerdictCheck(
-        CHECK_SESSION_KV_P90, session_kv_p90_bytes, FLAT_SESSION_KV_P90_BYTES, "bytes", passed
+        CHECK_SESSION_KV_P90, session_kv_p90_bytes, flat_session_kv_bytes, "bytes", passed
     )
     if passed:
         return _Finding(check, f"{what} are small: p90 session KV is {shown} (< {limit}).")
     return _Finding(check, f"{what} reach GBs: p90 session KV is {shown} (>= {limit}).")
+
+
+def _why_still_flat(ref: MemoryTierPoint, session_kv_p90_bytes: float) -> str:
+    """Why a memory tier that serves the reuse does not make GB-sized sessions tiered."""
+    cap = format_bytes(ref.capacity_bytes)
+    held = math.floor(ref.capacity_bytes / session_kv_p90_bytes) if session_kv_p90_bytes else 0
+    if held < 1:
+        hold = f"{cap} does not hold even one session of p90 KV"
+    else:
+        many = "session" if held == 1 else "sessions"
+        hold = f"{cap} holds only {held} {many} of p90 KV at once"
+    return (
+        f" It does not change the verdict: sessions reach GBs, {hold} "
+        f"({format_bytes(session_kv_p90_bytes)} each), so with more sessions running at once "
+        "they evict one another and the reuse comes from the SSD, as whole-session restores "
+        "that a flat per-session layout reads in large extents."
+    )
 
 
 def decide(
@@ -186,22 +256,46 @@ def decide(
     request_kv_p90_bytes: float | None,
     reuse_p50_requests: float | None = None,
     reuse_p50_seconds: float | None = None,
+    flat_session_kv_bytes: int = FLAT_SESSION_KV_P90_BYTES,
+    reference_capacity_bytes: int = REALISTIC_MEMORY_BYTES,
+    order: OrderKind = "trace",
+    order_description: str | None = None,
 ) -> Verdict:
-    """Apply the rule above; see the module docstring."""
-    ref = reference_point(memory_tier)
+    """Apply the rule above; see the module docstring.
+
+    ``flat_session_kv_bytes``: p90 session KV at or above which the layout is flat (bytes).
+    ``reference_capacity_bytes``: the memory budget whose tier point is weighed (bytes).
+    ``order`` / ``order_description``: the request order the memory tier was measured in
+    (for ``"scheduled"``, a clause such as "sessions started at 0.5 requests/s (seed 0)").
+    """
+    ref = reference_point(memory_tier, reference_capacity_bytes)
     ref_cap = ref.capacity_bytes if ref else None
     if reuse_access_share is None:
-        return _without_reuse(request_kv_p90_bytes, ref_cap)
-    findings = [
-        f
-        for f in (
-            _memory_tier_finding(ref, reuse_access_share, reuse_p50_requests, reuse_p50_seconds),
-            None
-            if session_kv_p90_bytes is None
-            else _session_finding(session_kv_p90_bytes, sessions_inferred),
-        )
-        if f is not None
-    ]
+        return _without_reuse(request_kv_p90_bytes, ref_cap, flat_session_kv_bytes)
+    tier = _memory_tier_finding(
+        ref,
+        reuse_access_share,
+        reuse_p50_requests,
+        reuse_p50_seconds,
+        order,
+        _order_phrase(order, order_description),
+    )
+    sessions = (
+        None
+        if session_kv_p90_bytes is None
+        else _session_finding(session_kv_p90_bytes, sessions_inferred, flat_session_kv_bytes)
+    )
+    if (
+        tier is not None
+        and tier.check.name == CHECK_SHARE_OF_IDEAL
+        and tier.check.passed
+        and sessions is not None
+        and not sessions.check.passed
+        and ref is not None
+        and session_kv_p90_bytes is not None
+    ):
+        tier = _Finding(tier.check, tier.reason + _why_still_flat(ref, session_kv_p90_bytes))
+    findings = [f for f in (tier, sessions) if f is not None]
     checks = tuple(f.check for f in findings)
     flat = [f.reason for f in findings if not f.check.passed]
     tiered = [f.reason for f in findings if f.check.passed]
@@ -209,5 +303,10 @@ def decide(
         # The checks that passed are still figures the decision weighed: keep them, after.
         reasons = (*flat, *tiered, "A flat per-session SSD layout is recommended.")
         return Verdict("flat", reasons, ref_cap, checks)
-    reasons = (*tiered, "Tiered storage (memory in front of SSD) is probably fine.")
-    return Verdict("tiered", reasons, ref_cap, checks)
+    conclusion = "Tiered storage (memory in front of SSD) is probably fine."
+    if order == "sequential" and tier is not None and tier.check.name == CHECK_SHARE_OF_IDEAL:
+        conclusion = (
+            "Tiered storage (memory in front of SSD) is probably fine if sessions rarely "
+            "overlap; check it at your load with --rate or --concurrent-sessions."
+        )
+    return Verdict("tiered", (*tiered, conclusion), ref_cap, checks)

@@ -88,16 +88,26 @@ def _header(result: AnalysisResult) -> Table:
             "longest session" if t.order == "session" else "duration",
             "n/a" if t.duration_s is None else f"{t.duration_s:,.1f} s",
         ),
-        ("KV model", f"{kv.model} (tp {kv.tp}, {kv.dtype_bytes}-byte values)"),
-        (
-            "KV size",
-            f"{kv.bytes_per_token:,} B/token"
-            + (f", {_bytes(kv.block_bytes)} per block" if kv.block_bytes else ""),
-        ),
+        ("model", kv.description),
+        ("KV size", _kv_size(result)),
+        ("order", t.schedule.describe()),
     ]
+    if t.converted_from is not None:
+        # The file read is the Parquet; the figures describe the trace it was made from.
+        rows.insert(1, ("converted from", f"{t.converted_from.path} ({t.converted_from.format})"))
     for k, v in rows:
         head.add_row(k, v)
     return head
+
+
+def _kv_size(result: AnalysisResult) -> str:
+    """Bytes per token as the node total (what a shared tier holds), one rank's share beside."""
+    kv = result.kv
+    ranks = "rank" if kv.tp == 1 else "ranks"
+    text = f"{kv.bytes_per_token:,} B/token node total over tp {kv.tp} {ranks}"
+    if kv.tp > 1:
+        text += f" ({kv.bytes_per_token_per_rank:,} per rank)"
+    return text + (f", {_bytes(kv.block_bytes)} per block" if kv.block_bytes else "")
 
 
 def _reuse_tables(r: ReuseMetrics) -> list[Table]:
@@ -124,15 +134,23 @@ def _reuse_tables(r: ReuseMetrics) -> list[Table]:
 def _sessions_table(s: SessionMetrics) -> Table:
     from rich.table import Table
 
-    t = Table(title="Sessions" + (" (inferred)" if s.inferred else ""))
+    t = Table(
+        title="Sessions" + (" (inferred)" if s.inferred else ""),
+        caption="KV, distinct blocks: every block the session references (session KV); "
+        "KV, largest context: its largest request, what one restore reads.",
+        caption_justify="left",
+    )
     t.add_column("metric")
     for q in ("p50", "p90", "p99", "max", "mean"):
         t.add_column(q, justify="right")
-    kv = s.kv_bytes
-    t.add_row(
-        "KV per session",
-        *(_bytes(v) for v in (kv.p50, kv.p90, kv.p99, kv.max, kv.mean)),
-    )
+    # Two different sizes: all distinct blocks a session ever references, and the largest
+    # single context, which is what one restore of the session reads. Labelled apart.
+    for label, summary in (
+        ("KV, distinct blocks", s.kv_bytes),
+        ("KV, largest context", s.max_context_bytes),
+    ):
+        cells = (summary.p50, summary.p90, summary.p99, summary.max, summary.mean)
+        t.add_row(label, *(_bytes(v) for v in cells))
     t.add_row("turns", _num(s.turns.p50), _num(s.turns.p90), _num(s.turns.p99), "", "")
     m = s.max_input_tokens
     t.add_row("largest input, tokens", _num(m.p50), _num(m.p90), _num(m.p99), "", "")

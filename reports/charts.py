@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fcctl.common.units import format_bytes
+
 if TYPE_CHECKING:
     from fcctl.analyzers.analyze import AnalysisResult
 
@@ -22,6 +24,30 @@ def _pyplot() -> Any:
     return plt
 
 
+def _drawable(text: str) -> str:
+    """``text`` with the characters the chart font has no glyph for written as ``\\uXXXX``.
+
+    matplotlib would draw them as boxes and warn once per character (a CJK trace name gave 9
+    warnings on stderr); an escape keeps the name readable and exact, and warns nobody.
+    """
+    from matplotlib import font_manager
+
+    font = font_manager.get_font(font_manager.findfont(font_manager.FontProperties()))
+    return "".join(
+        c if c.isascii() or font.get_char_index(ord(c)) else ascii(c)[1:-1] for c in text
+    )
+
+
+def _save(fig: Any, path: Path) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        # Any glyph still missing (a label we did not escape) is drawn as a box; not news.
+        warnings.filterwarnings("ignore", message=r"Glyph .* missing from")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+
+
 def reuse_distance_cdf(result: AnalysisResult, path: Path) -> bool:
     """CDF of reuse distance: stack distance (bytes), requests, seconds. False if no reuse."""
     cdf = result.tables.cdf
@@ -29,7 +55,7 @@ def reuse_distance_cdf(result: AnalysisResult, path: Path) -> bool:
         return False
     plt = _pyplot()
     panels = [
-        ("stack_bytes", f"LRU stack distance (GiB of KV, {result.kv.model})"),
+        ("stack_bytes", _drawable(f"LRU stack distance (GiB of KV, {result.kv.model})")),
         ("requests", "distance (requests)"),
         ("seconds", "distance (seconds; exact at log2 bucket edges)"),
     ]
@@ -47,9 +73,8 @@ def reuse_distance_cdf(result: AnalysisResult, path: Path) -> bool:
         ax.set_xlabel(label)
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("share of re-accesses")
-    fig.suptitle(f"Reuse distance CDF: {Path(result.trace.path).name}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.suptitle(_drawable(f"Reuse distance CDF: {Path(result.trace.path).name}"))
+    _save(fig, path)
     plt.close(fig)
     return True
 
@@ -59,8 +84,14 @@ def session_kv_cdf(result: AnalysisResult, path: Path) -> bool:
     if result.sessions is None or result.sessions.count == 0:
         return False
     plt = _pyplot()
-    from fcctl.analyzers.verdict import FLAT_SESSION_KV_P90_BYTES
+    from fcctl.analyzers.verdict import CHECK_SESSION_KV_P90, FLAT_SESSION_KV_P90_BYTES
 
+    # The threshold the verdict used (--flat-session-kv), not the library default.
+    limit = next(
+        (c.threshold for c in result.verdict.checks if c.name == CHECK_SESSION_KV_P90),
+        None,
+    )
+    limit = float(limit if limit is not None else FLAT_SESSION_KV_P90_BYTES)
     kv = np.sort(result.sessions.table["kv_bytes"].to_numpy().astype(np.float64))
     # The empirical CDF starts at 0 just left of the smallest session, then steps up.
     x = np.concatenate([kv[:1], kv]) / 2**30
@@ -69,21 +100,20 @@ def session_kv_cdf(result: AnalysisResult, path: Path) -> bool:
     ax.step(np.maximum(x, 2.0**-30), y, where="post", label="sessions")
     ax.set_xscale("log")
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel(f"session KV (GiB, {result.kv.model})")
+    ax.set_xlabel(_drawable(f"session KV, distinct blocks (GiB, {result.kv.model})"))
     ax.set_ylabel("share of sessions")
     ax.axvline(
-        FLAT_SESSION_KV_P90_BYTES / 2**30,
+        limit / 2**30,
         color="grey",
         linestyle="--",
         linewidth=1,
-        label="flat-layout threshold (p90 >= 1 GiB)",
+        label=f"flat-layout threshold (p90 >= {format_bytes(limit)})",
     )
     ax.legend(loc="best", framealpha=0.9)
     inferred = " (inferred sessions)" if result.sessions.inferred else ""
     ax.set_title(f"Session KV size CDF{inferred}")
     ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
     return True
 
@@ -119,12 +149,11 @@ def memory_tier_curve(result: AnalysisResult, path: Path) -> bool:
     )
     ax.set_xscale("log")
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel(f"memory capacity (GiB, {result.kv.model})")
+    ax.set_xlabel(_drawable(f"memory capacity (GiB, {result.kv.model})"))
     ax.set_ylabel("share of block accesses")
     ax.set_title("Memory-tier hit curve")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", framealpha=0.9)  # the curve sits low or high by trace
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
     return True

@@ -5,6 +5,7 @@ from fcctl.analyzers.memory_tier import MemoryTierPoint
 from fcctl.analyzers.verdict import (
     CHECK_REQUEST_KV_P90,
     CHECK_REUSE_ACCESS_SHARE,
+    CHECK_REUSE_MEASURABLE,
     CHECK_SESSION_KV_P90,
     CHECK_SHARE_OF_IDEAL,
     FLAT_BELOW_SHARE_OF_IDEAL,
@@ -135,26 +136,114 @@ def test_no_reuse_at_all_is_a_passing_check_without_threshold() -> None:
     assert v.checks == (VerdictCheck(CHECK_REUSE_ACCESS_SHARE, 0.0, None, "share", True),)
 
 
-def test_without_hashes_decides_on_request_sizes() -> None:
-    v = decide(
-        memory_tier=[],
-        reuse_access_share=None,
-        session_kv_p90_bytes=None,
-        sessions_inferred=False,
-        request_kv_p90_bytes=2 * GiB,
-    )
-    assert v.layout == "flat"
-    assert v.checks == (VerdictCheck(CHECK_REQUEST_KV_P90, 2 * GiB, GiB, "bytes", False),)
+def test_without_hashes_the_verdict_is_unknown_and_says_why() -> None:
+    # Issue #7 §5: sizes alone cannot say whether a memory tier filters reuse: unknown, with a
+    # failing reuse_measurable check, and the request size still weighed and stated.
+    for size, passed in ((2 * GiB, False), (100 * 2**20, True), (None, True)):
+        v = decide(
+            memory_tier=[],
+            reuse_access_share=None,
+            session_kv_p90_bytes=None,
+            sessions_inferred=False,
+            request_kv_p90_bytes=size,
+        )
+        assert v.layout == "unknown"
+        assert v.checks == (
+            VerdictCheck(CHECK_REUSE_MEASURABLE, 0.0, 1.0, "bool", False),
+            VerdictCheck(CHECK_REQUEST_KV_P90, size, GiB, "bytes", passed),
+        )
+        assert "reuse cannot be measured without block hashes" in v.reasons[0]
+    assert "100.00 MiB" in v.reasons[1] or "unknown" in v.reasons[1]
+
+
+def test_without_hashes_request_size_is_rendered_and_uses_the_threshold_flag() -> None:
     v = decide(
         memory_tier=[],
         reuse_access_share=None,
         session_kv_p90_bytes=None,
         sessions_inferred=False,
         request_kv_p90_bytes=100 * 2**20,
+        flat_session_kv_bytes=64 * 2**20,
+    )
+    assert v.layout == "unknown"
+    assert v.checks[1] == VerdictCheck(
+        CHECK_REQUEST_KV_P90, 100 * 2**20, 64 * 2**20, "bytes", False
+    )
+    assert "100.00 MiB (>= 64.00 MiB)" in v.reasons[1]
+
+
+def test_thresholds_are_parameters() -> None:
+    # 50 MiB sessions: tiered at the default 1 GiB, flat at a 32 MiB threshold.
+    kw = dict(
+        memory_tier=[_pt(64, 0.3), _pt(256, 0.9)],
+        reuse_access_share=0.8,
+        session_kv_p90_bytes=50 * 2**20,
+        sessions_inferred=False,
+        request_kv_p90_bytes=None,
+    )
+    assert decide(**kw).layout == "tiered"
+    v = decide(**kw, flat_session_kv_bytes=32 * 2**20)
+    assert v.layout == "flat" and _check(v, CHECK_SESSION_KV_P90).threshold == 32 * 2**20
+    # A 64 GiB reference capacity weighs the 64 GiB point (0.3 of the ideal): flat.
+    v = decide(**kw, reference_capacity_bytes=64 * GiB)
+    assert v.reference_capacity_bytes == 64 * GiB and v.layout == "flat"
+    assert _check(v, CHECK_SHARE_OF_IDEAL).value == pytest.approx(0.3)
+
+
+def test_memory_tier_that_serves_the_reuse_beside_flat_says_why_it_is_still_flat() -> None:
+    # 256 GiB tier at 0.9 of the ideal, p90 session 40 GiB: flat, and the tier's sentence
+    # must say why it does not make the layout tiered: 256 / 40 -> 6 sessions at once.
+    v = decide(
+        memory_tier=[_pt(256, 0.9)],
+        reuse_access_share=0.8,
+        session_kv_p90_bytes=40 * GiB,
+        sessions_inferred=False,
+        request_kv_p90_bytes=None,
+        order="sequential",
+    )
+    assert v.layout == "flat"
+    tier = next(r for r in v.reasons if "memory tier serves" in r)
+    assert "best case for the memory tier" in tier
+    assert "It does not change the verdict" in tier and "holds only 6 sessions" in tier
+    # No sentence says tiered storage is fine beside a flat verdict.
+    assert not any("probably fine" in r for r in v.reasons)
+
+
+def test_filtering_little_in_the_best_case_order_says_even_then() -> None:
+    v = decide(
+        memory_tier=[_pt(256, 0.2)],
+        reuse_access_share=0.8,
+        session_kv_p90_bytes=10 * 2**20,
+        sessions_inferred=False,
+        request_kv_p90_bytes=None,
+        order="sequential",
+    )
+    assert v.layout == "flat"
+    assert "This holds even with sessions one after another" in v.reasons[0]
+
+
+def test_tiered_in_the_best_case_order_is_qualified() -> None:
+    v = decide(
+        memory_tier=[_pt(256, 0.9)],
+        reuse_access_share=0.8,
+        session_kv_p90_bytes=10 * 2**20,
+        sessions_inferred=False,
+        request_kv_p90_bytes=None,
+        order="sequential",
     )
     assert v.layout == "tiered"
-    assert v.checks == (VerdictCheck(CHECK_REQUEST_KV_P90, 100 * 2**20, GiB, "bytes", True),)
-    assert "100.00 MiB" in v.reasons[1]  # the figure is rendered into the sentence
+    assert "if sessions rarely overlap" in v.reasons[-1] and "--rate" in v.reasons[-1]
+    v = decide(
+        memory_tier=[_pt(256, 0.9)],
+        reuse_access_share=0.8,
+        session_kv_p90_bytes=10 * 2**20,
+        sessions_inferred=False,
+        request_kv_p90_bytes=None,
+        order="scheduled",
+        order_description="sessions started at 0.5 requests/s (Poisson, seed 0)",
+    )
+    assert "with sessions started at 0.5 requests/s (Poisson, seed 0)" in v.reasons[0]
+    assert v.reasons[-1] == "Tiered storage (memory in front of SSD) is probably fine."
 
 
 def test_checks_are_in_the_json() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -10,11 +11,38 @@ import typer
 
 from fcctl.commands import FORMAT_NAMES
 from fcctl.errors import cli_errors
+from fcctl.layout.geometry import preset_names
+
+# Library parameters whose names are not the flag's (``kv_dtype`` -> ``--kv-dtype`` is the rule).
+_FLAGS = {
+    "rate_requests_per_s": "--rate",
+    "flat_session_kv_bytes": "--flat-session-kv",
+    "reference_capacity_bytes": "--reference-capacity",
+    "config_path": "--model-config",
+}
+
+
+def _library_warnings_note(caught: list[warnings.WarningMessage]) -> str | None:
+    """At most one line about warnings raised by libraries during the run (None: there were none).
+
+    A library can warn once per row or per glyph; a successful run's stderr stays progress and
+    a line of our own, so they are counted, not echoed.
+    """
+    if not caught:
+        return None
+    first = caught[0]
+    text = " ".join(str(first.message).split())[:120]
+    more = f" (and {len(caught) - 1} more)" if len(caught) > 1 else ""
+    return f"fcctl: note: a library warned: {first.category.__name__}: {text}{more}"
+
+
+#: Every preset, for --help (the geometry module is light: no numpy, no torch).
+_PRESETS = ", ".join(preset_names())
 
 
 def register(app: typer.Typer) -> None:
     @app.command("analyze")
-    @cli_errors
+    @cli_errors(flags=_FLAGS)
     def analyze(
         trace: Annotated[Path, typer.Argument(help="Trace file (or Claude Code directory).")],
         format: Annotated[
@@ -25,17 +53,20 @@ def register(app: typer.Typer) -> None:
         ] = None,
         model: Annotated[
             str,
-            typer.Option(
-                "--model",
-                help="KV geometry preset (llama-3.1-8b, llama-3.1-70b, qwen2.5-7b, deepseek-v3).",
-            ),
+            typer.Option("--model", help=f"KV geometry preset: {_PRESETS}."),
         ] = "llama-3.1-8b",
         model_config: Annotated[
             Path | None,
             typer.Option("--model-config", help="Hugging Face config.json (overrides --model)."),
         ] = None,
         tp: Annotated[
-            int | None, typer.Option("--tp", help="Tensor-parallel ranks (KV is the node total).")
+            int | None,
+            typer.Option(
+                "--tp",
+                help="Tensor-parallel ranks of one serving instance (same meaning in every "
+                "command). analyze's KV bytes are the node total over the tp ranks, what a "
+                "shared memory or SSD tier holds (an MLA latent once). [default: 1]",
+            ),
         ] = None,
         kv_dtype: Annotated[
             str | None, typer.Option("--kv-dtype", help="KV dtype: bf16, fp16, fp8, fp32.")
@@ -48,6 +79,42 @@ def register(app: typer.Typer) -> None:
                 "[default: 16GiB,64GiB,256GiB,1TiB].",
             ),
         ] = None,
+        rate: Annotated[
+            float | None,
+            typer.Option(
+                "--rate",
+                help="Requests/s: interleave the sessions of a per-session-clock trace (Claude "
+                "Code) by Poisson session starts at this request rate before the analysis "
+                "(default: sessions one after another, the memory tier's best case). Refused "
+                "for traces with one clock, which keep their own order.",
+            ),
+        ] = None,
+        concurrent_sessions: Annotated[
+            int | None,
+            typer.Option(
+                "--concurrent-sessions",
+                help="Instead of --rate: run this many sessions at once, each starting when "
+                "one ends.",
+            ),
+        ] = None,
+        seed: Annotated[
+            int, typer.Option("--seed", min=0, help="Seed of the --rate session starts.")
+        ] = 0,
+        flat_session_kv: Annotated[
+            str,
+            typer.Option(
+                "--flat-session-kv",
+                help="Verdict: p90 session KV at or above this means flat.",
+            ),
+        ] = "1GiB",
+        reference_capacity: Annotated[
+            str,
+            typer.Option(
+                "--reference-capacity",
+                help="Verdict: weigh the memory tier at the largest --memory capacity at or "
+                "below this (the smallest if all are larger).",
+            ),
+        ] = "256GiB",
         as_json: Annotated[
             bool, typer.Option("--json", help="Print one JSON document on stdout.")
         ] = False,
@@ -66,11 +133,13 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Measure block reuse, reuse distances, session KV sizes and memory-tier hit shares."""
-        from fcctl.analyzers.analyze import analyze_trace
+        from fcctl.analyzers.analyze import VerdictThresholds, analyze_trace, check_schedule_args
         from fcctl.analyzers.readers import read_trace
         from fcctl.common.jsonio import write_json
+        from fcctl.common.paths import display_path
         from fcctl.common.progress import Progress
-        from fcctl.common.units import parse_size_list
+        from fcctl.common.signals import interrupts_raise
+        from fcctl.common.units import parse_size, parse_size_list
         from fcctl.layout.geometry import model_geometry
         from fcctl.reports.analyze_report import (
             check_analyze_out_dir,
@@ -78,20 +147,42 @@ def register(app: typer.Typer) -> None:
             write_out_dir,
         )
 
-        # Flags first: a typo should fail before minutes of parsing.
-        geometry = model_geometry(model, config_path=model_config, tp=tp, kv_dtype=kv_dtype)
-        capacities = parse_size_list(memory, what="--memory") if memory is not None else None
-        if out is not None:
-            check_analyze_out_dir(out, force=force)
-        with Progress(enabled=True) as progress:
-            parsed = read_trace(trace, format, progress=progress)
-            result = analyze_trace(
-                parsed, geometry=geometry, memory_capacities_bytes=capacities, progress=progress
+        # SIGTERM/SIGHUP as KeyboardInterrupt: the --out temporary directory is removed on the
+        # way out and the exit status is 128 + N.
+        with interrupts_raise(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            # Flags first: a typo should fail before minutes of parsing.
+            geometry = model_geometry(model, config_path=model_config, tp=tp, kv_dtype=kv_dtype)
+            capacities = parse_size_list(memory, what="--memory") if memory is not None else None
+            check_schedule_args(rate, concurrent_sessions)
+            thresholds = VerdictThresholds(
+                flat_session_kv_bytes=parse_size(flat_session_kv, what="--flat-session-kv"),
+                reference_capacity_bytes=parse_size(
+                    reference_capacity, what="--reference-capacity"
+                ),
             )
-        if out is not None:
-            names = write_out_dir(result, out, force=force)
-            print(f"wrote {out}: {', '.join(names)}", file=sys.stderr)
-        if as_json:
-            write_json(result, sys.stdout)
-        else:
-            print_summary(result)
+            if out is not None:
+                check_analyze_out_dir(out, force=force)
+            with Progress(enabled=True) as progress:
+                parsed = read_trace(trace, format, progress=progress)
+                result = analyze_trace(
+                    parsed,
+                    geometry=geometry,
+                    memory_capacities_bytes=capacities,
+                    progress=progress,
+                    rate_requests_per_s=rate,
+                    concurrent_sessions=concurrent_sessions,
+                    seed=seed,
+                    thresholds=thresholds,
+                    read_path=str(trace),
+                )
+            if out is not None:
+                names = write_out_dir(result, out, force=force)
+                print(f"wrote {display_path(out)}: {', '.join(names)}", file=sys.stderr)
+            if as_json:
+                write_json(result, sys.stdout)
+            else:
+                print_summary(result)
+        note = _library_warnings_note(list(caught))
+        if note:
+            print(note, file=sys.stderr)
