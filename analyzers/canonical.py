@@ -9,52 +9,117 @@ written (:func:`traces_equal`), including the source ``path`` and ``format``.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
 
+import polars as pl
 from fcctl.analyzers.readers import read_trace
+from fcctl.analyzers.readers.parquet import PARQUET_MAGIC
 from fcctl.analyzers.schema import COLUMNS, Trace
-from fcctl.analyzers.trace_metadata import trace_metadata
+from fcctl.analyzers.trace_metadata import METADATA_KEY, trace_metadata
 
-from fcctl.common.errors import FcctlInputError
+from fcctl.common.errors import FcctlInputError, RunFailed
+from fcctl.common.paths import display_path
+
+# Errors of the machine, not of the input: the run failed (exit 1), the command was right.
+_MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG}
 
 
-def check_output_file(path: str | Path) -> None:
-    """Refuse an output path that cannot be written, before minutes of parsing."""
+def check_output_file(
+    path: str | Path, *, force: bool = False, source: str | Path | None = None
+) -> None:
+    """Refuse, before minutes of parsing, an output path that cannot or must not be written.
+
+    An existing ``path`` is replaced only with ``force``, and then only if it is an earlier
+    ``fcctl convert`` output (a Parquet file with fcctl metadata), so that a typo in ``-o``
+    never overwrites a trace or other data. ``source`` (the input) is never overwritten.
+    """
     target = Path(path)
+    shown = display_path(target)
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():
-        raise FcctlInputError(f"{target}: output directory {str(directory)!r} does not exist")
+        raise FcctlInputError(f"{shown}: output directory {display_path(directory)} does not exist")
     if target.is_dir():
-        raise FcctlInputError(f"{target}: is a directory, expected an output file name")
+        raise FcctlInputError(f"{shown}: is a directory, expected an output file name")
+    if source is not None and target.exists() and Path(source).exists():
+        if os.path.samefile(target, source):
+            raise FcctlInputError(f"{shown}: is the input trace; choose another output file")
+    if target.exists() or target.is_symlink():
+        if not force:
+            raise FcctlInputError(f"{shown}: exists (pass --force to replace it)")
+        if not _is_convert_output(target):
+            raise FcctlInputError(
+                f"{shown}: --force replaces only an earlier fcctl convert output (a Parquet "
+                f"file with {METADATA_KEY!r} metadata); this file is not one"
+            )
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise FcctlInputError(f"{target}: cannot create files in {str(directory)!r} (permission)")
+        raise FcctlInputError(
+            f"{shown}: cannot create files in {display_path(directory)} (permission)"
+        )
 
 
-def write_canonical(trace: Trace, path: str | Path) -> None:
+def _is_convert_output(path: Path) -> bool:
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with path.open("rb") as f:
+            if f.read(4) != PARQUET_MAGIC:
+                return False
+        return METADATA_KEY in pl.read_parquet_metadata(path)
+    except (OSError, pl.exceptions.PolarsError):
+        return False
+
+
+def _write_failed(target: Path, e: BaseException) -> Exception:
+    """The error for a failed write: the machine's (exit 1) or the input's (exit 2)."""
+    if isinstance(e, OSError):
+        reason = e.strerror or str(e)
+        machine = e.errno in _MACHINE_ERRNOS
+    else:  # polars reports I/O errors of its writer in the message ("... (os error 28)")
+        reason = " ".join(str(e).split())[:160]
+        machine = any(f"(os error {n})" in reason for n in _MACHINE_ERRNOS)
+        for text in ("No space left on device", "Disk quota exceeded"):
+            if text in reason:
+                reason = text
+    message = f"{display_path(target)}: cannot write it ({reason}); nothing was left behind"
+    return RunFailed(message) if machine else FcctlInputError(message)
+
+
+def write_canonical(trace: Trace, path: str | Path, *, force: bool = False) -> None:
     """Write ``trace`` as canonical Parquet at ``path``, atomically.
 
-    The table goes to a temporary file in the same directory, which is renamed over ``path``
-    only once complete: an interrupted or failed write leaves nothing at ``path``.
+    The table goes to a temporary file in the same directory, flushed to disk, then renamed
+    over ``path`` only once complete: an interrupted or failed write (a full disk is
+    :class:`RunFailed`) leaves nothing at ``path`` and no temporary file. An existing ``path``
+    is replaced only with ``force`` (see :func:`check_output_file`).
     """
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
-    check_output_file(target)
+    check_output_file(target, force=force)
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     except OSError as e:
-        raise FcctlInputError(f"{target}: cannot create it ({e.strerror}: {e.filename})") from None
+        if e.errno in _MACHINE_ERRNOS:
+            raise _write_failed(target, e) from None
+        raise FcctlInputError(
+            f"{display_path(target)}: cannot create it ({e.strerror}: "
+            f"{display_path(e.filename or directory)})"
+        ) from None
     os.close(fd)
     try:
         trace.requests.select(COLUMNS).write_parquet(
             tmp_name, compression="zstd", metadata=trace_metadata(trace)
         )
+        # A full disk may show only when the data reach it (delayed allocation): sync first.
+        with open(tmp_name, "rb") as written:
+            os.fsync(written.fileno())
         os.chmod(tmp_name, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
         os.replace(tmp_name, target)
-    except OSError as e:
+    except (OSError, pl.exceptions.PolarsError) as e:
         Path(tmp_name).unlink(missing_ok=True)
-        raise FcctlInputError(f"{target}: cannot write it ({e.strerror}: {e.filename})") from None
+        raise _write_failed(target, e) from None
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
@@ -72,10 +137,13 @@ def read_canonical(path: str | Path) -> Trace:
 
 
 def traces_equal(a: Trace, b: Trace) -> bool:
-    """Field-by-field equality (``Trace.__eq__`` cannot compare the DataFrames)."""
+    """Same trace, field by field (``Trace.__eq__`` cannot compare the DataFrames).
+
+    Traces are compared by their original (:attr:`Trace.source`), so a trace and the canonical
+    Parquet written from it are equal; which file was read is not part of the trace.
+    """
     return (
-        a.path == b.path
-        and a.format == b.format
+        a.source == b.source
         and a.order == b.order
         and a.has_hashes == b.has_hashes
         and a.has_sessions == b.has_sessions

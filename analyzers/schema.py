@@ -47,8 +47,23 @@ Order = Literal["time", "session"]
 
 
 @dataclass(frozen=True)
+class SourceTrace:
+    """The trace a canonical Parquet file was converted from, as its metadata records it."""
+
+    path: str
+    format: str
+
+
+@dataclass(frozen=True)
 class Trace:
-    """A parsed trace: the canonical table plus what the reader knows about it."""
+    """A parsed trace: the canonical table plus what the reader knows about it.
+
+    ``path`` and ``format`` are the file read and the reader that read it (``"parquet"`` for
+    canonical Parquet). ``converted_from`` is, for a canonical Parquet file, the trace that
+    ``fcctl convert`` read to write it (``None`` otherwise, and for a Parquet file without
+    fcctl metadata): show both, they are different files. :attr:`source` is the original in
+    either case.
+    """
 
     path: str
     format: str
@@ -58,6 +73,12 @@ class Trace:
     has_sessions: bool = False
     block_size_tokens: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    converted_from: SourceTrace | None = None
+
+    @property
+    def source(self) -> SourceTrace:
+        """The original trace: what it was converted from, or this file itself."""
+        return self.converted_from or SourceTrace(self.path, self.format)
 
     @property
     def num_requests(self) -> int:

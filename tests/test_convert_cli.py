@@ -38,7 +38,7 @@ def test_convert_format_override(tmp_path: Path) -> None:
     src = SAMPLES / "bailian_synthetic.jsonl"
     result = runner.invoke(app, ["convert", str(src), "-o", str(out), "--format", "mooncake"])
     assert result.exit_code == 0, result.output
-    assert read_trace(out).format == "mooncake"
+    assert read_trace(out).source.format == "mooncake"
 
 
 def write(path: Path, data: bytes) -> Path:

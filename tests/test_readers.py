@@ -13,7 +13,7 @@ import pytest
 from fcctl.analyzers.canonical import read_canonical, traces_equal, write_canonical
 from fcctl.analyzers.readers import FORMATS, detect_format, read_trace
 from fcctl.analyzers.readers.claude_code import LOCAL_ID_BITS, namespace_base
-from fcctl.analyzers.schema import SCHEMA
+from fcctl.analyzers.schema import SCHEMA, SourceTrace
 
 from tests.conftest import SAMPLES
 
@@ -317,7 +317,10 @@ def test_detect_and_round_trip_samples(sample: str, fmt: str, tmp_path: Path) ->
     assert detect_format(out) == "parquet"
     back = read_canonical(out)
     assert traces_equal(trace, back)
-    assert back.format == fmt and back.path == str(path)
+    # The file read and the trace it was converted from, separately.
+    assert back.format == "parquet" and back.path == str(out)
+    assert back.converted_from == SourceTrace(path=str(path), format=fmt)
+    assert back.source == trace.source == SourceTrace(str(path), fmt)
 
 
 def test_format_override(tmp_path: Path) -> None:

@@ -12,9 +12,13 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from fcctl.analyzers.readers._common import (
+    DEFAULT_MAX_LINE_BYTES,
     JSONDecodeError,
     TraceFormatError,
+    check_max_line_bytes,
+    fail,
     loads,
+    missing,
     read_head,
     show,
 )
@@ -27,7 +31,14 @@ from fcctl.analyzers.schema import Trace
 
 from fcctl.common.progress import Progress
 
-__all__ = ["FORMATS", "TraceFormatError", "TraceReader", "detect_format", "read_trace"]
+__all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "FORMATS",
+    "TraceFormatError",
+    "TraceReader",
+    "detect_format",
+    "read_trace",
+]
 
 
 @runtime_checkable
@@ -38,13 +49,21 @@ class TraceReader(Protocol):
     description: str
 
     def sniff(self, head: bytes) -> bool:
-        """Whether ``head`` (the first 64 KiB of decompressed content) looks like this format."""
+        """Whether ``head`` looks like this format.
+
+        ``head`` is the start of the decompressed content: at least 64 KiB, and the whole first
+        line when the content starts with a JSON object (see ``_common.read_head``).
+        """
         ...
 
-    def read(self, path: Path, progress: Progress) -> Trace:
+    def read(
+        self, path: Path, progress: Progress, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    ) -> Trace:
         """Parse the whole file into a :class:`Trace`; bad input raises TraceFormatError.
 
-        Long reads report the bytes done on a line of ``progress`` (a no-op when disabled).
+        Long reads report the bytes done on a line of ``progress`` (a no-op when disabled). A
+        line (or a one-record file, such as a Claude Code ``trace_NNNN.json``) longer than
+        ``max_line_bytes`` is an error as soon as that is known.
         """
         ...
 
@@ -63,63 +82,74 @@ FORMATS: dict[str, TraceReader] = {
 }
 
 
-def detect_format(path: str | Path) -> str:
-    """The registry name of the format of ``path``, judged from its content."""
+def detect_format(path: str | Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> str:
+    """The registry name of the format of ``path``, judged from its content.
+
+    Reads as much as the first record needs (its whole line, up to ``max_line_bytes``).
+    """
     path = Path(path)
     if path.is_dir():
         if any(path.glob("trace_*.json")):
             return "claude-code"
-        raise TraceFormatError(
-            f"{path}: directory holds no trace_*.json files (the Claude Code directory layout)"
+        raise fail(
+            path, None, "directory holds no trace_*.json files (the Claude Code directory layout)"
         )
-    head, gzip_error = read_head(path)
+    head, gzip_error = read_head(path, max_line_bytes=check_max_line_bytes(max_line_bytes))
     if not head.strip() and gzip_error is None:
-        raise TraceFormatError(f"{path}: file is empty")
+        raise fail(path, None, "file is empty")
     for name, reader in FORMATS.items():
         if reader.sniff(head):
             return name
     if gzip_error is not None:
-        raise TraceFormatError(f"{path}: gzip stream is broken or truncated ({gzip_error})")
+        raise fail(path, None, f"gzip stream is broken or truncated ({gzip_error})")
     first, newline, _ = head.partition(b"\n")
     if first.lstrip().startswith(b"{") and newline:
         # Looks like JSON Lines, but line 1 does not parse: say that, not "unknown format".
         try:
             loads(first)
         except JSONDecodeError as e:
-            raise TraceFormatError(
-                f"{path}: line 1: invalid JSON ({e}); got {show(first[:60])}"
-            ) from None
-    raise TraceFormatError(
-        f"{path}: unknown trace format (expected one of {', '.join(FORMATS)}; "
-        f"pass --format to choose); got first bytes {show(first[:60])}"
+            raise fail(path, "line 1", f"invalid JSON ({e}); got {show(first[:60])}") from None
+    raise fail(
+        path,
+        None,
+        f"unknown trace format (expected one of {', '.join(FORMATS)}; "
+        f"pass --format to choose); got first bytes {show(first[:60])}",
     )
 
 
 def read_trace(
-    path: str | Path, format: str | None = None, *, progress: Progress | bool = False
+    path: str | Path,
+    format: str | None = None,
+    *,
+    progress: Progress | bool = False,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> Trace:
     """Read a trace file (or Claude Code directory) into the canonical :class:`Trace`.
 
     ``format`` is a :data:`FORMATS` name; ``None`` detects it from the content. ``progress``
     is the caller's :class:`~fcctl.common.progress.Progress` display, or ``True`` for one of
     its own (a bar on stderr when that is a terminal and the read runs past ~2 s).
+    ``max_line_bytes`` bounds one line of a text trace (and one ``trace_NNNN.json`` of a
+    directory): a longer one is an error as soon as that many bytes are read, so memory stays
+    bounded on hostile input. Only regular files (and, for claude-code, directories) are read.
     """
     path = Path(path)
+    check_max_line_bytes(max_line_bytes)
     if not path.exists():
-        raise TraceFormatError(f"{path}: no such file or directory")
+        raise missing(path)
     if format is None:
-        format = detect_format(path)
+        format = detect_format(path, max_line_bytes=max_line_bytes)
     reader = FORMATS.get(format)
     if reader is None:
-        raise TraceFormatError(
-            f"{path}: unknown format {format!r}; expected one of {', '.join(FORMATS)}"
-        )
+        raise fail(path, None, f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
     if path.is_dir() and format != "claude-code":
-        raise TraceFormatError(
-            f"{path}: is a directory; only the claude-code format reads directories "
-            f"(got --format {format})"
+        raise fail(
+            path,
+            None,
+            "is a directory; only the claude-code format reads directories "
+            f"(got --format {format})",
         )
     if isinstance(progress, Progress):
-        return reader.read(path, progress)
+        return reader.read(path, progress, max_line_bytes=max_line_bytes)
     with Progress(enabled=progress) as own:
-        return reader.read(path, own)
+        return reader.read(path, own, max_line_bytes=max_line_bytes)

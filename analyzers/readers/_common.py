@@ -8,8 +8,10 @@ the rule, and ``got {value!r}``.
 from __future__ import annotations
 
 import array
-import gzip
+import errno
 import math
+import os
+import stat
 import zlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -22,6 +24,7 @@ import pyarrow as pa
 from fcctl.analyzers.schema import SCHEMA
 
 from fcctl.common.errors import FcctlInputError
+from fcctl.common.paths import display_path
 from fcctl.common.progress import Progress, Task
 
 try:  # orjson parses the 461 MB Claude Code file ~2x faster than json; json is the fallback.
@@ -38,7 +41,13 @@ except ImportError:  # pragma: no cover - orjson is a declared dependency
 GZIP_MAGIC = b"\x1f\x8b"
 HEAD_BYTES = 64 * 1024
 CHUNK_BYTES = 8 * 1024 * 1024
+# Compressed bytes fed to zlib per call: a damaged stream loses at most the output of one
+# such piece, so the error can name the last line read before the damage.
+GZIP_INPUT_BYTES = 64 * 1024
 MAX_REPR = 80
+# Far above any real record (the longest Claude Code session line is ~10 MB), far below what
+# would exhaust memory: one line is held whole while it is parsed.
+DEFAULT_MAX_LINE_BYTES = 64 * 2**20
 
 
 class TraceFormatError(FcctlInputError):
@@ -52,62 +61,202 @@ def show(value: Any) -> str:
 
 
 def where(path: str | Path, place: str | None) -> str:
-    return f"{path}: {place}" if place else str(path)
+    shown = display_path(path)
+    return f"{shown}: {place}" if place else shown
 
 
 def fail(path: str | Path, place: str | None, message: str) -> TraceFormatError:
     return TraceFormatError(f"{where(path, place)}: {message}")
 
 
-def check_file(path: Path) -> None:
-    """The file exists, is a regular file, and is not empty."""
-    if not path.exists():
-        raise TraceFormatError(f"{path}: no such file or directory")
-    if path.is_dir():
-        raise TraceFormatError(f"{path}: is a directory, expected a trace file")
-    if path.stat().st_size == 0:
-        raise TraceFormatError(f"{path}: file is empty")
+def mib(n: int) -> str:
+    """A byte limit as people write it: ``64 MiB``, or plain bytes when not whole MiB."""
+    return f"{n // 2**20} MiB" if n >= 2**20 and n % 2**20 == 0 else f"{n:,} bytes"
+
+
+def check_max_line_bytes(max_line_bytes: int) -> int:
+    if type(max_line_bytes) is not int or max_line_bytes < 1:
+        raise TraceFormatError(
+            f"max_line_bytes: must be an integer >= 1; got {max_line_bytes!r}",
+            parameter="max_line_bytes",
+        )
+    return max_line_bytes
+
+
+def line_too_long(path: Path, lineno: int, max_line_bytes: int) -> TraceFormatError:
+    return fail(
+        path,
+        f"line {lineno}",
+        f"line is longer than the limit of {mib(max_line_bytes)} (max_line_bytes; "
+        "--max-line-bytes to raise it); stopped reading there",
+    )
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_regular(path: Path, mode: int, what: str) -> TraceFormatError:
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return TraceFormatError(f"{display_path(path)}: is {kind}, expected a regular {what}")
+
+
+def missing(path: Path) -> TraceFormatError:
+    """A path that is not there: absent, or a symbolic link whose target is absent."""
+    shown = display_path(path)
+    if path.is_symlink():
+        target = display_path(os.readlink(path))
+        return TraceFormatError(f"{shown}: is a symbolic link to {target}, which does not exist")
+    return TraceFormatError(f"{shown}: no such file or directory")
+
+
+def _os_error(path: Path, e: OSError) -> TraceFormatError:
+    if e.errno in (errno.ENOENT, errno.ENOTDIR):
+        return missing(path)
+    return TraceFormatError(f"{display_path(path)}: cannot read it ({e.strerror})")
+
+
+def check_file(path: Path, what: str = "trace file") -> int:
+    """The file is a regular file (after symlinks) that is not empty; returns its size.
+
+    FIFOs, devices and sockets are refused before anything opens them: opening a FIFO blocks
+    until a writer comes, and ``/dev/zero`` never ends.
+    """
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise _os_error(path, e) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(path, st.st_mode, what)
+    if st.st_size == 0:
+        raise TraceFormatError(f"{display_path(path)}: file is empty")
+    return st.st_size
+
+
+def open_regular(path: Path, what: str = "trace file") -> IO[bytes]:
+    """Open ``path`` for reading, refusing anything but a regular file without blocking on it.
+
+    ``O_NONBLOCK`` makes opening a FIFO return at once (a swap between the check and the open
+    cannot hang us); the type is then checked on the open descriptor itself.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise _os_error(path, e) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(path, mode, what)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def loads(data: bytes | str) -> Any:
     return _loads(data)
 
 
-def read_head(path: Path, size: int = HEAD_BYTES) -> tuple[bytes, str | None]:
-    """The first ``size`` bytes of the (decompressed, if gzip) content, and the gzip error.
+class GzipDamage(Exception):
+    """The gzip stream stopped decompressing; the text says why (zlib's words)."""
 
-    A broken or truncated gzip stream gives what did decompress plus the error text, so that
-    detection can still work on a long file whose damage lies past the head.
+
+def _gunzip(raw: IO[bytes]) -> Iterator[bytes]:
+    """Decompressed chunks (at most CHUNK_BYTES each) of a gzip stream, members concatenated.
+
+    zlib is fed GZIP_INPUT_BYTES at a time so that what decoded before a damaged spot has been
+    handed out when the damage is met (then :class:`GzipDamage`). zlib checks each member's
+    CRC and length, so bytes flipped anywhere are caught, at the latest at the member's end.
+    """
+    d = zlib.decompressobj(wbits=31)
+    data = b""
+    started = False  # whether the current member has received any byte
+    while True:
+        if not data:
+            data = raw.read(GZIP_INPUT_BYTES)
+            if not data:
+                if started and not d.eof:
+                    raise GzipDamage("truncated: the file ends inside the compressed stream")
+                return
+        if d.eof:
+            # Another member follows (concatenated gzip), or zero padding, as gzip allows.
+            data = data.lstrip(b"\x00")
+            if not data:
+                continue
+            d = zlib.decompressobj(wbits=31)
+            started = False
+        started = True
+        try:
+            out = d.decompress(data, CHUNK_BYTES)
+        except zlib.error as e:
+            raise GzipDamage(str(e).removeprefix("Error -3 while decompressing data: ")) from None
+        data = d.unconsumed_tail if not d.eof else d.unused_data
+        if out:
+            yield out
+
+
+def read_head(
+    path: Path, size: int = HEAD_BYTES, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> tuple[bytes, str | None]:
+    """The start of the (decompressed, if gzip) content, and the gzip error if any.
+
+    At least ``size`` bytes (less if the file is shorter); when the content starts with a JSON
+    object whose line does not end within them, reading goes on to the end of that first line
+    (a 10 MB first record is detected like a short one), up to ``max_line_bytes``, past which
+    the line is an error. A broken or truncated gzip stream gives what did decompress plus the
+    error text, so that detection can still work on a long file whose damage lies past the head.
     """
     check_file(path)
-    with path.open("rb") as raw:
+    parts: list[bytes] = []
+    have = 0
+    error: str | None = None
+    extending = False  # reading on to the end of a long first line
+    first_line = 1
+    with open_regular(path) as raw:
         magic = raw.read(2)
         raw.seek(0)
-        if magic != GZIP_MAGIC:
-            return raw.read(size), None
+        chunks = _gunzip(raw) if magic == GZIP_MAGIC else iter(lambda: raw.read(size), b"")
         try:
-            with gzip.GzipFile(fileobj=raw) as gz:
-                return gz.read(size), None
-        except (OSError, EOFError, zlib.error) as e:
-            raw.seek(0)
-            try:
-                partial = zlib.decompressobj(wbits=31).decompress(raw.read(size * 4), size)
-            except zlib.error:
-                partial = b""
-            return partial, str(e)
+            for chunk in chunks:
+                parts.append(chunk)
+                have += len(chunk)
+                if extending:
+                    if b"\n" in chunk:
+                        break
+                elif have >= size:
+                    body = b"".join(parts).lstrip()
+                    if not body.startswith(b"{") or b"\n" in body:
+                        break
+                    extending = True
+                    first_line += (have - len(body)) and b"".join(parts)[: have - len(body)].count(
+                        b"\n"
+                    )
+                if extending and have > max_line_bytes:
+                    raise line_too_long(path, first_line, max_line_bytes)
+        except GzipDamage as e:
+            error = str(e)
+    return b"".join(parts), error
 
 
 @contextmanager
-def open_content(path: Path) -> Iterator[tuple[IO[bytes], IO[bytes]]]:
-    """Yield ``(content, raw)``: the decompressed byte stream and the raw file (for progress)."""
-    with path.open("rb") as raw:
+def open_content(path: Path) -> Iterator[tuple[Iterator[bytes], IO[bytes]]]:
+    """Yield ``(chunks, raw)``: decompressed content chunks and the raw file (for progress).
+
+    ``chunks`` raises :class:`GzipDamage` where a gzip stream is broken or truncated.
+    """
+    with open_regular(path) as raw:
         magic = raw.read(2)
         raw.seek(0)
         if magic == GZIP_MAGIC:
-            with gzip.GzipFile(fileobj=raw) as gz:
-                yield gz, raw
+            yield _gunzip(raw), raw
         else:
-            yield raw, raw
+            yield iter(lambda: raw.read(CHUNK_BYTES), b""), raw
 
 
 def reading_task(
@@ -117,39 +266,55 @@ def reading_task(
     return progress.task(f"{what} {path.name}", total_bytes, unit="MiB", per_unit=2**20)
 
 
-def iter_lines(path: Path, *, progress: Progress | None = None) -> Iterator[tuple[int, bytes]]:
+def iter_lines(
+    path: Path,
+    *,
+    progress: Progress | None = None,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> Iterator[tuple[int, bytes]]:
     """Yield ``(line_number, line)`` (1-based, without the newline) for non-blank lines.
 
-    Reads the (possibly gzip) file in large chunks; a broken or truncated gzip stream becomes a
-    :class:`TraceFormatError` naming the line being read. An empty file (or one with only blank
-    lines) is an error too.
+    Reads the (possibly gzip) file in chunks. A line longer than ``max_line_bytes`` is an error
+    as soon as that many bytes of it are held, so memory stays near the limit whatever the
+    input. A broken or truncated gzip stream is an error naming the last line read before the
+    damage. An empty file (or one with only blank lines) is an error too.
     """
-    check_file(path)
+    size = check_file(path)
     lineno = 0
     seen = False
-    bar = reading_task(progress or Progress(enabled=False), path, path.stat().st_size)
-    with bar as task, open_content(path) as (content, raw):
+    bar = reading_task(progress or Progress(enabled=False), path, size)
+    with bar as task, open_content(path) as (chunks, raw):
         pending: list[bytes] = []
+        pending_bytes = 0
         while True:
             try:
-                chunk = content.read(CHUNK_BYTES)
-            except (OSError, EOFError, zlib.error) as e:
-                raise fail(
-                    path, f"line {lineno + 1}", f"gzip stream is broken or truncated ({e})"
-                ) from None
+                chunk = next(chunks, b"")
+            except GzipDamage as e:
+                last = f"after line {lineno}, the last line read" if lineno else "before line 1"
+                raise fail(path, None, f"gzip stream is broken or truncated {last} ({e})") from None
             if not chunk:
                 break
             task.update(raw.tell())
             parts = chunk.split(b"\n")
-            if pending:
-                parts[0] = b"".join([*pending, parts[0]])
-                pending = []
-            pending.append(parts.pop())
-            for line in parts:
-                lineno += 1
-                if line.strip():
-                    seen = True
-                    yield lineno, line
+            tail = parts.pop()
+            if parts:
+                if pending:
+                    parts[0] = b"".join([*pending, parts[0]])
+                    pending = []
+                    pending_bytes = 0
+                if len(chunk) > max_line_bytes and max(map(len, parts)) > max_line_bytes:
+                    long = next(i for i, p in enumerate(parts) if len(p) > max_line_bytes)
+                    raise line_too_long(path, lineno + long + 1, max_line_bytes)
+                for line in parts:
+                    lineno += 1
+                    if line.strip():
+                        seen = True
+                        yield lineno, line
+            if tail:
+                pending.append(tail)
+                pending_bytes += len(tail)
+                if pending_bytes > max_line_bytes:
+                    raise line_too_long(path, lineno + 1, max_line_bytes)
         tail = b"".join(pending)
         if tail.strip():
             seen = True
@@ -159,10 +324,17 @@ def iter_lines(path: Path, *, progress: Progress | None = None) -> Iterator[tupl
 
 
 def iter_json_lines(
-    path: Path, *, progress: Progress | None = None
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, object)`` for each JSON Lines record; each must be a JSON object."""
-    for lineno, line in iter_lines(path, progress=progress):
+    path: Path,
+    *,
+    progress: Progress | None = None,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> Iterator[tuple[int, dict[str, Any], bool]]:
+    """Yield ``(line_number, object, may_hold_bools)`` for each JSON Lines record.
+
+    Each record must be a JSON object. ``may_hold_bools`` is whether the line holds a
+    ``true``/``false`` literal anywhere (see :meth:`HashIdBuffer.add`).
+    """
+    for lineno, line in iter_lines(path, progress=progress, max_line_bytes=max_line_bytes):
         try:
             record = _loads(line)
         except JSONDecodeError as e:
@@ -171,7 +343,12 @@ def iter_json_lines(
             ) from None
         if not isinstance(record, dict):
             raise fail(path, f"line {lineno}", f"record must be a JSON object; got {show(record)}")
-        yield lineno, record
+        yield lineno, record, may_hold_bools(line)
+
+
+def may_hold_bools(data: bytes) -> bool:
+    """Whether JSON text ``data`` could hold a ``true``/``false`` literal (a fast byte search)."""
+    return b"true" in data or b"false" in data
 
 
 def first_json_record(head: bytes) -> Any:
@@ -189,45 +366,45 @@ def first_json_record(head: bytes) -> Any:
 # --- field checks -------------------------------------------------------------------------
 
 
-def require(record: dict[str, Any], name: str, path: Path, place: str) -> Any:
+def require(record: dict[str, Any], name: str, path: Path, place: str | None) -> Any:
     try:
         return record[name]
     except KeyError:
         raise fail(path, place, f"missing field {name!r}") from None
 
 
-def non_negative_int(record: dict[str, Any], name: str, path: Path, place: str) -> int:
+def non_negative_int(record: dict[str, Any], name: str, path: Path, place: str | None) -> int:
     value = require(record, name, path, place)
     if type(value) is not int or value < 0:
         raise fail(path, place, f"field {name!r} must be a non-negative integer; got {show(value)}")
     return value
 
 
-def integer(record: dict[str, Any], name: str, path: Path, place: str) -> int:
+def integer(record: dict[str, Any], name: str, path: Path, place: str | None) -> int:
     value = require(record, name, path, place)
     if type(value) is not int:
         raise fail(path, place, f"field {name!r} must be an integer; got {show(value)}")
     return value
 
 
-def finite_number(record: dict[str, Any], name: str, path: Path, place: str) -> float:
+def finite_number(record: dict[str, Any], name: str, path: Path, place: str | None) -> float:
     value = require(record, name, path, place)
     if type(value) not in (int, float) or not math.isfinite(value):
         raise fail(path, place, f"field {name!r} must be a finite number; got {show(value)}")
     return float(value)
 
 
-def hash_list(record: dict[str, Any], name: str, path: Path, place: str) -> list[Any]:
+def hash_list(record: dict[str, Any], name: str, path: Path, place: str | None) -> list[Any]:
     value = require(record, name, path, place)
     if not isinstance(value, list):
         raise fail(path, place, f"field {name!r} must be a list of block ids; got {show(value)}")
     return value
 
 
-def bad_hash_id(values: list[Any], name: str, path: Path, place: str) -> TraceFormatError:
+def bad_hash_id(values: list[Any], name: str, path: Path, place: str | None) -> TraceFormatError:
     """The error for the first element of ``values`` that is not an integer in [0, 2**64)."""
     for i, v in enumerate(values):
-        if type(v) is not int or not 0 <= v < 2**64:
+        if type(v) is not int or not 0 <= v < 2**64:  # type() is not int: True is refused too
             got = show(v)
             if type(v) is float and v.is_integer() and abs(v) >= 2**63:
                 # orjson hands integers beyond 64 bits over as floats: say what the file held.
@@ -245,13 +422,30 @@ class HashIdBuffer:
         self.values = array.array("Q")
         self.lengths: list[int] = []
 
-    def add(self, record: dict[str, Any], name: str, path: Path, place: str) -> None:
+    def add(
+        self,
+        record: dict[str, Any],
+        name: str,
+        path: Path,
+        place: str,
+        *,
+        may_hold_bools: bool = True,
+    ) -> None:
+        """Append ``record[name]``'s ids; anything but an integer in [0, 2**64) is an error.
+
+        ``may_hold_bools=False`` is the caller's word (from :func:`may_hold_bools` on the raw
+        JSON) that no ``true``/``false`` is in the record, which skips the per-element check
+        that array('Q') cannot do: it takes ``True`` as 1.
+        """
         ids = hash_list(record, name, path, place)
         try:
             # array('Q') rejects floats, strings, negatives and ids >= 2**64 in C.
             self.values.extend(ids)
         except (TypeError, OverflowError):
             raise bad_hash_id(ids, name, path, place) from None
+        if may_hold_bools and any(type(v) is bool for v in ids):
+            del self.values[len(self.values) - len(ids) :]
+            raise bad_hash_id(ids, name, path, place)
         self.lengths.append(len(ids))
 
     def flat(self) -> np.ndarray:

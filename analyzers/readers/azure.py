@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 from fcctl.analyzers.readers._common import (
-    TraceFormatError,
+    DEFAULT_MAX_LINE_BYTES,
     build_frame,
     fail,
     iter_lines,
@@ -38,8 +38,11 @@ class AzureReader:
         columns = [c.strip() for c in first.decode("utf-8", "replace").split(",")]
         return all(name in columns for name in HEADER)
 
-    def read(self, path: Path, progress: Progress) -> Trace:
-        text = b"\n".join(line for _, line in iter_lines(path, progress=progress))
+    def read(
+        self, path: Path, progress: Progress, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    ) -> Trace:
+        lines = iter_lines(path, progress=progress, max_line_bytes=max_line_bytes)
+        text = b"\n".join(line for _, line in lines)
         try:
             table = pl.read_csv(io.BytesIO(text), infer_schema=False)
         except (pl.exceptions.PolarsError, ValueError) as e:
@@ -103,6 +106,4 @@ class AzureReader:
             row = int(bad[0])
             # A short row or an empty cell reads as null: say that rather than "got None".
             got = "an empty or missing cell" if raw[row] is None else show(raw[row])
-            raise TraceFormatError(
-                f"{path}: row {row + 1}: field {name!r} must be {rule}; got {got}"
-            )
+            raise fail(path, f"row {row + 1}", f"field {name!r} must be {rule}; got {got}")

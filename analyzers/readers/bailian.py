@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 from fcctl.analyzers.readers._common import (
+    DEFAULT_MAX_LINE_BYTES,
     HashIdBuffer,
     build_frame,
     fail,
@@ -43,7 +44,9 @@ class BailianReader:
         record = first_json_record(head)
         return isinstance(record, dict) and "chat_id" in record and "parent_chat_id" in record
 
-    def read(self, path: Path, progress: Progress) -> Trace:
+    def read(
+        self, path: Path, progress: Progress, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    ) -> Trace:
         chat_ids: list[int] = []
         parents: list[int] = []
         timestamps: list[float] = []
@@ -53,7 +56,8 @@ class BailianReader:
         row_of: dict[int, int] = {}
         line_of: list[int] = []
         hashes = HashIdBuffer()
-        for lineno, record in iter_json_lines(path, progress=progress):
+        lines = iter_json_lines(path, progress=progress, max_line_bytes=max_line_bytes)
+        for lineno, record, bools in lines:
             place = f"line {lineno}"
             chat_id = integer(record, "chat_id", path, place)
             parent = integer(record, "parent_chat_id", path, place)
@@ -76,7 +80,7 @@ class BailianReader:
             inputs.append(non_negative_int(record, "input_length", path, place))
             outputs.append(non_negative_int(record, "output_length", path, place))
             turns.append(integer(record, "turn", path, place))
-            hashes.add(record, "hash_ids", path, place)
+            hashes.add(record, "hash_ids", path, place, may_hold_bools=bools)
 
         roots = self._roots(path, chat_ids, parents, row_of, line_of)
         parent_rows = [row_of.get(p) if p != -1 else None for p in parents]

@@ -33,10 +33,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 from fcctl.analyzers.readers._common import (
+    DEFAULT_MAX_LINE_BYTES,
     HashIdBuffer,
     JSONDecodeError,
     TraceFormatError,
     build_frame,
+    check_file,
     fail,
     finite_number,
     first_json_record,
@@ -45,7 +47,10 @@ from fcctl.analyzers.readers._common import (
     is_sorted,
     iter_lines,
     loads,
+    may_hold_bools,
+    mib,
     non_negative_int,
+    open_regular,
     reading_task,
     require,
     show,
@@ -68,7 +73,14 @@ class _Session:
 
     __slots__ = ("block_size", "inputs", "offsets", "outputs", "session_id", "times", "values")
 
-    def __init__(self, record: Any, ordinal: int, path: Path, place: str) -> None:
+    def __init__(
+        self,
+        record: Any,
+        ordinal: int,
+        path: Path,
+        place: str | None,
+        may_hold_bools: bool = True,
+    ) -> None:
         if not isinstance(record, dict):
             raise fail(path, place, f"session must be a JSON object; got {show(record)}")
         session_id = require(record, "id", path, place)
@@ -88,7 +100,7 @@ class _Session:
 
         def add(requests: list[Any], t0: float, prefix: str) -> None:
             for i, request in enumerate(requests):
-                where = f"{place}, {prefix}[{i}]"
+                where = f"{place}, {prefix}[{i}]" if place else f"{prefix}[{i}]"
                 if not isinstance(request, dict):
                     raise fail(path, where, f"request must be a JSON object; got {show(request)}")
                 t = finite_number(request, "t", path, where)
@@ -103,7 +115,7 @@ class _Session:
                 times.append(t0 + t)
                 inputs.append(non_negative_int(request, "in", path, where))
                 outputs.append(non_negative_int(request, "out", path, where))
-                hashes.add(request, "hash_ids", path, where)
+                hashes.add(request, "hash_ids", path, where, may_hold_bools=may_hold_bools)
 
         add(requests, 0.0, "requests")
 
@@ -154,25 +166,27 @@ class ClaudeCodeReader:
             and (b'"hash_id_scope"' in head or b'"block_size"' in head)
         )
 
-    def read(self, path: Path, progress: Progress) -> Trace:
+    def read(
+        self, path: Path, progress: Progress, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    ) -> Trace:
         sessions: list[_Session] = []
         seen: dict[str, str] = {}
-        for place, record in self._records(path, progress):
+        for where, place, record, bools in self._records(path, progress, max_line_bytes):
             ordinal = len(sessions)
             if ordinal >= MAX_SESSIONS:
-                raise fail(path, place, f"more than {MAX_SESSIONS} sessions cannot be namespaced")
-            session = _Session(record, ordinal, path, place)
+                raise fail(where, place, f"more than {MAX_SESSIONS} sessions cannot be namespaced")
+            session = _Session(record, ordinal, where, place, bools)
             if session.session_id in seen:
                 raise fail(
-                    path,
+                    where,
                     place,
                     f"field 'id' must be unique; got {session.session_id!r} again "
                     f"(first at {seen[session.session_id]})",
                 )
-            seen[session.session_id] = place
+            seen[session.session_id] = place or where.name
             if sessions and session.block_size != sessions[0].block_size:
                 raise fail(
-                    path,
+                    where,
                     place,
                     f"field 'block_size' must be the same in every session "
                     f"({sessions[0].block_size}); got {session.block_size!r}",
@@ -184,31 +198,61 @@ class ClaudeCodeReader:
             raise fail(path, None, f"no requests in any of the {len(sessions)} sessions")
         return self._trace(path, sessions)
 
-    def _records(self, path: Path, progress: Progress) -> Iterator[tuple[str, Any]]:
-        """Yield ``(place, parsed session)`` one at a time: never all sessions at once."""
+    def _records(
+        self, path: Path, progress: Progress, max_line_bytes: int
+    ) -> Iterator[tuple[Path, str | None, Any, bool]]:
+        """Yield ``(file, place, parsed session, may_hold_bools)`` one at a time.
+
+        Never all sessions at once. ``file`` is the file to name in an error (the member of a
+        directory), ``place`` the line in it (``None`` for a one-session member file).
+        """
         if path.is_dir():
             files = sorted(path.glob("trace_*.json"))
             if not files:
-                raise TraceFormatError(f"{path}: directory holds no trace_*.json files")
-            total = sum(file.stat().st_size for file in files)
-            with reading_task(progress, path, total) as task:
+                raise fail(path, None, "directory holds no trace_*.json files")
+            # Every member is checked (type, size) before any is parsed: a FIFO or a device
+            # among them is refused at once, not after minutes of parsing the others.
+            sizes = [self._member_size(file, max_line_bytes) for file in files]
+            with reading_task(progress, path, sum(sizes)) as task:
                 for file in files:
-                    data = file.read_bytes()
+                    with open_regular(file, "session file") as handle:
+                        try:
+                            data = handle.read(max_line_bytes + 1)
+                        except OSError as e:
+                            raise fail(file, None, f"cannot read it ({e.strerror})") from None
+                    if len(data) > max_line_bytes:  # it grew since it was checked
+                        raise self._member_too_big(file, max_line_bytes)
                     task.advance(len(data))
                     if not data.strip():
-                        raise TraceFormatError(f"{file}: file is empty")
+                        raise fail(file, None, "file is empty")
                     try:
                         record = loads(data)
                     except JSONDecodeError as e:
-                        raise TraceFormatError(f"{file}: invalid JSON ({e})") from None
-                    yield file.name, record
+                        raise fail(file, None, f"invalid JSON ({e})") from None
+                    yield file, None, record, may_hold_bools(data)
             return
-        for lineno, line in iter_lines(path, progress=progress):
+        for lineno, line in iter_lines(path, progress=progress, max_line_bytes=max_line_bytes):
             try:
                 record = loads(line)
             except JSONDecodeError as e:
                 raise fail(path, f"line {lineno}", f"invalid JSON ({e})") from None
-            yield f"line {lineno}", record
+            yield path, f"line {lineno}", record, may_hold_bools(line)
+
+    @classmethod
+    def _member_size(cls, file: Path, max_line_bytes: int) -> int:
+        size = check_file(file, "session file")
+        if size > max_line_bytes:
+            raise cls._member_too_big(file, max_line_bytes)
+        return size
+
+    @staticmethod
+    def _member_too_big(file: Path, max_line_bytes: int) -> TraceFormatError:
+        return fail(
+            file,
+            None,
+            f"session file is larger than the limit of {mib(max_line_bytes)} "
+            "(max_line_bytes; --max-line-bytes to raise it)",
+        )
 
     def _trace(self, path: Path, sessions: list[_Session]) -> Trace:
         counts = np.fromiter((len(s.times) for s in sessions), dtype=np.int64, count=len(sessions))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 from fcctl.analyzers.readers._common import (
+    DEFAULT_MAX_LINE_BYTES,
     HashIdBuffer,
     build_frame,
     finite_number,
@@ -40,17 +41,20 @@ class MooncakeReader:
             and "chat_id" not in record
         )
 
-    def read(self, path: Path, progress: Progress) -> Trace:
+    def read(
+        self, path: Path, progress: Progress, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    ) -> Trace:
         timestamps_ms: list[float] = []
         inputs: list[int] = []
         outputs: list[int] = []
         hashes = HashIdBuffer()
-        for lineno, record in iter_json_lines(path, progress=progress):
+        lines = iter_json_lines(path, progress=progress, max_line_bytes=max_line_bytes)
+        for lineno, record, bools in lines:
             place = f"line {lineno}"
             timestamps_ms.append(finite_number(record, "timestamp", path, place))
             inputs.append(non_negative_int(record, "input_length", path, place))
             outputs.append(non_negative_int(record, "output_length", path, place))
-            hashes.add(record, "hash_ids", path, place)
+            hashes.add(record, "hash_ids", path, place, may_hold_bools=bools)
         frame = build_frame(
             timestamp_s=np.asarray(timestamps_ms, dtype=np.float64) / 1000.0,
             input_tokens=np.asarray(inputs, dtype=np.int64),

@@ -1,25 +1,51 @@
 """Canonical Parquet, as written by :func:`analyzers.canonical.write_canonical`.
 
-With fcctl metadata the table is taken as written (checked: canonical columns and dtypes,
-``request_index`` 0..n-1). A Parquet file with the canonical columns but no metadata is taken
-as ``order == "time"``: rows are sorted by ``timestamp_s`` (stable), ``request_index`` is
-renumbered and ``parent_request`` remapped to the new numbers.
+A Parquet file is input like any other, so it is checked like any other: exactly the canonical
+columns with compatible dtypes (cast to the schema), then every value rule the readers
+enforce, each violation one line naming the file, the row (0-based, as polars and pyarrow
+number rows: the ``request_index`` of a canonical file) and the column:
+
+* no nulls in ``request_index``, ``timestamp_s``, ``input_tokens``, ``output_tokens``,
+  ``block_size_tokens``, nor inside a ``hash_ids`` list;
+* ``timestamp_s`` finite; token counts >= 0;
+* ``block_size_tokens`` the same in every row, >= 1 when the table has hashes;
+* ``hash_ids`` either set in every row or null in every row (``session_id`` may be null in
+  some rows of a file without metadata; fcctl's own files have it in every row or in none);
+* ``parent_request`` names an earlier request: 0 <= parent < own ``request_index``. A request
+  continues a conversation that already happened, in analysis order as in time; every reader
+  produces parents that way;
+* with fcctl metadata: ``request_index`` is 0..n-1 in row order, the metadata agrees with the
+  table (``has_hashes``/``has_sessions`` against the columns, ``block_size_tokens`` against
+  the column), and the rows are in the stated ``order`` (``time``: ``timestamp_s``
+  non-decreasing; ``session``: each session's rows together, time non-decreasing within it).
+
+With fcctl metadata the table is then taken as written. A Parquet file with the canonical
+columns but no metadata is taken as ``order == "time"``: rows are sorted by ``timestamp_s``
+(stable), ``request_index`` is renumbered and ``parent_request`` remapped to the new numbers
+(a parent naming no ``request_index`` of the file is an error).
+
+The checks are vectorised over the 49 K rows and read the 94 M block ids only through their
+null count, so they cost a few percent of reading the file.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 from fcctl.analyzers.readers._common import (
+    DEFAULT_MAX_LINE_BYTES,
     TraceFormatError,
+    check_file,
     fail,
     reading_task,
     show,
     stable_time_order,
 )
-from fcctl.analyzers.schema import SCHEMA, Trace
+from fcctl.analyzers.schema import SCHEMA, SourceTrace, Trace
 from fcctl.analyzers.trace_metadata import (
     METADATA_KEY,
     TraceMetadata,
@@ -31,6 +57,21 @@ from fcctl.common.progress import Progress
 
 PARQUET_MAGIC = b"PAR1"
 _INTEGERS = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64)
+NOT_NULL = ("request_index", "timestamp_s", "input_tokens", "output_tokens", "block_size_tokens")
+
+
+def _row_error(path: Path, row: int, column: str, message: str) -> TraceFormatError:
+    return fail(path, f"row {row}", f"column {column!r} {message}")
+
+
+def _first(mask: np.ndarray | pl.Series) -> int | None:
+    """Index of the first true entry of a boolean mask, or ``None``."""
+    if isinstance(mask, pl.Series):
+        hits = mask.arg_true()
+        return int(hits[0]) if len(hits) else None
+    if not mask.any():
+        return None
+    return int(np.argmax(mask))
 
 
 class ParquetReader:
@@ -40,11 +81,14 @@ class ParquetReader:
     def sniff(self, head: bytes) -> bool:
         return head.startswith(PARQUET_MAGIC)
 
-    def read(self, path: Path, progress: Progress) -> Trace:
+    def read(
+        self, path: Path, progress: Progress, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    ) -> Trace:
+        # max_line_bytes bounds text lines; Parquet has none (it is part of the protocol).
+        size = check_file(path, "Parquet file")
         try:
             metadata = pl.read_parquet_metadata(path)
             # One read call, no partial progress to report: the bar shows that work is under way.
-            size = path.stat().st_size
             with reading_task(progress, path, size) as task:
                 frame = pl.read_parquet(path)
                 task.update(size)
@@ -58,37 +102,56 @@ class ParquetReader:
         info = self._info(path, metadata.get(METADATA_KEY))
         if info is None:
             frame = stable_time_order(self._renumber(path, frame))
-            block_sizes = frame["block_size_tokens"].drop_nulls()
+            has_hashes, has_sessions, block_size = self._check_values(path, frame)
             return Trace(
                 path=str(path),
                 format=self.name,
                 requests=frame,
                 order="time",
-                has_hashes=frame["hash_ids"].null_count() < frame.height,
-                has_sessions=frame["session_id"].null_count() < frame.height,
-                block_size_tokens=int(block_sizes[0]) if len(block_sizes) else 0,
+                has_hashes=has_hashes,
+                has_sessions=has_sessions,
+                block_size_tokens=block_size,
                 notes=("Parquet without fcctl metadata: taken as time-ordered",),
             )
-        index = frame["request_index"].to_numpy()
-        if not np.array_equal(index, np.arange(frame.height)):
-            raise fail(path, None, "column 'request_index' must be 0..n-1 in row order")
+        index = frame["request_index"]
+        if index.null_count():
+            row = _first(index.is_null())
+            raise _row_error(path, row or 0, "request_index", "must not be null")
+        bad = _first(index.to_numpy() != np.arange(frame.height))
+        if bad is not None:
+            raise _row_error(
+                path, bad, "request_index", f"must be 0..n-1 in row order; got {index[bad]!r}"
+            )
+        has_hashes, has_sessions, block_size = self._check_values(path, frame)
+        self._check_metadata(path, frame, info, has_hashes, has_sessions, block_size)
         return Trace(
-            path=info.path,
-            format=info.format,
+            path=str(path),
+            format=self.name,
             requests=frame,
             order=info.order,
             has_hashes=info.has_hashes,
             has_sessions=info.has_sessions,
             block_size_tokens=info.block_size_tokens,
             notes=info.notes,
+            converted_from=SourceTrace(path=info.path, format=info.format),
         )
 
     @staticmethod
     def _renumber(path: Path, frame: pl.DataFrame) -> pl.DataFrame:
         """Row positions as ``request_index``; ``parent_request`` mapped from old numbers."""
         index = frame["request_index"]
-        if index.null_count() or index.n_unique() != frame.height:
-            raise fail(path, None, "column 'request_index' must hold unique, non-null values")
+        if index.null_count():
+            raise _row_error(
+                path, _first(index.is_null()) or 0, "request_index", "must not be null"
+            )
+        if index.n_unique() != frame.height:
+            row = _first(index.is_duplicated())
+            raise _row_error(
+                path,
+                row or 0,
+                "request_index",
+                f"must hold unique values; got {index[row]!r} again",
+            )
         lookup = pl.DataFrame(
             {"request_index": index, "_position": np.arange(frame.height, dtype=np.int64)}
         )
@@ -103,14 +166,200 @@ class ParquetReader:
             )
             .get_column("_position")
         )
+        # A parent that names no request of the file would silently become null in the join.
+        lost = _first(parents.is_null() & frame["parent_request"].is_not_null())
+        if lost is not None:
+            raise _row_error(
+                path,
+                lost,
+                "parent_request",
+                f"must be the request_index of a row of the file; got "
+                f"{frame['parent_request'][lost]!r}",
+            )
         return frame.with_columns(
             pl.Series("request_index", np.arange(frame.height, dtype=np.int64)),
             parents.alias("parent_request"),
         )
 
     @staticmethod
+    def _check_values(path: Path, frame: pl.DataFrame) -> tuple[bool, bool, int]:
+        """The value rules of the module docstring; returns what the table holds.
+
+        ``(has_hashes, has_sessions, block_size_tokens)`` as seen in the columns.
+        """
+        n = frame.height
+        for name in NOT_NULL:
+            column = frame[name]
+            if column.null_count():
+                raise _row_error(path, _first(column.is_null()) or 0, name, "must not be null")
+        ts = frame["timestamp_s"].to_numpy()
+        bad = _first(~np.isfinite(ts))
+        if bad is not None:
+            raise _row_error(path, bad, "timestamp_s", f"must be a finite number; got {ts[bad]!r}")
+        for name in ("input_tokens", "output_tokens"):
+            values = frame[name].to_numpy()
+            bad = _first(values < 0)
+            if bad is not None:
+                raise _row_error(path, bad, name, f"must be >= 0; got {int(values[bad])!r}")
+
+        hashes = frame["hash_ids"]
+        has_hashes = hashes.null_count() < n
+        if has_hashes and hashes.null_count():
+            raise _row_error(
+                path,
+                _first(hashes.is_null()) or 0,
+                "hash_ids",
+                "is null, but other rows hold block ids (a table has hashes in every row or "
+                "in none)",
+            )
+        if has_hashes:
+            ParquetReader._check_hash_elements(path, hashes)
+        # session_id may be null in some rows (requests outside any session); the metadata
+        # check below holds fcctl's own files to "every row or none".
+        has_sessions = frame["session_id"].null_count() < n
+
+        blocks = frame["block_size_tokens"].to_numpy()
+        block_size = int(blocks[0])
+        bad = _first(blocks != block_size)
+        if bad is not None:
+            raise _row_error(
+                path,
+                bad,
+                "block_size_tokens",
+                f"must be the same in every row ({block_size} in row 0); got {int(blocks[bad])!r}",
+            )
+        if has_hashes and block_size < 1:
+            raise _row_error(
+                path, 0, "block_size_tokens", f"must be >= 1 with hash_ids; got {block_size!r}"
+            )
+        if block_size < 0:
+            raise _row_error(path, 0, "block_size_tokens", f"must be >= 0; got {block_size!r}")
+
+        parents = frame["parent_request"]
+        if parents.null_count() < n:
+            values = parents.fill_null(-1).to_numpy()
+            own = np.arange(n, dtype=np.int64)
+            bad = _first(parents.is_not_null().to_numpy() & ((values < 0) | (values >= own)))
+            if bad is not None:
+                raise _row_error(
+                    path,
+                    bad,
+                    "parent_request",
+                    f"must name an earlier request (0 <= parent_request < {bad}, the row's "
+                    f"request_index); got {int(values[bad])!r}",
+                )
+        return has_hashes, has_sessions, block_size
+
+    @staticmethod
+    def _check_hash_elements(path: Path, hashes: pl.Series) -> None:
+        """No null inside a ``hash_ids`` list; reads only the null counts of the arrow buffers."""
+        nulls = 0
+        for chunk in _arrow_chunks(hashes.to_arrow()):
+            nulls += chunk.flatten().null_count
+        if not nulls:
+            return
+        per_row = hashes.list.eval(pl.element().is_null().any()).explode()
+        row = _first(per_row.fill_null(False)) or 0
+        element = hashes[row].to_list().index(None)
+        raise _row_error(
+            path, row, "hash_ids", f"element {element} must be a block id; got None (a null)"
+        )
+
+    @staticmethod
+    def _check_metadata(
+        path: Path,
+        frame: pl.DataFrame,
+        info: TraceMetadata,
+        has_hashes: bool,
+        has_sessions: bool,
+        block_size: int,
+    ) -> None:
+        """The metadata says what the table holds, and the rows are in its stated order."""
+        meta = f"metadata {METADATA_KEY!r}"
+        if info.has_hashes != has_hashes:
+            held = "holds block ids" if has_hashes else "is null in every row"
+            raise _row_error(  # the row: hashes are in every row or in none (checked)
+                path,
+                0,
+                "hash_ids",
+                f"{held}, but the {meta} says has_hashes is {str(info.has_hashes).lower()}",
+            )
+        sessions = frame["session_id"]
+        if info.has_sessions and sessions.null_count():
+            raise _row_error(
+                path,
+                _first(sessions.is_null()) or 0,
+                "session_id",
+                f"is null, but the {meta} says has_sessions is true",
+            )
+        if not info.has_sessions and has_sessions:
+            raise _row_error(
+                path,
+                _first(sessions.is_not_null()) or 0,
+                "session_id",
+                f"names a session, but the {meta} says has_sessions is false",
+            )
+        if info.block_size_tokens != block_size:
+            raise _row_error(
+                path,
+                0,
+                "block_size_tokens",
+                f"is {block_size}, but the {meta} says block_size_tokens is "
+                f"{info.block_size_tokens}",
+            )
+        ts = frame["timestamp_s"].to_numpy()
+        if info.order == "time":
+            bad = _first(ts[1:] < ts[:-1])
+            if bad is not None:
+                raise _row_error(
+                    path,
+                    bad + 1,
+                    "timestamp_s",
+                    f"must not decrease in a table of order 'time'; got {ts[bad + 1]!r} after "
+                    f"{ts[bad]!r}",
+                )
+            return
+        if not has_sessions:
+            raise _row_error(path, 0, "session_id", f"is null, but the {meta} says order 'session'")
+        starts = np.flatnonzero(
+            np.concatenate(([True], (sessions[1:] != sessions[:-1]).to_numpy()))
+        )
+        if len(starts) != sessions.n_unique():
+            seen: set[Any] = set()
+            for row in starts:
+                value = sessions[int(row)]
+                if value in seen:
+                    raise _row_error(
+                        path,
+                        int(row),
+                        "session_id",
+                        f"{value!r} appears again after other sessions (order 'session' keeps "
+                        "each session's rows together)",
+                    )
+                seen.add(value)
+        within = ts[1:] < ts[:-1]
+        within[starts[1:] - 1] = False  # a new session may start at any clock
+        bad = _first(within)
+        if bad is not None:
+            raise _row_error(
+                path,
+                bad + 1,
+                "timestamp_s",
+                f"must not decrease within a session in a table of order 'session'; got "
+                f"{ts[bad + 1]!r} after {ts[bad]!r}",
+            )
+
+    @staticmethod
     def _conform(path: Path, frame: pl.DataFrame) -> pl.DataFrame:
-        """Check every canonical column is there with a compatible dtype; cast to the schema."""
+        """Check the columns are exactly the canonical ones with compatible dtypes; cast."""
+        extra = [c for c in frame.columns if c not in SCHEMA]
+        if extra:
+            raise fail(
+                path,
+                None,
+                f"unexpected column(s) {', '.join(map(repr, extra))}: a canonical table has "
+                f"exactly {', '.join(SCHEMA)}",
+            )
         columns = []
         for name, dtype in SCHEMA.items():
             if name not in frame.columns:
@@ -131,10 +380,33 @@ class ParquetReader:
             try:
                 columns.append(frame[name].cast(dtype, strict=True))
             except pl.exceptions.PolarsError:
-                raise fail(
-                    path, None, f"column {name!r} has values that do not fit {dtype}"
-                ) from None
+                raise ParquetReader._uncastable(path, frame[name], dtype) from None
         return pl.DataFrame(columns)
+
+    @staticmethod
+    def _uncastable(path: Path, column: pl.Series, dtype: pl.DataType) -> TraceFormatError:
+        """The error for the first value of ``column`` that does not fit ``dtype``."""
+        cast = column.cast(dtype, strict=False)
+        if isinstance(dtype, pl.List):
+            lost = (
+                cast.list.eval(pl.element().is_null()).list.sum()
+                != column.list.eval(pl.element().is_null()).list.sum()
+            )
+            row = _first(lost.fill_null(False)) or 0
+            values, fitted = column[row].to_list(), cast[row].to_list()
+            element = next(
+                i
+                for i, (a, b) in enumerate(zip(values, fitted, strict=True))
+                if b is None and a is not None
+            )
+            return _row_error(
+                path,
+                row,
+                column.name,
+                f"element {element} must be an integer in [0, 2**64); got {values[element]!r}",
+            )
+        row = _first(cast.is_null() & column.is_not_null()) or 0
+        return _row_error(path, row, column.name, f"must fit {dtype}; got {show(column[row])}")
 
     @staticmethod
     def _info(path: Path, raw: str | None) -> TraceMetadata | None:
@@ -142,8 +414,9 @@ class ParquetReader:
             return None
         try:
             return parse_trace_metadata(raw)
-        except TraceMetadataError:
-            raise TraceFormatError(
-                f"{path}: metadata {METADATA_KEY!r} must be a JSON object with the trace "
-                f"description; got {show(raw)}"
-            ) from None
+        except TraceMetadataError as e:
+            raise fail(path, None, f"metadata {METADATA_KEY!r}: {e}") from None
+
+
+def _arrow_chunks(array: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return list(array.chunks) if isinstance(array, pa.ChunkedArray) else [array]

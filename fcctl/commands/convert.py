@@ -26,22 +26,39 @@ def register(app: typer.Typer) -> None:
                 help=f"Input format ({', '.join(FORMAT_NAMES)}); detected from content if omitted.",
             ),
         ] = None,
+        force: Annotated[
+            bool,
+            typer.Option(
+                "--force", help="Replace an existing -o file (only an earlier convert output)."
+            ),
+        ] = False,
+        max_line_bytes: Annotated[
+            str,
+            typer.Option(
+                "--max-line-bytes",
+                help="Longest line (or trace_NNNN.json file) read; a longer one is an error.",
+            ),
+        ] = "64MiB",
     ) -> None:
         """Convert a trace to the canonical Parquet table (one row per request)."""
         from fcctl.analyzers.canonical import check_output_file, write_canonical
         from fcctl.analyzers.readers import read_trace
+        from fcctl.common.paths import display_path
         from fcctl.common.progress import Progress
+        from fcctl.common.units import parse_size
 
         start = time.perf_counter()
-        check_output_file(out)  # a typo in -o should fail before minutes of parsing
+        limit = parse_size(max_line_bytes, what="--max-line-bytes")
+        # A typo in -o should fail before minutes of parsing.
+        check_output_file(out, force=force, source=trace)
         with Progress(enabled=True) as progress:
-            parsed = read_trace(trace, format, progress=progress)
-        write_canonical(parsed, out)
+            parsed = read_trace(trace, format, progress=progress, max_line_bytes=limit)
+        write_canonical(parsed, out, force=force)
         requests = parsed.requests
         sessions = requests["session_id"].drop_nulls().n_unique() if parsed.has_sessions else None
         blocks = int(requests["hash_ids"].list.len().sum() or 0) if parsed.has_hashes else None
         print(
-            f"wrote {out}: {parsed.format}, {requests.height:,} requests, "
+            f"wrote {display_path(out)}: {parsed.format}, {requests.height:,} requests, "
             f"{'no' if sessions is None else f'{sessions:,}'} sessions, "
             f"{'no' if blocks is None else f'{blocks:,}'} block accesses "
             f"({time.perf_counter() - start:.1f} s)",
