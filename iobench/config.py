@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from fcctl.analyzers.tiered import DEFAULT_BUCKET_BYTES
+from fcctl.layout.alignment import PAGE_BYTES
 
 from fcctl.common.errors import FcctlInputError
 
@@ -14,6 +16,7 @@ GiB = 2**30
 # iobench.layouts.LAYOUTS).
 LAYOUT_NAMES = ("flat", "eviction")
 BUFFER_CHOICES = ("auto", "host", "gpu")
+FIO_RUNTIME_RANGE_S = (0.001, 3600.0)
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,10 @@ class IobenchConfig:
     # Restore destinations: "host" memory, "gpu" (CuPy device arrays), or "auto" (gpu for the
     # kvikio engine when CuPy sees a GPU, else host).
     buffers: str = "auto"
+    # Check each flat layer range's checksum inside the timed region (the engine's verify).
+    verify_checksums: bool = True
+    # Free space left untouched on the target filesystem; None: max(1 GiB, 5% of it).
+    free_margin_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.layout not in (*LAYOUT_NAMES, "both"):
@@ -57,7 +64,11 @@ class IobenchConfig:
             raise FcctlInputError(
                 f"--concurrency: each value must be >= 1; got {self.concurrency!r}"
             )
-        if not self.scale > 0:  # also NaN; checked here so a synthetic run refuses it too
+        # NaN and infinity pass "> 0" checks one way or the other; refuse them by name first.
+        for flag, value in (("--scale", self.scale), ("--fio-runtime", self.fio_runtime_s)):
+            if not math.isfinite(value):
+                raise FcctlInputError(f"{flag}: must be a finite number; got {value!r}")
+        if not self.scale > 0:  # checked here so a synthetic run refuses it too
             raise FcctlInputError(f"--scale: must be > 0; got {self.scale!r}")
         if self.repeat < 1:
             raise FcctlInputError(f"--repeat: must be >= 1; got {self.repeat!r}")
@@ -66,15 +77,24 @@ class IobenchConfig:
         if self.engine_threads is not None and self.engine_threads < 1:
             raise FcctlInputError(f"--threads: must be >= 1; got {self.engine_threads!r}")
         if self.max_command_bytes is not None and (
-            self.max_command_bytes < 4096 or self.max_command_bytes % 4096
+            self.max_command_bytes < PAGE_BYTES or self.max_command_bytes % PAGE_BYTES
         ):
             raise FcctlInputError(
-                f"--max-command: must be a multiple of 4096 bytes; got {self.max_command_bytes!r}"
+                f"--max-command: must be a multiple of {PAGE_BYTES} bytes; "
+                f"got {self.max_command_bytes!r}"
             )
         if self.buffers not in BUFFER_CHOICES:
             raise FcctlInputError(f"--buffers: must be auto, host or gpu; got {self.buffers!r}")
-        if self.fio_runtime_s <= 0:
-            raise FcctlInputError(f"--fio-runtime: must be > 0; got {self.fio_runtime_s!r}")
+        # fio takes whole milliseconds, and an hour per job is past any honest reference.
+        if not FIO_RUNTIME_RANGE_S[0] <= self.fio_runtime_s <= FIO_RUNTIME_RANGE_S[1]:
+            raise FcctlInputError(
+                f"--fio-runtime: must be between {FIO_RUNTIME_RANGE_S[0]} and "
+                f"{FIO_RUNTIME_RANGE_S[1]:.0f} seconds; got {self.fio_runtime_s!r}"
+            )
+        if self.free_margin_bytes is not None and self.free_margin_bytes < 0:
+            raise FcctlInputError(
+                f"--free-margin: must be >= 0; got {self.free_margin_bytes!r}"
+            )
 
     @property
     def layouts(self) -> tuple[str, ...]:

@@ -71,9 +71,11 @@ def _write_bucket(
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         step = max(1, _WRITE_RUN_BYTES // block_bytes)
+        # One buffer for every run of this bucket (the last run uses its start).
+        run_buf = np.empty(min(step, max(len(rows), 1)) * block_bytes, dtype=np.uint8)
         for run in range(0, len(rows), step):
             chunk = rows[run : run + step]
-            buf = np.empty(len(chunk) * block_bytes, dtype=np.uint8)
+            buf = run_buf[: len(chunk) * block_bytes]
             keys = piece_keys(chunk[:, 0:1], chunk[:, 1:2], layer_ids[None, :]).reshape(-1)
             fill_pieces(buf, keys, workload.piece_bytes)
             view = memoryview(buf)

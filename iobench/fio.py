@@ -15,13 +15,21 @@
 ioengine: ``io_uring`` (on this machine's virtio disk it held 2.7-3.1 GB/s at QD16 where libaio
 swung 1.2-3.3 GB/s); ``libaio`` when fio cannot run io_uring here. fio runs with ``--readonly``
 and ``--allow_file_create=0`` so it can never write or create a file.
+
+fio runs in a process group of its own (:func:`run_fio`): on Ctrl-C, SIGTERM or a timeout the
+whole group (fio and its job processes) gets SIGTERM, then SIGKILL after
+:data:`TERMINATE_GRACE_S`, and is reaped before the exception goes on, so no fio outlives us.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +38,8 @@ MiB = 2**20
 SEQ_REQUEST_BYTES = (1 * MiB, 4 * MiB, 8 * MiB)
 SEQ_IODEPTHS = (8, 16, 32)
 IOENGINES = ("io_uring", "libaio")
+# Seconds fio's process group has between SIGTERM and SIGKILL (fio stops its jobs on SIGTERM).
+TERMINATE_GRACE_S = 3.0
 
 
 class FioError(RuntimeError):
@@ -77,8 +87,67 @@ def find_fio() -> str | None:
 
 
 def fio_version(fio_bin: str) -> str:
-    out = subprocess.run([fio_bin, "--version"], capture_output=True, text=True, timeout=30)
-    return out.stdout.strip()
+    _, stdout, _ = run_fio([fio_bin, "--version"], timeout_s=30)
+    return stdout.strip()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def terminate_group(proc: subprocess.Popen[str], grace_s: float = TERMINATE_GRACE_S) -> None:
+    """SIGTERM fio's process group, SIGKILL it after ``grace_s``, and reap fio.
+
+    fio's job processes are in the same group (fio forks them), so none is left; the group is
+    fio's own (``start_new_session``), so nothing of ours is signalled.
+    """
+    pgid = proc.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None and not _group_alive(pgid):
+            break
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.communicate(timeout=grace_s)  # reap fio and close its pipes
+    # Job processes are fio's children: once fio is reaped they are re-parented and reaped by
+    # init; wait briefly until the group is empty so a caller can check it.
+    deadline = time.monotonic() + grace_s
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def run_fio(cmd: Sequence[str], *, timeout_s: float) -> tuple[int, str, str]:
+    """Run ``cmd`` (fio) in its own process group; ``(returncode, stdout, stderr)``.
+
+    Any exception while it runs (KeyboardInterrupt, SIGTERM turned into one, the timeout)
+    terminates and reaps the whole group first (:func:`terminate_group`).
+    """
+    proc = subprocess.Popen(
+        list(cmd),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group: our Ctrl-C is ours to pass on, and killpg-able
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        terminate_group(proc)
+        raise FioError(f"fio did not finish within {timeout_s:.0f} s") from None
+    except BaseException:
+        terminate_group(proc)
+        raise
+    return proc.returncode, stdout, stderr
 
 
 def parse_fio_json(text: str) -> list[FioJob]:
@@ -145,14 +214,11 @@ def write_iolog(path: Path, commands: Iterable[tuple[str, int, int]]) -> int:
 
 def _run(fio_bin: str, args: Sequence[str], timeout_s: float) -> list[FioJob]:
     cmd = [fio_bin, "--output-format=json", "--readonly", "--allow_file_create=0", *args]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise FioError(f"fio did not finish within {timeout_s:.0f} s") from None
-    if out.returncode != 0:
-        tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or [""]
-        raise FioError(f"fio exited with {out.returncode}: {tail[0][:200]}")
-    return parse_fio_json(out.stdout)
+    returncode, stdout, stderr = run_fio(cmd, timeout_s=timeout_s)
+    if returncode != 0:
+        tail = (stderr or stdout).strip().splitlines()[-1:] or [""]
+        raise FioError(f"fio exited with {returncode}: {tail[0][:200]}")
+    return parse_fio_json(stdout)
 
 
 def seq_read_jobs(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from fcctl.iobench import fio as fio_mod
 from fcctl.iobench.config import LAYOUT_NAMES
 from fcctl.iobench.restore import SessionRestore
 from fcctl.iobench.result import FioRound, FioSummary
+from fcctl.layout.alignment import PAGE_BYTES
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,8 @@ def seq_request_sizes(files: Sequence[str]) -> tuple[list[str], list[int]]:
     smallest = min(sized[f] for f in seq_files)
     sizes = [b for b in fio_mod.SEQ_REQUEST_BYTES if b <= smallest]
     if not sizes:
-        sizes = [max(4096, 1 << (smallest.bit_length() - 1))]
+        # O_DIRECT reads whole pages: never below one.
+        sizes = [max(PAGE_BYTES, 1 << (smallest.bit_length() - 1))]
     return seq_files, sizes
 
 
@@ -92,10 +94,21 @@ def fio_round(
     runtime_s: float,
     streams: int,
     round_index: int = 0,
+    on_phase: Callable[[str], None] | None = None,
 ) -> FioRound:
-    """One repeat: the sequential jobs, then each layout's replay (order alternating)."""
+    """One repeat: the sequential jobs, then each layout's replay (order alternating).
+
+    ``on_phase(what)`` names each step as it starts (the progress bar shows it: fio runs for
+    ``9 x runtime_s`` seconds and more, which must not look like a hang).
+    """
     if setup.fio_bin is None or setup.ioengine is None:
         raise ValueError(f"fio_round: fio cannot run here ({setup.reason})")
+
+    def phase(what: str) -> None:
+        if on_phase is not None:
+            on_phase(what)
+
+    phase("sequential reference reads")
     seq_files, sizes = seq_request_sizes(files)
     seq = fio_mod.seq_read_jobs(
         setup.fio_bin,
@@ -109,6 +122,7 @@ def fio_round(
     # Alternate which layout's replay goes first, so drift between the two hits both.
     names = list(restores) if round_index % 2 == 0 else list(restores)[::-1]
     for name in names:
+        phase(f"replaying the {name} layout's reads")
         paths = []
         for k, log in enumerate(iolog_streams(restores[name], streams)):
             p = workdir / f"{name}-{k:03d}.iolog"

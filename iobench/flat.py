@@ -7,6 +7,7 @@ is the whole file), so no pre-allocated but unwritten space is left for fio to r
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,24 +37,41 @@ class FlatLayout:
     bytes_written: int
 
 
+# Session files open for appending at once. Turns arrive interleaved, so without a bound every
+# session's file (a descriptor and a scratch buffer of one turn's layer) stays open until the
+# last round: a workload of many sessions would run out of descriptors and memory.
+MAX_OPEN_WRITERS = 64
+
+
 def write_flat_layout(
     workload: Workload,
     directory: Path,
     *,
     on_bytes: Callable[[int], None] | None = None,
+    max_open: int = MAX_OPEN_WRITERS,
 ) -> FlatLayout:
-    """Write every session's file under ``directory``; block content from ``iobench.pattern``."""
+    """Write every session's file under ``directory``; block content from ``iobench.pattern``.
+
+    At most ``max_open`` files are open at once (least recently appended closed first, and
+    reopened for the session's next turn), so memory and descriptors stay bounded.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     paths = [directory / f"session-{s.index:05d}.fcc" for s in workload.sessions]
-    sizes = [session_file_bytes(workload, s.index) for s in workload.sessions]
-    files: list[SessionFile | None] = [None] * len(paths)
+    open_files: OrderedDict[int, SessionFile] = OrderedDict()
+    created = [False] * len(paths)
     next_block = [0] * len(paths)
     written = 0
-    try:
-        for s, turn in workload.arrivals:
-            if files[s] is None:
-                size = align_up(sizes[s])
-                files[s] = SessionFile.create(
+
+    def writer(s: int) -> SessionFile:
+        f = open_files.pop(s, None)
+        if f is None:
+            while len(open_files) >= max(1, max_open):
+                open_files.popitem(last=False)[1].close()
+            if created[s]:
+                f = SessionFile.open(paths[s], writable=True)
+            else:
+                size = align_up(session_file_bytes(workload, s))
+                f = SessionFile.create(
                     paths[s],
                     workload.geometry,
                     block_tokens=workload.block_tokens,
@@ -62,6 +80,13 @@ def write_flat_layout(
                     reserve_bytes=size - DATA_START,
                     extent_bytes=size,
                 )
+                created[s] = True
+        open_files[s] = f  # most recently used last
+        return f
+
+    try:
+        for s, turn in workload.arrivals:
+            f = writer(s)
             blocks = workload.sessions[s].turn_blocks[turn]
             first = next_block[s]
             block_ids = np.arange(first, first + blocks, dtype=np.uint64)
@@ -71,13 +96,12 @@ def write_flat_layout(
             ) -> None:
                 fill_pieces(view, piece_keys(_s, _ids, layer), workload.piece_bytes)
 
-            files[s].append_turn(blocks * workload.block_tokens, fill)
+            f.append_turn(blocks * workload.block_tokens, fill)
             next_block[s] += blocks
             written += blocks * workload.block_bytes
             if on_bytes is not None:
                 on_bytes(blocks * workload.block_bytes)
     finally:
-        for f in files:
-            if f is not None:
-                f.close()
+        for f in open_files.values():
+            f.close()
     return FlatLayout(directory, tuple(paths), written)

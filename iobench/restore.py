@@ -10,11 +10,16 @@ from the page cache (the posix engine also reads with O_DIRECT).
 * ``eviction``: one command per (block, layer) piece, as the tiered baseline reads them
   (``gap_bytes=0`` and ``max_command_bytes`` = the piece, so pieces are never merged).
 
-Timing and verification are separate on purpose: the clock covers only the reads (each
-session's first read to its last, and the run's wall time); the destination buffers are
-allocated and pre-faulted before the clock starts and checked against the block pattern after
-it stops, so the figures are I/O figures, not numpy's. Every byte read into a placement is
-checked; a mismatching piece counts in ``mismatched_blocks``.
+Two checks. Inside the timed region the engine verifies each flat layer range against the
+CRC-32 the session file stores (``verify`` on the engine; what a real restore pays), unless
+verification is off. After the timed region every byte read into a placement is checked
+against the block pattern (``iobench.pattern``), so the figures are I/O (and checksum) figures,
+not numpy's; a mismatching piece counts in ``mismatched_blocks``.
+
+Memory is bounded by a :class:`BufferPool` of reused destinations, not by the workload: a run
+restores its sessions in waves of ``pool.slots`` sessions (one wave when all fit), each wave
+timed on its own (buffers zeroed and caches dropped before its clock starts, the pattern
+checked after it stops) and the run's wall time is the sum of its waves'.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from fcctl.iobench.flat import FlatLayout
 from fcctl.iobench.pattern import mismatched_pieces, piece_keys
 from fcctl.iobench.workload import Workload
 from fcctl.layout.alignment import PAGE_BYTES, align_up
+from fcctl.layout.buffers import aligned_buffer
 from fcctl.layout.engines import ReadEngine, ReadResult
 from fcctl.layout.planner import ReadPlan, plan_reads
 from fcctl.layout.session_file import SessionFile
@@ -156,25 +162,73 @@ def eviction_restores(
     return out
 
 
-def allocate_buffers(restores: Sequence[SessionRestore], *, gpu: bool = False) -> list[Any]:
-    """One page-aligned, pre-faulted buffer per session (a restore's destination).
+# Restore destinations are reused: a run restores its sessions in waves of at most
+# ``slots`` sessions, each wave into the same buffers, so memory is bounded by the pool
+# (max(highest concurrency x largest session, this budget)), not by the workload.
+RESTORE_BUFFER_BUDGET_BYTES = 1 * 2**30
 
-    ``gpu=True`` allocates CuPy device arrays instead (the kvikio engine then reads into GPU
-    memory, as a restore into a KV cache would); they are copied to the host for verification,
-    after the timed region.
+
+@dataclass(frozen=True)
+class BufferPool:
+    """``len(buffers)`` page-aligned, pre-faulted destinations of ``slot_bytes`` each.
+
+    One session's restore goes into one buffer; a run of more sessions than buffers restores
+    them in waves (``iobench.restore.run_restore``).
     """
+
+    buffers: tuple[Any, ...]
+    slot_bytes: int
+
+    @property
+    def slots(self) -> int:
+        return len(self.buffers)
+
+    @property
+    def nbytes(self) -> int:
+        return self.slots * self.slot_bytes
+
+
+def pool_slots(
+    slot_bytes: int,
+    sessions: int,
+    concurrency: int,
+    budget_bytes: int = RESTORE_BUFFER_BUDGET_BYTES,
+) -> int:
+    """Buffers a pool needs: at least ``concurrency`` (every worker busy), more while they fit
+    ``budget_bytes`` (fewer waves), never more than ``sessions``."""
+    fit = budget_bytes // max(slot_bytes, 1)
+    return max(1, min(sessions, max(concurrency, fit)))
+
+
+def allocate_pool(
+    restores: Sequence[SessionRestore],
+    *,
+    concurrency: int,
+    gpu: bool = False,
+    budget_bytes: int = RESTORE_BUFFER_BUDGET_BYTES,
+) -> BufferPool:
+    """Destinations for restoring ``restores`` (of every layout) at up to ``concurrency``.
+
+    Host buffers come from the core's :func:`~fcctl.layout.buffers.aligned_buffer` (page-aligned
+    for O_DIRECT) and are pre-faulted here, before any clock starts. ``gpu=True`` allocates CuPy
+    device arrays instead (the kvikio engine then reads into GPU memory, as a restore into a KV
+    cache would); they are copied to the host for the pattern check, after the timed region.
+    """
+    slot = max((r.buffer_bytes for r in restores), default=0)
+    sessions = max((r.session for r in restores), default=-1) + 1
+    n = pool_slots(slot, sessions, concurrency, budget_bytes)
     if gpu:
         import cupy
 
-        return [
-            cupy.zeros(max(r.buffer_bytes, 1), dtype=cupy.uint8)[: r.buffer_bytes] for r in restores
-        ]
+        return BufferPool(
+            tuple(cupy.zeros(max(slot, 1), dtype=cupy.uint8)[:slot] for _ in range(n)), slot
+        )
     bufs = []
-    for r in restores:
-        raw = np.zeros(r.buffer_bytes + PAGE_BYTES, dtype=np.uint8)
-        skip = (-raw.ctypes.data) % PAGE_BYTES
-        bufs.append(raw[skip : skip + r.buffer_bytes])
-    return bufs
+    for _ in range(n):
+        buf = aligned_buffer(slot)
+        buf.fill(0)  # touch every page now: page faults must not land in a timed read
+        bufs.append(buf)
+    return BufferPool(tuple(bufs), slot)
 
 
 @dataclass(frozen=True)
@@ -192,6 +246,12 @@ class RunResult:
     o_direct: bool = False
     gds: bool | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Bytes whose layer checksum the engine checked inside the timed region; whether every
+    # read of the run was checked that way (false with verification off, for GPU destinations
+    # the engine cannot check, and for pieces without a stored checksum: the eviction layout).
+    checksum_verified_bytes: int = 0
+    checksums_verified: bool = False
+    waves: int = 1  # groups of sessions restored one after another into the reused buffers
 
     @property
     def read_amplification(self) -> float:
@@ -235,49 +295,59 @@ def verify(
 def run_restore(
     layout_name: str,
     restores: Sequence[SessionRestore],
-    buffers: Sequence[Any],
+    pool: BufferPool,
     engine: ReadEngine,
     *,
     concurrency: int,
     piece_bytes: int,
     drop_cache: Callable[[], None] | None = None,
 ) -> RunResult:
-    """One cold run: drop caches, time the concurrent restores, then verify every byte."""
-    for buf in buffers:
-        buf.fill(0)  # a stale byte from an earlier run must not pass verification
-    if drop_cache is not None:
-        drop_cache()
+    """One cold run: per wave of ``pool.slots`` sessions, drop caches, time the concurrent
+    restores, then check every byte against the pattern (after that wave's clock stopped).
+
+    The run's wall time is the sum of its waves' wall times; with as many buffers as sessions
+    (the usual case up to the pool's budget) there is one wave.
+    """
     seconds = [0.0] * len(restores)
     results: list[list[ReadResult]] = [[] for _ in restores]
-
-    def one(i: int) -> None:
-        r, buf = restores[i], buffers[i]
-        t0 = time.perf_counter()
-        for layer, plan in enumerate(r.plans):
-            base = r.layer_base[layer]
-            results[i].append(engine.read(plan, buf[base : base + plan.buffer_bytes]))
-        seconds[i] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="restore")
-    try:
-        for f in [pool.submit(one, i) for i in range(len(restores))]:
-            f.result()
-    except BaseException:
-        # Ctrl-C or a failed read: start no further session, then let the caller clean up.
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-    wall = time.perf_counter() - t0
-
+    wall = 0.0
     verified = mismatched = 0
     examples: list[str] = []
-    for r, buf in zip(restores, buffers, strict=True):
-        host = buf if isinstance(buf, np.ndarray) else buf.get()  # a CuPy array: copy back
-        v, m, ex = verify(r, host, piece_bytes)
-        verified += v
-        mismatched += m
-        examples.extend(ex[: max(0, 3 - len(examples))])
+    pool_exec = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="restore")
+    try:
+        for start in range(0, len(restores), pool.slots):
+            wave = range(start, min(len(restores), start + pool.slots))
+            for buf in pool.buffers:
+                buf.fill(0)  # a stale byte from an earlier session must not pass verification
+            if drop_cache is not None:
+                drop_cache()
+
+            def one(i: int, buf: Any) -> None:
+                r = restores[i]
+                t0 = time.perf_counter()
+                for layer, plan in enumerate(r.plans):
+                    base = r.layer_base[layer]
+                    results[i].append(engine.read(plan, buf[base : base + plan.buffer_bytes]))
+                seconds[i] = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
+            futures = [pool_exec.submit(one, i, pool.buffers[i - start]) for i in wave]
+            for f in futures:
+                f.result()
+            wall += time.perf_counter() - t0
+            for i in wave:
+                buf = pool.buffers[i - start]
+                host = buf if isinstance(buf, np.ndarray) else buf.get()  # CuPy: copy back
+                v, m, ex = verify(restores[i], host, piece_bytes)
+                verified += v
+                mismatched += m
+                examples.extend(ex[: max(0, 3 - len(examples))])
+    except BaseException:
+        # Ctrl-C or a failed read: start no further session, then let the caller clean up.
+        pool_exec.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool_exec.shutdown(wait=True)
+
     flat_results = [x for rs in results for x in rs]
     notes = tuple(dict.fromkeys(x.note for x in flat_results if x.note))
     return RunResult(
@@ -294,4 +364,8 @@ def run_restore(
         o_direct=bool(flat_results) and all(x.o_direct for x in flat_results),
         gds=next((x.gds for x in flat_results), None),
         notes=notes,
+        checksum_verified_bytes=sum(x.verified_bytes for x in flat_results),
+        checksums_verified=bool(flat_results)
+        and all(x.verified for x in flat_results),
+        waves=-(-len(restores) // pool.slots) if restores else 0,
     )

@@ -43,6 +43,13 @@ class LayoutRuns:
     restore_s: RestoreTimes
     verified_bytes: int
     mismatched_blocks: int
+    # Sessions really restored at once: the concurrency asked for, or the session count when
+    # that is lower (a "16" row of a 4-session workload ran 4).
+    concurrency_ran: int
+    # Bytes whose stored layer checksum the engine checked inside the timed region, summed
+    # over the repeats (0 for the eviction layout, whose buckets store none, and with
+    # verification off).
+    checksum_verified_bytes: int
     layout: str = field(default="", metadata=NOT_JSON)
     samples_bytes_per_s: tuple[float, ...] = field(default=(), metadata=NOT_JSON)
     repeats: int = field(default=1, metadata=NOT_JSON)  # runs summarized; sums are over them
@@ -53,6 +60,7 @@ def summarize(runs: Sequence[RunResult]) -> LayoutRuns:
     if not runs:
         raise ValueError("summarize: needs at least one run")
     first = runs[0]
+    sessions = len(first.restore_s)
     return LayoutRuns(
         concurrency=first.concurrency,
         read_commands=first.read_commands,
@@ -66,6 +74,8 @@ def summarize(runs: Sequence[RunResult]) -> LayoutRuns:
         ),
         verified_bytes=sum(r.verified_bytes for r in runs),
         mismatched_blocks=sum(r.mismatched_blocks for r in runs),
+        concurrency_ran=min(first.concurrency, sessions) if sessions else first.concurrency,
+        checksum_verified_bytes=sum(r.checksum_verified_bytes for r in runs),
         layout=first.layout,
         samples_bytes_per_s=tuple(r.restore_bytes_per_s for r in runs),
         repeats=len(runs),
@@ -129,11 +139,29 @@ class EngineInfo:
 
 
 @dataclass(frozen=True)
+class ChecksumInfo:
+    """Whether the flat restores checked the session files' layer checksums in the timed region.
+
+    ``verified``: every flat read of every run was checked (its rates include that cost).
+    ``off_reason``: why not, when not (``--no-verify-checksums``; reads into GPU memory the
+    engine cannot check); null when verified or when the flat layout did not run.
+    """
+
+    requested: bool
+    verified: bool
+    off_reason: str | None = None
+
+
+@dataclass(frozen=True)
 class WorkloadSummary:
     sessions: int
     layers: int
     block_tokens: int
     bytes: int  # KV bytes of the whole workload; each layout stores exactly these
+    # The factor a trace workload's token counts were multiplied by (--scale, then down to
+    # fit --size-limit); 1.0 for a synthetic workload.
+    scale: float = 1.0
+    source: str = field(default="", metadata=NOT_JSON)
     model: str = field(default="", metadata=NOT_JSON)
 
 
@@ -214,9 +242,14 @@ class RunSettings:
     concurrency: tuple[int, ...]
     repeat: int
     cold: str
+    verify_checksums: bool
+    free_margin_bytes: int | None
+    restore_buffer_pool_bytes: int
     verification: str = (
-        "every byte read is checked after the timed region; verified_bytes "
-        "and mismatched_blocks (block x layer pieces) sum over the repeats"
+        "flat layer checksums are checked by the engine inside the timed region (unless "
+        "--no-verify-checksums; see checksums); every byte read is checked against the block "
+        "pattern after the timed region; verified_bytes and mismatched_blocks (block x layer "
+        "pieces) sum over the repeats"
     )
 
 
@@ -231,6 +264,7 @@ class IobenchResult:
     # Every layout of LAYOUT_NAMES, in that order; an empty tuple for a layout not run.
     layouts: Mapping[str, tuple[LayoutRuns, ...]]
     comparisons: Comparisons
+    checksums: ChecksumInfo
     provenance: Provenance
     engine_reason: str = field(default="", metadata=NOT_JSON)
     mismatch_examples: tuple[str, ...] = field(default=(), metadata=NOT_JSON)

@@ -15,22 +15,31 @@ Order of a run (``repeat N`` repeats steps 3-4 N times and reports medians):
 
 from __future__ import annotations
 
+import errno
+import importlib.util
 import platform
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from fcctl.iobench import fio as fio_mod
 from fcctl.iobench.config import IobenchConfig
 from fcctl.iobench.errors import BenchFailed
 from fcctl.iobench.fio_reference import FioSetup, fio_round, fio_setup, fio_summary
 from fcctl.iobench.layouts import LAYOUTS, WrittenLayout
-from fcctl.iobench.restore import RunResult, SessionRestore, allocate_buffers, run_restore
+from fcctl.iobench.restore import (
+    BufferPool,
+    RunResult,
+    SessionRestore,
+    allocate_pool,
+    run_restore,
+)
 from fcctl.iobench.result import (
     SCHEMA_VERSION,
+    ChecksumInfo,
     EngineInfo,
     Filesystem,
     FioRound,
@@ -41,7 +50,13 @@ from fcctl.iobench.result import (
     compare,
     summarize,
 )
-from fcctl.iobench.safety import interrupts_raise, prepare_workspace
+from fcctl.iobench.safety import prepare_workspace
+from fcctl.iobench.sizing import (
+    IOLOG_BYTES_PER_COMMAND,
+    check_fits_machine,
+    check_synthetic_size,
+    workload_size,
+)
 from fcctl.iobench.workload import Workload, load_trace_workload, synthetic_workload
 from fcctl.layout.engines import ReadEngine
 from fcctl.layout.errors import LayoutError
@@ -50,10 +65,9 @@ from fcctl.layout.geometry import model_geometry
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
 from fcctl.common.provenance import collect_provenance, utc_now
+from fcctl.common.signals import interrupts_raise
 
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
-# fio iologs take about this many bytes per read command (the free-space check counts them).
-IOLOG_BYTES_PER_COMMAND = 80
 
 
 class RestoreRunner(Protocol):
@@ -63,7 +77,7 @@ class RestoreRunner(Protocol):
         self,
         layout_name: str,
         restores: Sequence[SessionRestore],
-        buffers: Sequence[Any],
+        pool: BufferPool,
         engine: ReadEngine,
         *,
         concurrency: int,
@@ -78,9 +92,18 @@ class RunHooks:
 
     ``restore_runner`` executes each cold restore run; a wrapper around :func:`run_restore` can
     record the run order or damage a file on disk before a run, to check what a run reports.
+    ``on_phase(phase, root)`` is called as each phase of :data:`PHASES` starts, with the run's
+    directory (a test fills the disk there to check what a full disk mid-run reports).
     """
 
     restore_runner: RestoreRunner = run_restore
+    on_phase: Callable[[str, Path], None] | None = None
+
+
+# The phases a run's failure names (exit 1): "writes failed: ...", "fio failed: ...".
+PHASES = ("writes", "fio", "restores")
+# errno values that mean the filesystem is full, named as such in the failure.
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass
@@ -90,6 +113,7 @@ class _Measured:
     runs: dict[tuple[str, int], list[RunResult]] = field(default_factory=dict)
     fio_rounds: list[FioRound] = field(default_factory=list)
     fio_reason: str = ""
+    pool_bytes: int = 0  # the restore buffer pool (iobench.restore.BufferPool)
 
 
 @contextmanager
@@ -102,9 +126,29 @@ def _failing(phase: str) -> Iterator[None]:
     try:
         yield
     except (OSError, LayoutError) as e:
-        what = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        where = f" ({e.filename})" if isinstance(e, OSError) and e.filename else ""
-        raise BenchFailed(f"{phase} failed: {what}{where}") from e
+        raise BenchFailed(failure_message(phase, e)) from e
+
+
+def _os_error(e: BaseException) -> OSError | None:
+    """``e`` or the OSError under it (the core wraps some I/O errors in a LayoutError)."""
+    while e is not None and not isinstance(e, OSError):
+        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+    return e
+
+
+def failure_message(phase: str, e: OSError | LayoutError) -> str:
+    """``"<phase> failed: ..."``; a full filesystem is said as such, with the errno's name."""
+    where = f" ({e.filename})" if isinstance(e, OSError) and e.filename else ""
+    os_error = _os_error(e)
+    if os_error is not None and os_error.errno in _NO_SPACE:
+        name = errno.errorcode[os_error.errno]
+        where = f" ({os_error.filename})" if os_error.filename else where
+        return (
+            f"{phase} failed: the filesystem is out of space ({name}: {os_error.strerror})"
+            f"{where}; free space or pass another --dir"
+        )
+    what = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    return f"{phase} failed: {what}{where}"
 
 
 def _log(progress: bool, message: str) -> None:
@@ -133,6 +177,9 @@ def build_workload(config: IobenchConfig, *, progress: bool = False) -> Workload
             size_limit_bytes=config.size_limit_bytes,
             progress=progress,
         )
+    # From the flags alone, before a session is built: --sessions 100000000 is refused with
+    # what it would need, not after allocating it.
+    check_synthetic_size(geometry, config)
     return synthetic_workload(
         geometry,
         block_tokens=config.block_tokens,
@@ -173,10 +220,13 @@ def choose_engine(requested: str | None, directory: str | None = None) -> tuple[
         if not ok:
             raise EngineUnavailable(f"--engine {requested}: cannot read here: {why}")
         return requested, f"requested with --engine ({why})"
+    _, posix_why = probe_engine("posix", directory=directory)
+    if importlib.util.find_spec("kvikio") is None:
+        # Not asked for: no install hint (it belongs to --engine kvikio's refusal).
+        return "posix", f"kvikio is not installed. posix: {posix_why}"
     ok, why = probe_engine("kvikio", directory=directory)
     if ok:
         return "kvikio", f"kvikio can read here ({why})"
-    _, posix_why = probe_engine("posix", directory=directory)
     return "posix", f"kvikio cannot read here: {why}. posix: {posix_why}"
 
 
@@ -251,13 +301,12 @@ def run_iobench(
     config: IobenchConfig, *, progress: bool = False, hooks: RunHooks | None = None
 ) -> IobenchResult:
     """Run the whole benchmark described by ``config`` (see the module docstring)."""
-    from fcctl.layout.engines import open_engine
-
     hooks = hooks or RunHooks()
     started = utc_now()
     workload = build_workload(config, progress=progress)
     _check_buckets(workload, config)
     check_engine_name(config.engine)
+    check_fits_machine(workload_size(workload, config))
     run_notes = _concurrency_notes(workload, config)
     for note in run_notes:
         _log(progress, note)
@@ -266,8 +315,9 @@ def run_iobench(
         force=config.force,
         keep=config.keep,
         bytes_needed=bytes_needed(workload, config.layouts),
+        margin=config.free_margin_bytes,
     )
-    engine = None
+    engines: dict[str, ReadEngine] = {}
     try:
         with interrupts_raise():
             engine_name, engine_reason = choose_engine(config.engine, str(workspace.root))
@@ -278,22 +328,20 @@ def run_iobench(
                 run_notes.append(note)
                 _log(progress, f"warning: {note}")
             with Progress(progress) as bar:
-                with _failing("writing the layouts"):
+                _phase(hooks, "writes", workspace.root)
+                with _failing("writes"):
                     written = _write_layouts(workload, config, workspace.root, bar)
                 with _failing("planning the restores"):
                     restores = {name: w.plan_restores(config) for name, w in written.items()}
-                engine_opts: dict[str, int] = {}
-                if config.engine_threads is not None:
-                    engine_opts["threads"] = config.engine_threads
-                engine = open_engine(engine_name, **engine_opts)
-                with _failing("restoring"):
-                    measured, setup = _measure(
-                        workload, config, restores, written, engine, gpu, workspace.root, bar, hooks
-                    )
+                engines = _open_engines(engine_name, config)
+                measured, setup = _measure(
+                    workload, config, restores, written, engines, gpu, workspace.root, bar, hooks
+                )
     finally:
-        if engine is not None:
+        for engine in engines.values():
             engine.close()
-        workspace.cleanup()
+        workspace.cleanup(progress=progress)
+    workspace.raise_held()  # a Ctrl-C during the cleanup still ends the run as interrupted
     return _result(
         config,
         workload,
@@ -309,6 +357,32 @@ def run_iobench(
     )
 
 
+def _phase(hooks: RunHooks, phase: str, root: Path) -> None:
+    if hooks.on_phase is not None:
+        hooks.on_phase(phase, root)
+
+
+def _open_engines(engine_name: str, config: IobenchConfig) -> dict[str, ReadEngine]:
+    """One engine per layout: flat verifies its layer checksums inside the timed region (unless
+    --no-verify-checksums); the eviction buckets store no checksum, so their engine does not
+    look for one (the baseline pays no verification cost)."""
+    from fcctl.layout.engines import open_engine
+
+    options: dict[str, int] = {}
+    if config.engine_threads is not None:
+        options["threads"] = config.engine_threads
+    engines: dict[str, ReadEngine] = {}
+    try:
+        for name in config.layouts:
+            verify = config.verify_checksums and name == "flat"
+            engines[name] = open_engine(engine_name, verify=verify, **options)
+    except BaseException:
+        for engine in engines.values():
+            engine.close()
+        raise
+    return engines
+
+
 def _write_layouts(
     workload: Workload, config: IobenchConfig, root: Path, bar: Progress
 ) -> dict[str, WrittenLayout]:
@@ -316,8 +390,41 @@ def _write_layouts(
     total = workload.bytes * len(config.layouts)
     with bar.task("writing layouts", total=total, unit="MiB", per_unit=2**20) as task:
         for name in config.layouts:
+            task.describe(f"writing the {name} layout")
             written[name] = LAYOUTS[name].write(workload, root / name, config, task.advance)
     return written
+
+
+def _fio_round_or_skip(
+    setup: FioSetup,
+    all_files: Sequence[str],
+    restores: Mapping[str, list[SessionRestore]],
+    fio_dir: Path,
+    config: IobenchConfig,
+    workload: Workload,
+    round_index: int,
+    on_phase: Callable[[str], None],
+) -> FioRound | str:
+    """One fio round, or why fio is skipped from now on. A full disk fails the run (exit 1):
+    a reference measured on a filesystem that cannot hold its iologs is no reference."""
+    try:
+        return fio_round(
+            setup,
+            all_files,
+            restores,
+            fio_dir,
+            runtime_s=config.fio_runtime_s,
+            streams=min(max(config.concurrency), len(workload.sessions)),
+            round_index=round_index,
+            on_phase=on_phase,
+        )
+    except (fio_mod.FioError, OSError) as e:
+        os_error = _os_error(e)
+        if os_error is not None and os_error.errno in _NO_SPACE:
+            raise BenchFailed(failure_message("fio", os_error)) from e
+        reason = f"fio failed: {e}"
+        print(f"iobench: fio reference skipped: {reason}", file=sys.stderr)
+        return reason
 
 
 def _measure(
@@ -325,7 +432,7 @@ def _measure(
     config: IobenchConfig,
     restores: Mapping[str, list[SessionRestore]],
     written: Mapping[str, WrittenLayout],
-    engine: ReadEngine,
+    engines: Mapping[str, ReadEngine],
     gpu: bool,
     root: Path,
     bar: Progress,
@@ -334,54 +441,83 @@ def _measure(
     """The repeats: a fio round, then each concurrency's restore of each layout in turn."""
     from fcctl.layout.engines import drop_file_cache
 
-    buffers = {name: allocate_buffers(rs, gpu=gpu) for name, rs in restores.items()}
+    with _failing("restores"):
+        # One pool for every layout and concurrency: memory is bounded by the pool, not by
+        # the workload (iobench.restore.BufferPool).
+        pool = allocate_pool(
+            [r for rs in restores.values() for r in rs],
+            concurrency=min(max(config.concurrency), len(workload.sessions)),
+            gpu=gpu,
+        )
     all_files = [f for name in config.layouts for f in written[name].files]
-    setup = fio_setup(config.fio, all_files)
-    fio_dir = root / "fio"
-    fio_dir.mkdir(exist_ok=True)
-    measured = _Measured(fio_reason=setup.reason)
+    _phase(hooks, "fio", root)
+    with _failing("fio"):
+        setup = fio_setup(config.fio, all_files)
+        fio_dir = root / "fio"
+        fio_dir.mkdir(exist_ok=True)
+    measured = _Measured(fio_reason=setup.reason, pool_bytes=pool.nbytes)
     fio_on = setup.runnable
     total_runs = config.repeat * len(config.concurrency) * len(config.layouts)
     with bar.task("restore runs", total=total_runs, unit="runs") as task:
         for round_index in range(config.repeat):
             if fio_on:
-                try:
-                    measured.fio_rounds.append(
-                        fio_round(
-                            setup,
-                            all_files,
-                            restores,
-                            fio_dir,
-                            runtime_s=config.fio_runtime_s,
-                            streams=min(max(config.concurrency), len(workload.sessions)),
-                            round_index=round_index,
-                        )
-                    )
-                except (fio_mod.FioError, OSError) as e:
-                    fio_on, measured.fio_reason = False, f"fio failed: {e}"
-                    print(f"iobench: fio reference skipped: {measured.fio_reason}", file=sys.stderr)
+                got = _fio_round_or_skip(
+                    setup,
+                    all_files,
+                    restores,
+                    fio_dir,
+                    config,
+                    workload,
+                    round_index,
+                    lambda what: task.describe(f"fio: {what}"),
+                )
+                if isinstance(got, str):
+                    fio_on, measured.fio_reason = False, got
+                else:
+                    measured.fio_rounds.append(got)
+            if round_index == 0:
+                _phase(hooks, "restores", root)
             # Layouts alternate run by run, and the one that goes first swaps every repeat
             # (flat, eviction | eviction, flat | ...), so drift and any warm-up hit both.
             layouts = config.layouts if round_index % 2 == 0 else config.layouts[::-1]
             for conc in config.concurrency:
                 for name in layouts:
+                    task.describe(f"restoring {name} at concurrency {conc}")
 
                     def drop(_files: tuple[str, ...] = written[name].files) -> None:
                         for f in _files:
                             drop_file_cache(f)
 
-                    run = hooks.restore_runner(
-                        name,
-                        restores[name],
-                        buffers[name],
-                        engine,
-                        concurrency=conc,
-                        piece_bytes=workload.piece_bytes,
-                        drop_cache=drop,
-                    )
+                    with _failing("restores"):
+                        run = hooks.restore_runner(
+                            name,
+                            restores[name],
+                            pool,
+                            engines[name],
+                            concurrency=conc,
+                            piece_bytes=workload.piece_bytes,
+                            drop_cache=drop,
+                        )
                     measured.runs.setdefault((name, conc), []).append(run)
                     task.advance(1)
     return measured, setup
+
+
+# How the core's engines begin the note of a read whose layer checksums were not checked.
+_CHECKSUM_NOTE = "layer checksums not verified"
+
+
+def _checksum_info(config: IobenchConfig, measured: _Measured) -> ChecksumInfo:
+    """Whether every flat read was checked inside the timed region, and if not, why."""
+    flat = [r for (name, _), rs in measured.runs.items() if name == "flat" for r in rs]
+    if not flat:
+        return ChecksumInfo(requested=config.verify_checksums, verified=False)
+    if not config.verify_checksums:
+        return ChecksumInfo(False, False, "--no-verify-checksums given")
+    if all(r.checksums_verified for r in flat):
+        return ChecksumInfo(True, True)
+    why = sorted({n for r in flat for n in r.notes if n.startswith(_CHECKSUM_NOTE)})
+    return ChecksumInfo(True, False, "; ".join(why) or "the engine did not check every read")
 
 
 def _result(
@@ -406,6 +542,7 @@ def _result(
         for name in LAYOUTS
     }
     all_runs = [r for rs in measured.runs.values() for r in rs]
+    checksums = _checksum_info(config, measured)
     o_direct = all(r.o_direct for r in all_runs)
     gds = next((r.gds for r in all_runs if r.gds is not None), None)
     fio = fio_summary(measured.fio_rounds, measured.fio_reason, setup.ioengine, config.layouts)
@@ -426,6 +563,9 @@ def _result(
         restore_buffers="gpu" if gpu else "host",
         concurrency=tuple(config.concurrency),
         repeat=config.repeat,
+        verify_checksums=config.verify_checksums,
+        free_margin_bytes=config.free_margin_bytes,
+        restore_buffer_pool_bytes=measured.pool_bytes,
         cold="fsync + posix_fadvise(DONTNEED) on every file before each run"
         + (", O_DIRECT reads" if o_direct else ""),
     )
@@ -437,7 +577,10 @@ def _result(
             "kept": config.keep,
             "filesystem": filesystem_of(root if config.keep else root.parent),
             "engine_reason": engine_reason,
-            "engine_notes": sorted({n for r in all_runs for n in r.notes}),
+            # Checksum notes are said once, in ``checksums``.
+            "engine_notes": sorted(
+                {n for r in all_runs for n in r.notes if not n.startswith(_CHECKSUM_NOTE)}
+            ),
             "settings": settings,
             "restore_bytes_per_s_samples": {
                 f"{name}@{r.concurrency}": list(r.samples_bytes_per_s)
@@ -458,11 +601,14 @@ def _result(
             layers=workload.geometry.layers,
             block_tokens=workload.block_tokens,
             bytes=workload.bytes,
+            scale=workload.scale,
+            source=workload.source,
             model=workload.geometry.name,
         ),
         fio=fio,
         layouts=summaries,
         comparisons=compare(summaries, fio),
+        checksums=checksums,
         provenance=provenance,
         engine_reason=engine_reason,
         mismatch_examples=tuple(x for r in all_runs for x in r.mismatch_examples)[:5],

@@ -7,46 +7,148 @@ Rules:
   create it, and remove it at the end if it is empty). A non-empty ``D`` needs ``--force``. In
   every case the benchmark writes only inside a fresh subdirectory ``D/fcctl-iobench-*`` that it
   creates, and removes only that subdirectory.
-* Free space: refuse when ``bytes_needed > free - margin`` where
-  ``margin = max(1 GiB, 5% of the filesystem)`` (``shutil.disk_usage`` of ``D``, or of its parent
-  when ``D`` does not exist yet).
-* Cleanup: :meth:`Workspace.cleanup` in a ``finally``; :func:`interrupts_raise` turns SIGTERM
-  and SIGHUP into ``KeyboardInterrupt`` (as Ctrl-C already is) so the ``finally`` runs for them
-  too. ``--keep`` leaves the files and says where they are.
+* Free space: refuse when ``bytes_needed > free - margin`` where the margin is ``--free-margin``
+  or, by default, ``max(1 GiB, 5% of the filesystem)`` (``shutil.disk_usage`` of ``D``, or of
+  its parent when ``D`` does not exist yet).
+* Ownership: each run directory holds :data:`LOCK_NAME` (``pid start_time``, the start time in
+  clock ticks since boot from ``/proc/PID/stat``, so a reused pid is not mistaken for the owner).
+  A run directory whose owner is gone (a run killed with SIGKILL) is removed by the next run in
+  the same place, which says so; one without a readable lock is named with the command that
+  removes it. Neither silently blocks the next run.
+* Cleanup: :meth:`Workspace.cleanup` in a ``finally``; ``fcctl.common.signals.interrupts_raise``
+  turns SIGTERM and SIGHUP into ``KeyboardInterrupt`` (as Ctrl-C already is) so the ``finally``
+  runs for them too. While files are removed, SIGINT, SIGTERM and SIGHUP are held (a second
+  Ctrl-C prints "cleaning up, please wait" and does not abort the removal; the run then still
+  ends as interrupted). ``--keep`` leaves the files and says where they are.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fcctl.common.errors import FcctlInputError
+from fcctl.common.signals import Interrupted
 
 GiB = 2**30
 MARGIN_MIN_BYTES = 1 * GiB
 MARGIN_FRACTION = 0.05
 PREFIX = "fcctl-iobench-"
+LOCK_NAME = ".fcctl-iobench.lock"
+KEPT_NAME = ".fcctl-iobench.kept"  # a --keep run's directory: never removed by a later run
+# Signals held while the run's files are removed.
+_CLEANUP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def margin_bytes(total_bytes: int) -> int:
+def margin_bytes(total_bytes: int, margin: int | None = None) -> int:
+    """The free space a run leaves: ``margin`` when given, else max(1 GiB, 5% of the total)."""
+    if margin is not None:
+        return margin
     return max(MARGIN_MIN_BYTES, int(total_bytes * MARGIN_FRACTION))
 
 
-def check_free_space(path: Path, bytes_needed: int) -> None:
+def check_free_space(path: Path, bytes_needed: int, margin: int | None = None) -> None:
     usage = shutil.disk_usage(path)
-    room = usage.free - margin_bytes(usage.total)
+    keep = margin_bytes(usage.total, margin)
+    room = usage.free - keep
     if bytes_needed > room:
+        rule = f"--free-margin {keep}" if margin is not None else "max(1 GiB, 5%), --free-margin"
         raise FcctlInputError(
             f"--dir {path}: not enough free space: the benchmark writes {bytes_needed} bytes, "
-            f"free space minus the margin (max(1 GiB, 5%)) is {max(room, 0)} bytes; "
+            f"free space minus the margin ({rule}) is {max(room, 0)} bytes; "
             f"lower --size-limit or the workload; got {usage.free} bytes free"
+        )
+
+
+# ----------------------------------------------------------------------------- ownership
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot, ``/proc/PID/stat`` field 22); None when
+    there is no such process (or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: split after it.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def write_lock(root: Path) -> None:
+    """Record this process as the owner of the run directory ``root``."""
+    me = os.getpid()
+    (root / LOCK_NAME).write_text(f"{me} {process_start_ticks(me) or 0}\n")
+
+
+def lock_owner_alive(root: Path) -> bool | None:
+    """True while the process that made run directory ``root`` runs, False when it is gone,
+    None when ``root`` has no readable lock (made by another tool or an older fcctl)."""
+    try:
+        pid_text, start_text = (root / LOCK_NAME).read_text().split()[:2]
+        pid, start = int(pid_text), int(start_text)
+    except (OSError, ValueError):
+        return None
+    now = process_start_ticks(pid)
+    return now is not None and (start == 0 or now == start)
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    """Run directories found beside a new run: removed (owner gone) and of unknown owner."""
+
+    removed: tuple[Path, ...] = ()
+    unknown: tuple[Path, ...] = ()
+
+
+def clear_leftovers(base: Path) -> Leftovers:
+    """Remove the ``fcctl-iobench-*`` run directories in ``base`` whose owner is gone."""
+    removed, unknown = [], []
+    try:
+        candidates = sorted(p for p in base.iterdir() if p.name.startswith(PREFIX))
+    except OSError:
+        return Leftovers()
+    for p in candidates:
+        if not p.is_dir() or p.is_symlink() or (p / KEPT_NAME).exists():
+            continue
+        alive = lock_owner_alive(p)
+        if alive is False:
+            shutil.rmtree(p, ignore_errors=True)
+            if not p.exists():
+                removed.append(p)
+                continue
+            unknown.append(p)  # could not remove it: say so, with the command
+        elif alive is None:
+            unknown.append(p)
+    return Leftovers(tuple(removed), tuple(unknown))
+
+
+def remove_command(paths: tuple[Path, ...]) -> str:
+    return "rm -rf " + " ".join(shlex.quote(str(p)) for p in paths)
+
+
+def _report_leftovers(found: Leftovers) -> None:
+    for p in found.removed:
+        print(f"iobench: removed {p}, left by an earlier run that was killed", file=sys.stderr)
+    if found.unknown:
+        print(
+            f"iobench: note: {len(found.unknown)} run directories of unknown owner left in "
+            f"{found.unknown[0].parent}; if no iobench is running, remove them with: "
+            f"{remove_command(found.unknown)}",
+            file=sys.stderr,
         )
 
 
@@ -58,15 +160,52 @@ class Workspace:
     created_parent: Path | None = None
     keep: bool = False
     cleaned: bool = False
+    # Signal numbers that arrived during cleanup (held, not lost: the caller re-raises).
+    held_signals: list[int] = field(default_factory=list)
 
-    def cleanup(self) -> None:
-        if self.cleaned or self.keep:
+    def cleanup(self, *, progress: bool = False) -> None:
+        """Remove the run directory; SIGINT, SIGTERM and SIGHUP wait until it is gone."""
+        if self.cleaned:
             return
-        shutil.rmtree(self.root, ignore_errors=True)
-        if self.created_parent is not None:
+        if self.keep:
+            # Kept files are the user's now: no later run may take them for a killed run's.
             with contextlib.suppress(OSError):
-                self.created_parent.rmdir()  # only when empty
+                (self.root / KEPT_NAME).write_text("kept with --keep\n")
+                (self.root / LOCK_NAME).unlink()
+            return
+        with self._signals_held(progress):
+            shutil.rmtree(self.root, ignore_errors=True)
+            if self.created_parent is not None:
+                with contextlib.suppress(OSError):
+                    self.created_parent.rmdir()  # only when empty
         self.cleaned = True
+
+    @contextlib.contextmanager
+    def _signals_held(self, progress: bool) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def hold(signum: int, frame: object) -> None:
+            self.held_signals.append(signum)
+            # Said even without progress: the user pressed a key and deserves an answer.
+            print("iobench: cleaning up, please wait", file=sys.stderr, flush=True)
+
+        previous = {sig: signal.signal(sig, hold) for sig in _CLEANUP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def raise_held(self) -> None:
+        """After a clean finish: a signal that arrived during cleanup still ends the run."""
+        if not self.held_signals:
+            return
+        signum = self.held_signals[0]
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Interrupted(signum)
 
 
 def prepare_workspace(
@@ -75,30 +214,47 @@ def prepare_workspace(
     force: bool = False,
     keep: bool = False,
     bytes_needed: int = 0,
+    margin: int | None = None,
 ) -> Workspace:
-    """Check ``directory`` and the free space, then create the private subdirectory."""
+    """Check ``directory`` and the free space, then create the private subdirectory.
+
+    Run directories left by a killed run (owner gone) are removed first, so they neither fill
+    the disk nor make ``directory`` look non-empty.
+    """
     if directory is None:
         base = Path(tempfile.gettempdir())
-        check_free_space(base, bytes_needed)
-        return Workspace(Path(tempfile.mkdtemp(prefix=PREFIX, dir=base)), keep=keep)
+        _report_leftovers(clear_leftovers(base))
+        check_free_space(base, bytes_needed, margin)
+        return _new_workspace(base, None, keep)
     directory = Path(directory)
     created: Path | None = None
     if directory.exists():
         if not directory.is_dir():
             raise FcctlInputError(f"--dir: must be a directory; got a file {str(directory)!r}")
+        found = clear_leftovers(directory)
+        for p in found.removed:
+            print(f"iobench: removed {p}, left by an earlier run that was killed", file=sys.stderr)
         if any(directory.iterdir()) and not force:
+            hint = ""
+            if found.unknown:
+                hint = (
+                    f"; it holds run directories of an earlier iobench whose owner is unknown: "
+                    f"if no iobench is running, remove them with: {remove_command(found.unknown)}"
+                )
             raise FcctlInputError(
                 f"--dir: directory is not empty (pass --force to use it; iobench then writes only "
-                f"in a new subdirectory); got {str(directory)!r}"
+                f"in a new subdirectory){hint}; got {str(directory)!r}"
             )
-        check_free_space(directory, bytes_needed)
+        if force:
+            _report_leftovers(Leftovers(unknown=found.unknown))
+        check_free_space(directory, bytes_needed, margin)
     else:
         parent = directory.parent
         if not parent.is_dir():
             raise FcctlInputError(
                 f"--dir: the parent directory does not exist; got {str(directory)!r}"
             )
-        check_free_space(parent, bytes_needed)
+        check_free_space(parent, bytes_needed, margin)
         try:
             directory.mkdir()
         except OSError as e:
@@ -108,37 +264,14 @@ def prepare_workspace(
         created = directory
     if not os.access(directory, os.W_OK | os.X_OK):
         raise FcctlInputError(f"--dir: not writable; got {str(directory)!r}")
-    return Workspace(Path(tempfile.mkdtemp(prefix=PREFIX, dir=directory)), created, keep)
+    return _new_workspace(directory, created, keep)
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised like Ctrl-C so every ``finally`` cleans up.
-
-    ``exit_status`` is the shell's convention for death by that signal (128 + number), which
-    the CLI exits with, so a job runner sees 143 for its SIGTERM rather than Ctrl-C's 130.
-    """
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"signal {signal.Signals(signum).name}")
-        self.signal_name = signal.Signals(signum).name
-        self.exit_status = 128 + signum
-
-
-@contextlib.contextmanager
-def interrupts_raise() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise :class:`Interrupted` (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def _raise(signum: int, frame: object) -> None:
-        raise Interrupted(signum)
-
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        previous[sig] = signal.signal(sig, _raise)
+def _new_workspace(base: Path, created: Path | None, keep: bool) -> Workspace:
+    root = Path(tempfile.mkdtemp(prefix=PREFIX, dir=base))
     try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        write_lock(root)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return Workspace(root, created, keep)

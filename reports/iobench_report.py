@@ -25,6 +25,7 @@ def runs_frame(result: IobenchResult) -> pl.DataFrame:
                 {
                     "layout": layout,
                     "concurrency": r.concurrency,
+                    "concurrency_ran": r.concurrency_ran,
                     "read_commands": r.read_commands,
                     "bytes_requested": r.bytes_requested,
                     "bytes_read": r.bytes_read,
@@ -34,6 +35,7 @@ def runs_frame(result: IobenchResult) -> pl.DataFrame:
                     "restore_p99_s": r.restore_s.p99,
                     "verified_bytes": r.verified_bytes,
                     "mismatched_blocks": r.mismatched_blocks,
+                    "checksum_verified_bytes": r.checksum_verified_bytes,
                     "fio_seq_read_bytes_per_s": result.fio.seq_read_bytes_per_s,
                     "fio_replay_bytes_per_s": result.fio.replay_bytes_per_s.get(layout),
                 }
@@ -41,6 +43,7 @@ def runs_frame(result: IobenchResult) -> pl.DataFrame:
     schema = {
         "layout": pl.String,
         "concurrency": pl.Int64,
+        "concurrency_ran": pl.Int64,
         "read_commands": pl.Int64,
         "bytes_requested": pl.Int64,
         "bytes_read": pl.Int64,
@@ -50,6 +53,7 @@ def runs_frame(result: IobenchResult) -> pl.DataFrame:
         "restore_p99_s": pl.Float64,
         "verified_bytes": pl.Int64,
         "mismatched_blocks": pl.Int64,
+        "checksum_verified_bytes": pl.Int64,
         "fio_seq_read_bytes_per_s": pl.Float64,
         "fio_replay_bytes_per_s": pl.Float64,
     }
@@ -83,6 +87,30 @@ def _rate(x: float | None) -> str:
     return "-" if x is None else f"{x / 1e9:.2f} GB/s"
 
 
+def concurrency_label(concurrency: int, ran: int) -> str:
+    """``"16"``, or ``"16 (ran 4: only 4 sessions)"`` when fewer sessions than that exist."""
+    if ran == concurrency:
+        return str(concurrency)
+    return f"{concurrency} (ran {ran}: only {ran} sessions)"
+
+
+def workload_line(result: IobenchResult) -> str | None:
+    """Where a trace workload came from and the factor its token counts were scaled by."""
+    wl = result.workload
+    if wl.source in ("", "synthetic"):
+        return None
+    return f"workload: {wl.source}, token counts scaled by {wl.scale:.4g}"
+
+
+def checksum_line(result: IobenchResult) -> str:
+    c = result.checksums
+    if c.verified:
+        return "flat restores checked every layer checksum inside the timed region"
+    if c.off_reason:
+        return f"flat layer checksums not checked in the timed region: {c.off_reason}"
+    return "flat layer checksums: the flat layout was not run"
+
+
 def render_table(
     result: IobenchResult, *, file: IO[str] | None = None, width: int | None = None
 ) -> None:
@@ -113,7 +141,7 @@ def render_table(
                 verified = format_bytes(r.verified_bytes)
             table.add_row(
                 layout,
-                str(r.concurrency),
+                concurrency_label(r.concurrency, r.concurrency_ran),
                 f"{r.read_commands:,}",
                 f"{r.read_amplification:.3f}",
                 _rate(r.restore_bytes_per_s),
@@ -122,6 +150,11 @@ def render_table(
                 verified,
             )
     console.print(table)
+    line = workload_line(result)
+    if line is not None:
+        console.print(line)
+    if result.layouts.get("flat"):
+        console.print(checksum_line(result))
     fio = result.fio
     if fio.available:
         replay = ", ".join(

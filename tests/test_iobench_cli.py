@@ -33,6 +33,8 @@ RUN_KEYS = {
     "restore_s",
     "verified_bytes",
     "mismatched_blocks",
+    "concurrency_ran",
+    "checksum_verified_bytes",
 }
 
 
@@ -93,9 +95,12 @@ def test_end_to_end_json(tmp_path, fio_bin):
         "fio",
         "layouts",
         "comparisons",
+        "checksums",
         "provenance",
     }
     assert doc["schema_version"] == 1
+    # Flat layer checksums were checked inside the timed region (the default).
+    assert doc["checksums"] == {"requested": True, "verified": True, "off_reason": None}
     assert doc["engine"]["name"] in ("posix", "kvikio")
     assert set(doc["engine"]) == {"name", "o_direct", "gds"}
     assert isinstance(doc["engine"]["o_direct"], bool) and isinstance(doc["engine"]["gds"], bool)
@@ -107,6 +112,7 @@ def test_end_to_end_json(tmp_path, fio_bin):
         "layers": 4,
         "block_tokens": 16,
         "bytes": 4 * 20 * 4 * 4096,
+        "scale": 1.0,
     }
     assert doc["fio"]["available"] is True
     assert doc["fio"]["seq_read_bytes_per_s"] > 0
@@ -126,6 +132,10 @@ def test_end_to_end_json(tmp_path, fio_bin):
             assert r["verified_bytes"] == doc["workload"]["bytes"]
             assert r["mismatched_blocks"] == 0
             assert r["restore_bytes_per_s"] > 0
+            assert r["concurrency_ran"] == r["concurrency"]
+            # Only the flat files store layer checksums.
+            want = r["bytes_requested"] if layout == "flat" else 0
+            assert r["checksum_verified_bytes"] == want
     flat1, evic1 = doc["layouts"]["flat"][0], doc["layouts"]["eviction"][0]
     assert doc["comparisons"]["eviction_over_flat_read_commands"] == {
         "concurrency": 1,
@@ -210,13 +220,28 @@ def test_trace_workload_through_the_cli(tmp_path):
         (["--concurrency", "0"], "--concurrency"),
         (["--layout", "sideways"], "--layout"),
         (["--bucket-size", "1KiB"], "--bucket-size"),
-        (["--tokens", "100000000000", "--size-limit", "1PiB"], "not enough free space"),
+        (["--tokens", "100000000000", "--size-limit", "1PiB"], "too large for this machine"),
+        (["--sessions", "100000000", "--size-limit", "1PiB"], "too large for this machine"),
+        (["--tokens", "320", "--size-limit", "1MiB"], "--sessions to at most 3"),
+        (["--sessions", "100000000"], "raise --size-limit to at least"),
+        (["--tokens", "10000000000000"], "--tokens to at most"),
+        (["--fio-runtime", "nan"], "--fio-runtime: must be a finite number; got nan"),
+        (["--fio-runtime", "inf"], "--fio-runtime: must be a finite number; got inf"),
+        (["--fio-runtime", "0"], "--fio-runtime: must be between"),
+        (["--scale", "nan"], "--scale: must be a finite number; got nan"),
+        (["--scale", "inf"], "--scale: must be a finite number; got inf"),
+        (["--scale", "-inf"], "--scale: must be a finite number; got -inf"),
+        (["--free-margin", "lots"], "--free-margin"),
+        (["--free-margin", "1PiB"], "--free-margin 1125899906842624"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, extra, message):
     (tmp_path / "afile").write_text("")
     extra = [e.replace("{tmp}", str(tmp_path)) for e in extra]
+    t0 = time.monotonic()
     result = runner.invoke(app, [*_small_args(tmp_path), "--no-fio", *extra])
+    # Refused up front: nothing as large as the workload is allocated first.
+    assert time.monotonic() - t0 < 5
     assert result.exit_code == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fcctl: error: ") and message in lines[0]
@@ -337,10 +362,24 @@ def test_corruption_on_disk_fails_the_run_with_exit_1(tmp_path):
     bench = tmp_path / "bench"
     result = runner.invoke(
         _app_with(RunHooks(restore_runner=corrupt_then_run)),
-        [*_small_args(tmp_path), "--no-fio", "--json", "--dir", str(bench)],
+        [
+            *_small_args(tmp_path),
+            "--no-fio",
+            "--json",
+            "--dir",
+            str(bench),
+            # Checksums off, so the damage reaches the pattern check after the timed region
+            # (with them on the engine stops the run first: the next test).
+            "--no-verify-checksums",
+        ],
     )
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
+    assert doc["checksums"] == {
+        "requested": False,
+        "verified": False,
+        "off_reason": "--no-verify-checksums given",
+    }
     # The corrupted piece is read (and caught) by every run of that layout: 2 concurrencies.
     assert [r["mismatched_blocks"] for r in doc["layouts"][flipped[0]]] == [1, 1]
     other = "eviction" if flipped[0] == "flat" else "flat"
@@ -349,6 +388,34 @@ def test_corruption_on_disk_fails_the_run_with_exit_1(tmp_path):
     assert last.startswith("fcctl: error: verification failed: 2 block pieces read back wrong")
     assert "session 0 layer 1" in last
     assert not bench.exists()
+
+
+def test_a_damaged_flat_file_fails_its_layer_checksum_inside_the_restore(tmp_path):
+    """Checksums on (the default): a flipped byte stops the run, naming file, turn and layer."""
+    real = run_restore
+
+    def corrupt_flat_then_run(name, restores, *args, **kwargs):
+        if name == "flat":
+            extent = next(e for e, _ in restores[0].plans[1].placements if e.tag == (2, 1))
+            fd = os.open(extent.file, os.O_RDWR)
+            try:
+                old = os.pread(fd, 1, extent.offset + 10)
+                os.pwrite(fd, bytes([old[0] ^ 0xFF]), extent.offset + 10)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return real(name, restores, *args, **kwargs)
+
+    bench = tmp_path / "bench"
+    result = runner.invoke(
+        _app_with(RunHooks(restore_runner=corrupt_flat_then_run)),
+        [*_small_args(tmp_path), "--no-fio", "--json", "--dir", str(bench)],
+    )
+    assert result.exit_code == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("fcctl: error: restores failed: ")
+    assert "session-00000.fcc: turn 2 layer 1: layer checksum mismatch" in last
+    assert result.stdout == "" and not bench.exists()
 
 
 def test_sigterm_while_restoring_removes_everything(tmp_path):
@@ -445,7 +512,7 @@ def test_a_file_truncated_under_the_run_fails_it_with_exit_1(tmp_path):
     )
     assert result.exit_code == 1, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert lines[-1].startswith("fcctl: error: restoring failed: ")
+    assert lines[-1].startswith("fcctl: error: restores failed: ")
     assert cut[0] in lines[-1] and "short read: the file is 4096 bytes long" in lines[-1]
     assert result.stdout == ""
     assert not bench.exists()

@@ -9,6 +9,7 @@ import pytest
 from fcctl.iobench.restore import RunResult
 from fcctl.iobench.result import (
     SCHEMA_VERSION,
+    ChecksumInfo,
     EngineInfo,
     FioRound,
     FioSummary,
@@ -79,6 +80,7 @@ def _result(fio: FioSummary | None = None, flat=None, evic=None):
         fio=fio,
         layouts=layouts,
         comparisons=compare(layouts, fio),
+        checksums=ChecksumInfo(requested=True, verified=True),
         provenance=collect_provenance("2026-12-01T00:00:00Z", argv=["test"]),
         engine_reason="test",
     )
@@ -115,10 +117,18 @@ def test_json_document_keys_and_comparisons():
         "fio",
         "layouts",
         "comparisons",
+        "checksums",
         "provenance",
     ]
     assert doc["engine"] == {"name": "posix", "o_direct": True, "gds": False}
-    assert doc["workload"] == {"sessions": 6, "layers": 4, "block_tokens": 16, "bytes": 3932160}
+    assert doc["workload"] == {
+        "sessions": 6,
+        "layers": 4,
+        "block_tokens": 16,
+        "bytes": 3932160,
+        "scale": 1.0,
+    }
+    assert doc["checksums"] == {"requested": True, "verified": True, "off_reason": None}
     assert doc["fio"] == {
         "available": True,
         "seq_read_bytes_per_s": 2.5 * GB,
@@ -142,6 +152,8 @@ def test_json_document_keys_and_comparisons():
         "restore_s": {"p50": 2.0, "p99": 2.0},
         "verified_bytes": int(2 * GB),
         "mismatched_blocks": 0,
+        "concurrency_ran": 1,
+        "checksum_verified_bytes": 0,
     }
     assert doc["provenance"]["argv"] == ["test"]
 
@@ -194,3 +206,35 @@ def test_repeats_table_says_all_verified_names_the_median_and_fits_80_columns():
     # Median of 1, 2, 0.5 GB/s and of 0.5, 0.4, 0.67 GB/s.
     assert rows[0][4:6] == ["1.00", "GB/s"] and rows[1][4:6] == ["0.50", "GB/s"]
     assert "fio (io_uring): best sequential direct read 2.50 GB/s (median of 3)" in lines
+
+
+def test_a_concurrency_above_the_sessions_is_labelled_with_what_ran():
+    """A "16" row of a 4-session workload ran 4 restores at once: the table and JSON say so."""
+    flat = (summarize([_run("flat", 16, 1.0, (1.0, 1.0, 1.0, 1.0), 100)]),)
+    evic = (summarize([_run("eviction", 16, 2.0, (2.0, 2.0, 2.0, 2.0), 1600)]),)
+    result = _result(flat=flat, evic=evic)
+    assert result.layouts["flat"][0].concurrency_ran == 4
+    assert json.loads(dumps(result))["layouts"]["eviction"][0]["concurrency_ran"] == 4
+    buf = io.StringIO()
+    render_table(result, file=buf, width=140)
+    assert buf.getvalue().count("16 (ran 4: only 4 sessions)") == 2
+
+
+def test_human_output_names_the_scale_of_a_trace_workload_and_the_checksums():
+    import dataclasses
+
+    base = _result()
+    scaled = dataclasses.replace(
+        base,
+        workload=dataclasses.replace(base.workload, source="trace.jsonl", scale=0.0123),
+        checksums=ChecksumInfo(True, False, "layer checksums not verified (GPU destination)"),
+    )
+    buf = io.StringIO()
+    render_table(scaled, file=buf, width=140)
+    text = buf.getvalue()
+    assert "workload: trace.jsonl, token counts scaled by 0.0123" in text
+    assert "not checked in the timed region: layer checksums not verified (GPU" in text
+    buf = io.StringIO()
+    render_table(base, file=buf, width=140)
+    assert "scaled by" not in buf.getvalue()
+    assert "checked every layer checksum inside the timed region" in buf.getvalue()

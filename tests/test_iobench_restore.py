@@ -5,20 +5,29 @@ import os
 import pytest
 from fcctl.iobench.eviction import write_eviction_layout
 from fcctl.iobench.flat import write_flat_layout
-from fcctl.iobench.restore import allocate_buffers, eviction_restores, flat_restores, run_restore
+from fcctl.iobench.restore import (
+    BufferPool,
+    allocate_pool,
+    eviction_restores,
+    flat_restores,
+    pool_slots,
+    run_restore,
+)
 from fcctl.layout.engines import PosixEngine, drop_file_cache
+from fcctl.layout.errors import VerificationError
 
 from tests.iobench_helpers import tiny_workload
 
 
 @pytest.fixture
 def engine():
-    eng = PosixEngine(threads=4)
+    # Checksums off: these tests look at the pattern check after the timed region.
+    eng = PosixEngine(threads=4, verify=False)
     yield eng
     eng.close()
 
 
-def _run(name, restores, engine, wl, concurrency=2, files=()):
+def _run(name, restores, engine, wl, concurrency=2, files=(), pool=None):
     def drop():
         for f in files:
             drop_file_cache(f)
@@ -26,7 +35,7 @@ def _run(name, restores, engine, wl, concurrency=2, files=()):
     return run_restore(
         name,
         restores,
-        allocate_buffers(restores),
+        pool or allocate_pool(restores, concurrency=concurrency),
         engine,
         concurrency=concurrency,
         piece_bytes=wl.piece_bytes,
@@ -82,6 +91,14 @@ def test_a_flipped_byte_on_disk_is_counted(tmp_path, engine, layout):
         restores = eviction_restores(wl, written)
         e = written.piece_extents(1, 2)[5]
         path, offset, files = e.file, e.offset + 100, written.bucket_files
+    _flip(path, offset)
+    r = _run(layout, restores, engine, wl, 2, files)
+    assert r.mismatched_blocks == 1
+    assert "session 1 layer 2" in r.mismatch_examples[0]
+    assert r.verified_bytes == wl.bytes
+
+
+def _flip(path, offset):
     fd = os.open(path, os.O_RDWR)
     try:
         old = os.pread(fd, 1, offset)
@@ -89,7 +106,40 @@ def test_a_flipped_byte_on_disk_is_counted(tmp_path, engine, layout):
         os.fsync(fd)
     finally:
         os.close(fd)
-    r = _run(layout, restores, engine, wl, 2, files)
-    assert r.mismatched_blocks == 1
-    assert "session 1 layer 2" in r.mismatch_examples[0]
-    assert r.verified_bytes == wl.bytes
+
+
+def test_checksums_inside_the_timed_region_stop_a_damaged_flat_restore(tmp_path):
+    """With the engine verifying (the default), damaged flat bytes never come back as data."""
+    wl = tiny_workload(sessions=2, blocks=8, turns=2)
+    written = write_flat_layout(wl, tmp_path / "flat")
+    restores = flat_restores(wl, written)
+    with PosixEngine(threads=2) as eng:
+        clean = _run("flat", restores, eng, wl, 2, written.session_files)
+        assert clean.checksums_verified and clean.checksum_verified_bytes == wl.bytes
+        extent = next(e for e, _ in restores[1].plans[2].placements if e.tag == (1, 2))
+        _flip(extent.file, extent.offset + 100)
+        with pytest.raises(VerificationError, match="turn 1 layer 2"):
+            _run("flat", restores, eng, wl, 2, written.session_files)
+
+
+def test_a_pool_smaller_than_the_sessions_restores_in_waves_every_byte_verified(
+    tmp_path, engine
+):
+    wl = tiny_workload(sessions=5, blocks=8, turns=2)
+    ev = write_eviction_layout(wl, tmp_path / "ev", bucket_bytes=64 * 1024)
+    restores = eviction_restores(wl, ev)
+    slot = max(r.buffer_bytes for r in restores)
+    # A budget of two sessions: the pool holds max(concurrency, 2) buffers, not five.
+    pool = allocate_pool(restores, concurrency=1, budget_bytes=2 * slot)
+    assert pool.slots == 2 and pool.nbytes == 2 * slot
+    r = _run("eviction", restores, engine, wl, 1, ev.bucket_files, pool=pool)
+    assert r.waves == 3 and r.mismatched_blocks == 0 and r.verified_bytes == wl.bytes
+    assert len(r.restore_s) == 5 and all(s > 0 for s in r.restore_s)
+    # A stale byte of an earlier wave cannot pass: a buffer is zeroed before every wave.
+    assert isinstance(pool, BufferPool)
+
+
+def test_pool_slots_cover_the_concurrency_and_never_exceed_the_sessions():
+    assert pool_slots(100, sessions=50, concurrency=16, budget_bytes=1000) == 16
+    assert pool_slots(100, sessions=50, concurrency=1, budget_bytes=1000) == 10
+    assert pool_slots(100, sessions=4, concurrency=16, budget_bytes=10**9) == 4

@@ -106,8 +106,22 @@ def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
         ] = "auto",
         no_fio: Annotated[bool, Opt("--no-fio", help="Skip the fio reference.")] = False,
         fio_runtime: Annotated[
-            float, Opt("--fio-runtime", help="Seconds per fio sequential job.")
+            float, Opt("--fio-runtime", help="Seconds per fio sequential job (0.001-3600).")
         ] = 1.5,
+        verify_checksums: Annotated[
+            bool,
+            Opt(
+                "--verify-checksums/--no-verify-checksums",
+                help="Check the flat files' layer checksums inside the timed restore.",
+            ),
+        ] = True,
+        free_margin: Annotated[
+            str | None,
+            Opt(
+                "--free-margin",
+                help="Free space to leave on the --dir filesystem (default: max(1GiB, 5%)).",
+            ),
+        ] = None,
         json_out: Annotated[bool, Opt("--json", help="Print one JSON document to stdout.")] = False,
         out: Annotated[
             Path | None,
@@ -157,6 +171,10 @@ def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
             buffers=buffers,
             fio=not no_fio,
             fio_runtime_s=fio_runtime,
+            verify_checksums=verify_checksums,
+            free_margin_bytes=None
+            if free_margin is None
+            else parse_size(free_margin, what="--free-margin"),
         )
         result = run_iobench(config, progress=True, hooks=hooks)
         if keep:
