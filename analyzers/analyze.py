@@ -144,7 +144,8 @@ class ScheduleSummary:
 
 @dataclass(frozen=True)
 class ConvertedFrom:
-    """The JSON ``trace.converted_from`` object: the trace a canonical Parquet was made from."""
+    """The JSON ``trace.converted_from`` object: the trace a canonical Parquet was made from
+    (``trace.path`` and ``trace.format`` are then the Parquet file and ``"parquet"``)."""
 
     path: str
     format: str
@@ -608,16 +609,10 @@ def _requests_table(
     return table
 
 
-def _read_and_source(trace: Trace, read_path: str | None) -> tuple[str, ConvertedFrom | None]:
-    """The file read, and the trace it was converted from (a canonical Parquet's source).
-
-    The Parquet reader restores the source's ``path`` and ``format`` from the file's metadata
-    into ``Trace.path`` / ``Trace.format``, so when the caller names the file it read
-    (``read_path``) and the trace names another, the trace was converted from that other one.
-    """
-    if read_path is None or trace.path == read_path:
-        return trace.path, None
-    return read_path, ConvertedFrom(trace.path, trace.format)
+def _converted_from(trace: Trace) -> ConvertedFrom | None:
+    """The trace a canonical Parquet was converted from (``Trace.converted_from``), if any."""
+    source = trace.converted_from
+    return None if source is None else ConvertedFrom(source.path, source.format)
 
 
 def check_geometry(geometry: KvGeometry) -> None:
@@ -647,7 +642,6 @@ def analyze_trace(
     concurrent_sessions: int | None = None,
     seed: int = 0,
     thresholds: VerdictThresholds | None = None,
-    read_path: str | None = None,
 ) -> AnalysisResult:
     """Measure reuse, sessions and the memory tier of ``trace`` (rows in analysis order).
 
@@ -659,9 +653,6 @@ def analyze_trace(
     ``concurrent_sessions`` (at most that many sessions at once) interleave the sessions of a
     per-session-clock trace before the analysis (:mod:`fcctl.analyzers.schedule`); a trace
     with one clock refuses them. ``thresholds`` are the verdict's (defaults: 1 GiB, 256 GiB).
-    ``read_path``: the file the caller read, when it may differ from ``trace.path`` (a
-    canonical Parquet names its source there): ``trace.path`` is then the file read and
-    ``trace.converted_from`` the source.
     """
     started = utc_now()
     check_geometry(geometry)
@@ -700,10 +691,9 @@ def analyze_trace(
         capacities_bytes=caps,
     )
     schedule_summary = _schedule_summary(original_order, schedule, durations, sessions)
-    read_as, converted_from = _read_and_source(trace, read_path)
     return AnalysisResult(
         trace=TraceSummary(
-            path=read_as,
+            path=trace.path,
             format=trace.format,
             requests=trace.requests.height,
             sessions=sessions.count if sessions else None,
@@ -715,7 +705,7 @@ def analyze_trace(
             order=trace.order,
             has_hashes=trace.has_hashes,
             schedule=schedule_summary,
-            converted_from=converted_from,
+            converted_from=_converted_from(trace),
         ),
         kv=KvSummary(
             model=geometry.name,

@@ -92,6 +92,8 @@ def test_json_keys_and_types_claude_code() -> None:
         "block_accesses",
         "distinct_blocks",
         "duration_s",
+        "schedule",
+        "converted_from",
     }
     assert t["format"] == "claude-code" and t["sessions_inferred"] is False
     assert isinstance(t["sessions"], int) and t["block_size_tokens"] == 64
@@ -101,6 +103,9 @@ def test_json_keys_and_types_claude_code() -> None:
         "block_bytes": 64 * 131072,
         "tp": 1,
         "dtype_bytes": 2,
+        "bytes_per_token_per_rank": 131072,
+        "description": "llama-3.1-8b (llama): hidden 4096, 32 layers, 32 heads, 8 KV heads x "
+        "head dim 128, 2-byte KV, tp 1",
     }
     for unit in ("requests", "seconds", "stack_blocks", "stack_bytes"):
         assert set(doc["reuse_distance"][unit]) == {"p50", "p90", "p99"}
@@ -278,6 +283,7 @@ def test_canonical_parquet_gives_the_same_figures(tmp_path: Path) -> None:
     for doc in (direct, via):
         doc["trace"].pop("path")
         doc["trace"].pop("format")
+        doc["trace"].pop("converted_from")  # the Parquet names its source; the source, none
         doc.pop("notes")
     _approx_equal(via, direct)
 

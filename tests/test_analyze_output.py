@@ -150,9 +150,14 @@ def test_kv_settings_are_in_json_and_summary() -> None:
         "block_bytes": None,
         "tp": 4,
         "dtype_bytes": 1,
+        "bytes_per_token_per_rank": 80 * 2 * 128 * 2 * 1,
+        "description": "llama-3.1-70b (llama): hidden 8192, 80 layers, 64 heads, 8 KV heads x "
+        "head dim 128, 1-byte KV, tp 4",
     }
-    out = runner.invoke(app, args).stdout
-    assert "llama-3.1-70b (tp 4, 1-byte values)" in out and "163,840 B/token" in out
+    out = " ".join(runner.invoke(app, args).stdout.split())
+    assert "llama-3.1-70b (llama): hidden 8192, 80 layers, 64 heads" in out
+    assert "1-byte KV, tp 4" in out
+    assert "163,840 B/token node total over tp 4 ranks (40,960 per rank)" in out
 
 
 def test_memory_capacities_sorted_and_deduplicated() -> None:

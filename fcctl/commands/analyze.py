@@ -115,6 +115,13 @@ def register(app: typer.Typer) -> None:
                 "below this (the smallest if all are larger).",
             ),
         ] = "256GiB",
+        max_line_bytes: Annotated[
+            str,
+            typer.Option(
+                "--max-line-bytes",
+                help="Longest line (or trace_NNNN.json file) read; a longer one is an error.",
+            ),
+        ] = "64MiB",
         as_json: Annotated[
             bool, typer.Option("--json", help="Print one JSON document on stdout.")
         ] = False,
@@ -161,10 +168,11 @@ def register(app: typer.Typer) -> None:
                     reference_capacity, what="--reference-capacity"
                 ),
             )
+            line_limit = parse_size(max_line_bytes, what="--max-line-bytes")
             if out is not None:
                 check_analyze_out_dir(out, force=force)
             with Progress(enabled=True) as progress:
-                parsed = read_trace(trace, format, progress=progress)
+                parsed = read_trace(trace, format, progress=progress, max_line_bytes=line_limit)
                 result = analyze_trace(
                     parsed,
                     geometry=geometry,
@@ -174,7 +182,6 @@ def register(app: typer.Typer) -> None:
                     concurrent_sessions=concurrent_sessions,
                     seed=seed,
                     thresholds=thresholds,
-                    read_path=str(trace),
                 )
             if out is not None:
                 names = write_out_dir(result, out, force=force)
