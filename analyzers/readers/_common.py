@@ -328,12 +328,8 @@ def iter_json_lines(
     *,
     progress: Progress | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-) -> Iterator[tuple[int, dict[str, Any], bool]]:
-    """Yield ``(line_number, object, may_hold_bools)`` for each JSON Lines record.
-
-    Each record must be a JSON object. ``may_hold_bools`` is whether the line holds a
-    ``true``/``false`` literal anywhere (see :meth:`HashIdBuffer.add`).
-    """
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each JSON Lines record; each must be a JSON object."""
     for lineno, line in iter_lines(path, progress=progress, max_line_bytes=max_line_bytes):
         try:
             record = _loads(line)
@@ -343,12 +339,7 @@ def iter_json_lines(
             ) from None
         if not isinstance(record, dict):
             raise fail(path, f"line {lineno}", f"record must be a JSON object; got {show(record)}")
-        yield lineno, record, may_hold_bools(line)
-
-
-def may_hold_bools(data: bytes) -> bool:
-    """Whether JSON text ``data`` could hold a ``true``/``false`` literal (a fast byte search)."""
-    return b"true" in data or b"false" in data
+        yield lineno, record
 
 
 def first_json_record(head: bytes) -> Any:
@@ -413,43 +404,62 @@ def bad_hash_id(values: list[Any], name: str, path: Path, place: str | None) -> 
     return fail(path, place, f"field {name!r} holds a bad block id")  # pragma: no cover
 
 
+# Lists whose elements are checked for JSON true/false together (see HashIdBuffer.add); their
+# references are kept until then, so this bounds the memory held for the check.
+_BOOL_CHECK_LISTS = 4096
+
+
 class HashIdBuffer:
     """Every request's block ids in one flat ``array('Q')``, plus how many each request had."""
 
-    __slots__ = ("lengths", "values")
+    __slots__ = ("_pending", "_pending_start", "lengths", "values")
 
     def __init__(self) -> None:
         self.values = array.array("Q")
         self.lengths: list[int] = []
+        self._pending: list[tuple[list[Any], str, Path, str | None]] = []
+        self._pending_start = 0
 
-    def add(
-        self,
-        record: dict[str, Any],
-        name: str,
-        path: Path,
-        place: str,
-        *,
-        may_hold_bools: bool = True,
-    ) -> None:
+    def add(self, record: dict[str, Any], name: str, path: Path, place: str | None) -> None:
         """Append ``record[name]``'s ids; anything but an integer in [0, 2**64) is an error.
 
-        ``may_hold_bools=False`` is the caller's word (from :func:`may_hold_bools` on the raw
-        JSON) that no ``true``/``false`` is in the record, which skips the per-element check
-        that array('Q') cannot do: it takes ``True`` as 1.
+        array('Q') rejects floats, strings, negatives and ids >= 2**64 in C, but takes a JSON
+        ``true`` as 1 and ``false`` as 0. Looking at the type of every element would cost
+        seconds on 94 M ids, so only the elements stored as 0 or 1 are looked at, in batches
+        (:meth:`_check_bools`): a handful per request.
         """
         ids = hash_list(record, name, path, place)
         try:
-            # array('Q') rejects floats, strings, negatives and ids >= 2**64 in C.
             self.values.extend(ids)
         except (TypeError, OverflowError):
             raise bad_hash_id(ids, name, path, place) from None
-        if may_hold_bools and any(type(v) is bool for v in ids):
-            del self.values[len(self.values) - len(ids) :]
-            raise bad_hash_id(ids, name, path, place)
         self.lengths.append(len(ids))
+        self._pending.append((ids, name, path, place))
+        if len(self._pending) >= _BOOL_CHECK_LISTS:
+            self._check_bools()
+
+    def _check_bools(self) -> None:
+        pending, start = self._pending, self._pending_start
+        self._pending = []
+        self._pending_start = len(self.values)
+        if len(self.values) == start:
+            return
+        # A view of the buffer: it must be gone before the array grows again (BufferError).
+        view = np.frombuffer(self.values, dtype=np.uint64)[start:]
+        small = np.flatnonzero(view <= 1)
+        del view
+        if not small.size:
+            return
+        ends = np.cumsum([len(entry[0]) for entry in pending])
+        owners = np.searchsorted(ends, small, side="right")
+        for position, k in zip(small.tolist(), owners.tolist(), strict=True):
+            ids, name, path, place = pending[k]
+            if type(ids[position - int(ends[k]) + len(ids)]) is bool:
+                raise bad_hash_id(ids, name, path, place)
 
     def flat(self) -> np.ndarray:
-        """The ids as uint64, viewing the buffer (no copy)."""
+        """The ids as uint64, viewing the buffer (no copy); checks the last added lists."""
+        self._check_bools()
         if not self.values:
             return np.zeros(0, dtype=np.uint64)
         return np.frombuffer(self.values, dtype=np.uint64)

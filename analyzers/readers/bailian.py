@@ -57,7 +57,7 @@ class BailianReader:
         line_of: list[int] = []
         hashes = HashIdBuffer()
         lines = iter_json_lines(path, progress=progress, max_line_bytes=max_line_bytes)
-        for lineno, record, bools in lines:
+        for lineno, record in lines:
             place = f"line {lineno}"
             chat_id = integer(record, "chat_id", path, place)
             parent = integer(record, "parent_chat_id", path, place)
@@ -80,7 +80,7 @@ class BailianReader:
             inputs.append(non_negative_int(record, "input_length", path, place))
             outputs.append(non_negative_int(record, "output_length", path, place))
             turns.append(integer(record, "turn", path, place))
-            hashes.add(record, "hash_ids", path, place, may_hold_bools=bools)
+            hashes.add(record, "hash_ids", path, place)
 
         roots = self._roots(path, chat_ids, parents, row_of, line_of)
         parent_rows = [row_of.get(p) if p != -1 else None for p in parents]

@@ -47,7 +47,6 @@ from fcctl.analyzers.readers._common import (
     is_sorted,
     iter_lines,
     loads,
-    may_hold_bools,
     mib,
     non_negative_int,
     open_regular,
@@ -79,7 +78,6 @@ class _Session:
         ordinal: int,
         path: Path,
         place: str | None,
-        may_hold_bools: bool = True,
     ) -> None:
         if not isinstance(record, dict):
             raise fail(path, place, f"session must be a JSON object; got {show(record)}")
@@ -115,7 +113,7 @@ class _Session:
                 times.append(t0 + t)
                 inputs.append(non_negative_int(request, "in", path, where))
                 outputs.append(non_negative_int(request, "out", path, where))
-                hashes.add(request, "hash_ids", path, where, may_hold_bools=may_hold_bools)
+                hashes.add(request, "hash_ids", path, where)
 
         add(requests, 0.0, "requests")
 
@@ -171,11 +169,11 @@ class ClaudeCodeReader:
     ) -> Trace:
         sessions: list[_Session] = []
         seen: dict[str, str] = {}
-        for where, place, record, bools in self._records(path, progress, max_line_bytes):
+        for where, place, record in self._records(path, progress, max_line_bytes):
             ordinal = len(sessions)
             if ordinal >= MAX_SESSIONS:
                 raise fail(where, place, f"more than {MAX_SESSIONS} sessions cannot be namespaced")
-            session = _Session(record, ordinal, where, place, bools)
+            session = _Session(record, ordinal, where, place)
             if session.session_id in seen:
                 raise fail(
                     where,
@@ -200,8 +198,8 @@ class ClaudeCodeReader:
 
     def _records(
         self, path: Path, progress: Progress, max_line_bytes: int
-    ) -> Iterator[tuple[Path, str | None, Any, bool]]:
-        """Yield ``(file, place, parsed session, may_hold_bools)`` one at a time.
+    ) -> Iterator[tuple[Path, str | None, Any]]:
+        """Yield ``(file, place, parsed session)`` one at a time.
 
         Never all sessions at once. ``file`` is the file to name in an error (the member of a
         directory), ``place`` the line in it (``None`` for a one-session member file).
@@ -229,14 +227,14 @@ class ClaudeCodeReader:
                         record = loads(data)
                     except JSONDecodeError as e:
                         raise fail(file, None, f"invalid JSON ({e})") from None
-                    yield file, None, record, may_hold_bools(data)
+                    yield file, None, record
             return
         for lineno, line in iter_lines(path, progress=progress, max_line_bytes=max_line_bytes):
             try:
                 record = loads(line)
             except JSONDecodeError as e:
                 raise fail(path, f"line {lineno}", f"invalid JSON ({e})") from None
-            yield path, f"line {lineno}", record, may_hold_bools(line)
+            yield path, f"line {lineno}", record
 
     @classmethod
     def _member_size(cls, file: Path, max_line_bytes: int) -> int:

@@ -49,12 +49,12 @@ class MooncakeReader:
         outputs: list[int] = []
         hashes = HashIdBuffer()
         lines = iter_json_lines(path, progress=progress, max_line_bytes=max_line_bytes)
-        for lineno, record, bools in lines:
+        for lineno, record in lines:
             place = f"line {lineno}"
             timestamps_ms.append(finite_number(record, "timestamp", path, place))
             inputs.append(non_negative_int(record, "input_length", path, place))
             outputs.append(non_negative_int(record, "output_length", path, place))
-            hashes.add(record, "hash_ids", path, place, may_hold_bools=bools)
+            hashes.add(record, "hash_ids", path, place)
         frame = build_frame(
             timestamp_s=np.asarray(timestamps_ms, dtype=np.float64) / 1000.0,
             input_tokens=np.asarray(inputs, dtype=np.int64),
