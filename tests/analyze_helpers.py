@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import polars as pl
 from fcctl.analyzers.schema import SCHEMA, Trace
@@ -72,3 +73,12 @@ def example_trace(with_sessions: bool = True) -> Trace:
         sessions=EXAMPLE_SESSIONS if with_sessions else None,
         input_tokens=EXAMPLE_INPUTS,
     )
+
+
+def one_line_exit_2(result: Any) -> str:
+    """The single ``fcctl: error:`` line of a CliRunner result that exited 2 (asserted)."""
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    err = result.stderr.strip()
+    assert err.startswith("fcctl: error: ") and "\n" not in err and "Traceback" not in err
+    return err

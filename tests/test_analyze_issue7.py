@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from fcctl.cli import app
 from fcctl.common.jsonio import to_jsonable
 from tests.analyze_helpers import TEN_BYTES_PER_TOKEN, example_trace, make_trace
+from tests.analyze_helpers import one_line_exit_2 as _one_line_exit_2
 from tests.conftest import SAMPLES
 
 runner = CliRunner()
@@ -36,14 +37,6 @@ AZURE = SAMPLES / "azure_conv_1k.csv"
 
 def _run(*args: str, **kw: Any) -> Any:
     return runner.invoke(app, ["analyze", *args], **kw)
-
-
-def _one_line_exit_2(result: Any) -> str:
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("fcctl: error:"), result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
 
 
 def _two_sessions() -> Any:

@@ -10,19 +10,12 @@ import pytest
 from typer.testing import CliRunner
 
 from fcctl.cli import app
+from tests.analyze_helpers import one_line_exit_2 as _one_line_exit_2
 from tests.conftest import SAMPLES
 
 runner = CliRunner()
 MOONCAKE = SAMPLES / "mooncake_conversation_2k.jsonl"
 AZURE = SAMPLES / "azure_conv_1k.csv"
-
-
-def _one_line_exit_2(result: object) -> str:
-    assert result.exit_code == 2, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit)
-    err = result.stderr.strip()
-    assert err.startswith("fcctl: error: ") and "\n" not in err and "Traceback" not in err
-    return err
 
 
 def test_out_under_a_regular_file_fails_before_work(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from fcctl.analyzers.memory_tier import MemoryTierPoint
 from fcctl.analyzers.verdict import (
@@ -172,20 +174,28 @@ def test_without_hashes_request_size_is_rendered_and_uses_the_threshold_flag() -
     assert "100.00 MiB (>= 64.00 MiB)" in v.reasons[1]
 
 
-def test_thresholds_are_parameters() -> None:
-    # 50 MiB sessions: tiered at the default 1 GiB, flat at a 32 MiB threshold.
-    kw = dict(
-        memory_tier=[_pt(64, 0.3), _pt(256, 0.9)],
+def _decide(**overrides: Any) -> Verdict:
+    """decide() on a 256 GiB tier at 0.9 of an ideal 0.8, 10 MiB sessions, unless overridden."""
+    kw: dict[str, Any] = dict(
+        memory_tier=[_pt(256, 0.9)],
         reuse_access_share=0.8,
-        session_kv_p90_bytes=50 * 2**20,
+        session_kv_p90_bytes=10 * 2**20,
         sessions_inferred=False,
         request_kv_p90_bytes=None,
     )
-    assert decide(**kw).layout == "tiered"
-    v = decide(**kw, flat_session_kv_bytes=32 * 2**20)
+    return decide(**(kw | overrides))
+
+
+def test_thresholds_are_parameters() -> None:
+    # 50 MiB sessions: tiered at the default 1 GiB, flat at a 32 MiB threshold.
+    kw: dict[str, Any] = dict(
+        memory_tier=[_pt(64, 0.3), _pt(256, 0.9)], session_kv_p90_bytes=50 * 2**20
+    )
+    assert _decide(**kw).layout == "tiered"
+    v = _decide(**kw, flat_session_kv_bytes=32 * 2**20)
     assert v.layout == "flat" and _check(v, CHECK_SESSION_KV_P90).threshold == 32 * 2**20
     # A 64 GiB reference capacity weighs the 64 GiB point (0.3 of the ideal): flat.
-    v = decide(**kw, reference_capacity_bytes=64 * GiB)
+    v = _decide(**kw, reference_capacity_bytes=64 * GiB)
     assert v.reference_capacity_bytes == 64 * GiB and v.layout == "flat"
     assert _check(v, CHECK_SHARE_OF_IDEAL).value == pytest.approx(0.3)
 
@@ -193,14 +203,7 @@ def test_thresholds_are_parameters() -> None:
 def test_memory_tier_that_serves_the_reuse_beside_flat_says_why_it_is_still_flat() -> None:
     # 256 GiB tier at 0.9 of the ideal, p90 session 40 GiB: flat, and the tier's sentence
     # must say why it does not make the layout tiered: 256 / 40 -> 6 sessions at once.
-    v = decide(
-        memory_tier=[_pt(256, 0.9)],
-        reuse_access_share=0.8,
-        session_kv_p90_bytes=40 * GiB,
-        sessions_inferred=False,
-        request_kv_p90_bytes=None,
-        order="sequential",
-    )
+    v = _decide(session_kv_p90_bytes=40 * GiB, order="sequential")
     assert v.layout == "flat"
     tier = next(r for r in v.reasons if "memory tier serves" in r)
     assert "best case for the memory tier" in tier
@@ -210,35 +213,16 @@ def test_memory_tier_that_serves_the_reuse_beside_flat_says_why_it_is_still_flat
 
 
 def test_filtering_little_in_the_best_case_order_says_even_then() -> None:
-    v = decide(
-        memory_tier=[_pt(256, 0.2)],
-        reuse_access_share=0.8,
-        session_kv_p90_bytes=10 * 2**20,
-        sessions_inferred=False,
-        request_kv_p90_bytes=None,
-        order="sequential",
-    )
+    v = _decide(memory_tier=[_pt(256, 0.2)], order="sequential")
     assert v.layout == "flat"
     assert "This holds even with sessions one after another" in v.reasons[0]
 
 
 def test_tiered_in_the_best_case_order_is_qualified() -> None:
-    v = decide(
-        memory_tier=[_pt(256, 0.9)],
-        reuse_access_share=0.8,
-        session_kv_p90_bytes=10 * 2**20,
-        sessions_inferred=False,
-        request_kv_p90_bytes=None,
-        order="sequential",
-    )
+    v = _decide(order="sequential")
     assert v.layout == "tiered"
     assert "if sessions rarely overlap" in v.reasons[-1] and "--rate" in v.reasons[-1]
-    v = decide(
-        memory_tier=[_pt(256, 0.9)],
-        reuse_access_share=0.8,
-        session_kv_p90_bytes=10 * 2**20,
-        sessions_inferred=False,
-        request_kv_p90_bytes=None,
+    v = _decide(
         order="scheduled",
         order_description="sessions started at 0.5 requests/s (Poisson, seed 0)",
     )
