@@ -367,3 +367,15 @@ def test_library_warnings_become_one_line() -> None:
     note = _library_warnings_note(list(caught))
     assert note is not None and "\n" not in note and "(and 8 more)" in note
     assert _library_warnings_note([]) is None
+
+
+def test_sliding_window_model_is_refused_not_counted_as_global() -> None:
+    from fcctl.layout.geometry import KvGeometry
+
+    from fcctl.common.errors import FcctlInputError
+
+    windowed = KvGeometry(
+        "gemma-like", layers=2, kv_heads=1, head_dim=4, windowed_layers=1, window_tokens=8
+    )
+    with pytest.raises(FcctlInputError, match="1 of 2 layers with a 8-token window"):
+        analyze_trace(example_trace(), geometry=windowed)
