@@ -15,6 +15,7 @@ from fcctl.analyzers.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
     JSONDecodeError,
     TraceFormatError,
+    blame_gzip,
     check_max_line_bytes,
     fail,
     loads,
@@ -149,7 +150,11 @@ def read_trace(
             "is a directory; only the claude-code format reads directories "
             f"(got --format {format})",
         )
-    if isinstance(progress, Progress):
-        return reader.read(path, progress, max_line_bytes=max_line_bytes)
-    with Progress(enabled=progress) as own:
-        return reader.read(path, own, max_line_bytes=max_line_bytes)
+    try:
+        if isinstance(progress, Progress):
+            return reader.read(path, progress, max_line_bytes=max_line_bytes)
+        with Progress(enabled=progress) as own:
+            return reader.read(path, own, max_line_bytes=max_line_bytes)
+    except TraceFormatError as e:
+        # A bad line of a gzip file may be damaged data: then the damage is the error.
+        raise (blame_gzip(path, e) if path.is_file() else e) from None

@@ -51,7 +51,13 @@ DEFAULT_MAX_LINE_BYTES = 64 * 2**20
 
 
 class TraceFormatError(FcctlInputError):
-    """A trace file is malformed, truncated, empty, or not in the expected format."""
+    """A trace file is malformed, truncated, empty, or not in the expected format.
+
+    ``line`` is the 1-based line the error is about, when it is about a line of a text trace
+    (:func:`blame_gzip` uses it); ``None`` otherwise.
+    """
+
+    line: int | None = None
 
 
 def show(value: Any) -> str:
@@ -66,7 +72,11 @@ def where(path: str | Path, place: str | None) -> str:
 
 
 def fail(path: str | Path, place: str | None, message: str) -> TraceFormatError:
-    return TraceFormatError(f"{where(path, place)}: {message}")
+    error = TraceFormatError(f"{where(path, place)}: {message}")
+    if place and place.startswith("line "):
+        number = place[5:].split(",", 1)[0]
+        error.line = int(number) if number.isdigit() else None
+    return error
 
 
 def mib(n: int) -> str:
@@ -84,12 +94,14 @@ def check_max_line_bytes(max_line_bytes: int) -> int:
 
 
 def line_too_long(path: Path, lineno: int, max_line_bytes: int) -> TraceFormatError:
-    return fail(
+    error = fail(
         path,
         f"line {lineno}",
         f"line is longer than the limit of {mib(max_line_bytes)} (max_line_bytes; "
         "--max-line-bytes to raise it); stopped reading there",
     )
+    error.line = None  # not a sign of gzip damage: blame_gzip must not decompress the rest
+    return error
 
 
 _KINDS = (
@@ -199,6 +211,36 @@ def _gunzip(raw: IO[bytes]) -> Iterator[bytes]:
         data = d.unconsumed_tail if not d.eof else d.unused_data
         if out:
             yield out
+
+
+def blame_gzip(path: Path, error: TraceFormatError) -> TraceFormatError:
+    """``error``, or, when ``path`` is a damaged gzip file, the error that says so.
+
+    Bytes flipped inside a gzip stream usually decompress into garbage that fails to parse
+    some lines before zlib notices (at the latest at the member's CRC). So when a line of a
+    gzip file is bad, the rest of the stream is checked (decompressed and dropped, in bounded
+    memory); if it is damaged, that is the error, naming the last line read before the damage.
+    """
+    if error.line is None:
+        return error
+    try:
+        with open_regular(path) as raw:
+            if raw.read(2) != GZIP_MAGIC:
+                return error
+            raw.seek(0)
+            for _ in _gunzip(raw):
+                pass
+    except GzipDamage as damage:
+        reason = str(error).split(": ", 2)[-1]
+        return fail(
+            path,
+            None,
+            f"gzip stream is broken or truncated ({damage}); the last line read before the "
+            f"damage is line {error.line - 1} (line {error.line}: {reason[:100]})",
+        )
+    except (OSError, TraceFormatError):
+        return error
+    return error
 
 
 def read_head(
