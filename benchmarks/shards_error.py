@@ -1,0 +1,95 @@
+"""SHARDS error: sampled LRU hit curve and stack-distance percentiles against the exact ones.
+
+For each trace: one exact pass (``analyzers.stack.reuse_pass``, what ``fcctl analyze`` runs),
+then :func:`fcctl.analyzers.shards.sampled_stack` at each rate, twice: pure SHARDS
+(``exact_below_blocks=0``) and with the default exact head (capacities below
+``ceil(1024 / rate)`` blocks counted exactly). Capacities: analyze's defaults (16 GiB, 64 GiB,
+256 GiB, 1 TiB) and a dense grid of 33 log-spaced capacities from 1 GiB to 4 TiB, in blocks of
+the model's KV (llama-3.1-8b, bf16, tp 1: 8 MiB per 64-token block, 64 MiB per 512-token
+block). Errors: mean and max |sampled - exact| hit share in percentage points over each grid;
+relative error of the p50/p90/p99 stack distance.
+
+    python benchmarks/shards_error.py                       # the shared traces
+    python benchmarks/shards_error.py --trace t.parquet --rates 0.1,0.01
+    python benchmarks/shards_error.py --markdown            # the table in docs/analyze.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+from fcctl.analyzers.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES
+from fcctl.analyzers.readers import read_trace
+from fcctl.analyzers.shards import block_ids, sampled_stack, shards_error
+from fcctl.analyzers.stack import flatten_accesses, reuse_pass
+from fcctl.layout.geometry import model_geometry
+
+SHARED = Path(os.environ.get("FCCTL_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+TRACES = {
+    "claude-code": SHARED / "traces/weka_kv_cache_tester/claude_code_traces.jsonl.gz",
+    "mooncake-conversation": SHARED / "traces/mooncake/conversation_trace.jsonl",
+    "mooncake-synthetic": SHARED / "traces/mooncake/synthetic_trace.jsonl",
+}
+GiB = 1 << 30
+DENSE_CAPACITIES_BYTES = tuple(int(x) for x in np.geomspace(GiB, 4096 * GiB, 33))
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", action="append", help="trace file (default: the shared traces)")
+    ap.add_argument("--rates", default="0.1,0.01,0.001")
+    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    args = ap.parse_args()
+    paths = {Path(t).name: Path(t) for t in args.trace} if args.trace else TRACES
+    rates = [float(r) for r in args.rates.split(",")]
+    geometry = model_geometry(args.model)
+    header = (
+        "| trace | accesses | rate | exact head (blocks) | default caps mean / max (pp) | "
+        "dense grid mean / max (pp) | p50 / p90 / p99 error | sampled s | exact s |"
+    )
+    print(header)
+    print("|" + "---|" * 9)
+    for name, path in paths.items():
+        trace = read_trace(path)
+        block_bytes = geometry.bytes_per_block(trace.block_size_tokens)
+        start = time.perf_counter()
+        acc = flatten_accesses(trace.requests)
+        exact = reuse_pass(acc, trace.requests["timestamp_s"].to_numpy())
+        exact_s = time.perf_counter() - start
+        del acc
+        ids = block_ids(trace.requests)
+        n = int(ids.shape[0])
+        default_caps = [c // block_bytes for c in DEFAULT_MEMORY_CAPACITIES_BYTES]
+        dense_caps = [c // block_bytes for c in DENSE_CAPACITIES_BYTES]
+        for rate in rates:
+            for head in (0, None):
+                start = time.perf_counter()
+                sampled = sampled_stack(ids, rate=rate, exact_below_blocks=head)
+                sampled_s = time.perf_counter() - start
+                e_def = shards_error(exact.stack_count, n, sampled, default_caps)
+                e_dense = shards_error(exact.stack_count, n, sampled, dense_caps)
+                p = e_def.percentile_rel_error
+                print(
+                    f"| {name} | {n:,} | {rate:g} | {sampled.exact_below_blocks:,} | "
+                    f"{e_def.mean_abs_error_pp:.3f} / {e_def.max_abs_error_pp:.3f} | "
+                    f"{e_dense.mean_abs_error_pp:.3f} / {e_dense.max_abs_error_pp:.3f} | "
+                    f"{_pct(p[50])} / {_pct(p[90])} / {_pct(p[99])} | "
+                    f"{sampled_s:.1f} | {exact_s:.1f} |",
+                    flush=True,
+                )
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"\npeak RSS {peak:.2f} GiB; model {args.model}, block bytes by trace block size")
+
+
+if __name__ == "__main__":
+    main()
