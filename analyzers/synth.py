@@ -535,6 +535,18 @@ def generate(
             f"got {sessions!r}",
             parameter="sessions",
         )
+    return _frames(profile, requests, sessions, seed, block, partition_rows, partition_accesses)
+
+
+def _frames(
+    profile: Profile,
+    requests: int,
+    sessions: int,
+    seed: int,
+    block: int,
+    partition_rows: int,
+    partition_accesses: int,
+) -> Iterator[pl.DataFrame]:
     gen = _Generator(profile, requests, sessions, block, seed)
     last_request = np.full(sessions, -1, dtype=np.int64)
     kind_names = np.array([profile.kinds[k].name for k in range(len(profile.kinds))])[gen.plan.kind]
