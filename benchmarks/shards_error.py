@@ -1,8 +1,8 @@
 """SHARDS error: sampled LRU hit curve and stack-distance percentiles against the exact ones.
 
 For each trace: one exact pass (``analyzers.stack.reuse_pass``, what ``fcctl analyze`` runs),
-then :func:`fcctl.analyzers.shards.sampled_stack` at each rate, twice: pure SHARDS
-(``exact_below_blocks=0``) and with the default exact head (capacities below
+then :func:`fcctl.analyzers.shards.sampled_stack` at each rate and fixed sample size, twice:
+pure SHARDS (``exact_below_blocks=0``) and with the default exact head (capacities below
 ``ceil(1024 / rate)`` blocks counted exactly). Capacities: analyze's defaults (16 GiB, 64 GiB,
 256 GiB, 1 TiB) and a dense grid of 33 log-spaced capacities from 1 GiB to 4 TiB, in blocks of
 the model's KV (llama-3.1-8b, bf16, tp 1: 8 MiB per 64-token block, 64 MiB per 512-token
@@ -47,18 +47,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", action="append", help="trace file (default: the shared traces)")
     ap.add_argument("--rates", default="0.1,0.01,0.001")
+    ap.add_argument("--sample-blocks", default="8192,65536", help="fixed-size SHARDS sizes")
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     args = ap.parse_args()
     paths = {Path(t).name: Path(t) for t in args.trace} if args.trace else TRACES
     rates = [float(r) for r in args.rates.split(",")]
+    sizes = [int(b) for b in args.sample_blocks.split(",") if b]
+    configs: list[tuple[str, float | int, int | None]] = [
+        (kind, value, head)
+        for kind, values in (("rate", rates), ("size", sizes))
+        for value in values
+        for head in (0, None)
+    ]
     geometry = model_geometry(args.model)
     header = (
-        "| trace | accesses | rate | exact head (blocks) | default caps mean / max (pp) | "
+        "| trace | accesses | sample | rate | exact head (blocks) | default caps mean / max (pp) | "
         "dense grid mean / max (pp) | p50 / p90 / p99 error | sampled s | exact s |"
     )
     print(header)
-    print("|" + "---|" * 9)
+    print("|" + "---|" * 10)
     for name, path in paths.items():
         trace = read_trace(path)
         block_bytes = geometry.bytes_per_block(trace.block_size_tokens)
@@ -71,22 +79,27 @@ def main() -> None:
         n = int(ids.shape[0])
         default_caps = [c // block_bytes for c in DEFAULT_MEMORY_CAPACITIES_BYTES]
         dense_caps = [c // block_bytes for c in DENSE_CAPACITIES_BYTES]
-        for rate in rates:
-            for head in (0, None):
-                start = time.perf_counter()
-                sampled = sampled_stack(ids, rate=rate, exact_below_blocks=head)
-                sampled_s = time.perf_counter() - start
-                e_def = shards_error(exact.stack_count, n, sampled, default_caps)
-                e_dense = shards_error(exact.stack_count, n, sampled, dense_caps)
-                p = e_def.percentile_rel_error
-                print(
-                    f"| {name} | {n:,} | {rate:g} | {sampled.exact_below_blocks:,} | "
-                    f"{e_def.mean_abs_error_pp:.3f} / {e_def.max_abs_error_pp:.3f} | "
-                    f"{e_dense.mean_abs_error_pp:.3f} / {e_dense.max_abs_error_pp:.3f} | "
-                    f"{_pct(p[50])} / {_pct(p[90])} / {_pct(p[99])} | "
-                    f"{sampled_s:.1f} | {exact_s:.1f} |",
-                    flush=True,
-                )
+        for kind, value, head in configs:
+            start = time.perf_counter()
+            if kind == "rate":
+                sampled = sampled_stack(ids, rate=float(value), exact_below_blocks=head)
+                label = "fixed rate"
+            else:
+                sampled = sampled_stack(ids, sample_blocks=int(value), exact_below_blocks=head)
+                label = f"fixed size {int(value):,}"
+            sampled_s = time.perf_counter() - start
+            e_def = shards_error(exact.stack_count, n, sampled, default_caps)
+            e_dense = shards_error(exact.stack_count, n, sampled, dense_caps)
+            p = e_def.percentile_rel_error
+            print(
+                f"| {name} | {n:,} | {label} | {sampled.rate:.4g} | "
+                f"{sampled.exact_below_blocks:,} | "
+                f"{e_def.mean_abs_error_pp:.3f} / {e_def.max_abs_error_pp:.3f} | "
+                f"{e_dense.mean_abs_error_pp:.3f} / {e_dense.max_abs_error_pp:.3f} | "
+                f"{_pct(p[50])} / {_pct(p[90])} / {_pct(p[99])} | "
+                f"{sampled_s:.1f} | {exact_s:.1f} |",
+                flush=True,
+            )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"\npeak RSS {peak:.2f} GiB; model {args.model}, block bytes by trace block size")
 
