@@ -184,3 +184,36 @@ def interleave(trace: Trace, schedule: SessionSchedule) -> Trace:
         pl.when(parent.is_null()).then(None).otherwise(remapped).alias("parent_request"),
     )[order].with_columns(pl.Series("request_index", np.arange(req.height), dtype=pl.Int64))
     return replace(trace, requests=out, order="time")
+
+
+def session_ordinals(requests: pl.DataFrame) -> tuple[np.ndarray, int]:
+    """Session ordinal of every request (order of first appearance) and the session count.
+
+    The numbering :func:`schedule_by_rate` uses: ``schedule.start_s[ordinal]`` is the start of
+    a request's session.
+    """
+    return _session_ordinals(requests)
+
+
+def natural_rate_per_s(timestamps_s: np.ndarray) -> float | None:
+    """Requests / (last - first timestamp); ``None`` for fewer than two distinct times."""
+    if timestamps_s.shape[0] < 2:
+        return None
+    span = float(timestamps_s.max() - timestamps_s.min())
+    return timestamps_s.shape[0] / span if span > 0 else None
+
+
+def time_scaled(timestamps_s: np.ndarray, rate_requests_per_s: float) -> np.ndarray:
+    """Absolute-time arrivals stretched or squeezed to ``rate_requests_per_s`` requests/s.
+
+    Arrival ``i`` becomes ``(t_i - t_0) * natural_rate / rate`` (the first at 0), keeping every
+    gap's proportion; a trace whose requests all arrive at once stays at 0.
+    """
+    rate = _check_rate(rate_requests_per_s, "rate")
+    t = np.asarray(timestamps_s, dtype=np.float64)
+    if t.shape[0] == 0:
+        return t.copy()
+    natural = natural_rate_per_s(t)
+    if natural is None:
+        return np.zeros_like(t)
+    return (t - t.min()) * (natural / rate)

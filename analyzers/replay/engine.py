@@ -1,0 +1,253 @@
+"""The replay loop: one Python event loop per (policy, rate); blocks move in the store.
+
+Per request ``r`` on its worker ``w``:
+
+1. **arrival**: the policy looks up ``r``'s blocks (the longest prefix stored anywhere; the
+   first missing block ends it) and starts whatever loads it needs.
+2. **ready**: once its loads are done (or cancelled) it waits for the worker, which prefills
+   one request at a time, in the policy's order.
+3. **prefill**: host->GPU copies of the blocks delivered through host memory, then the prefill
+   of the tokens not delivered (:func:`timemodel.prefill_s`). The first token is out at its
+   end: TTFT = first token - arrival. All of ``r``'s blocks then enter the worker's GPU cache
+   and the policy writes the new ones (host, SSD) at that moment.
+4. **decode**: ``output_tokens / decode_tokens_per_s`` later the request ends and releases
+   its references to its blocks. For per-session clocks the session's next turn arrives at
+   ``max(this arrival + the trace's gap, this first token + this decode)``.
+
+A request whose prefix another request is still prefilling finds those blocks missing and
+recomputes them, as engines' radix trees do (blocks are stored when a prefill completes).
+Blocks found at lookup are delivered even if evicted meanwhile: engines pin what they load.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import polars as pl
+from fcctl.analyzers.replay.hardware import Hardware
+from fcctl.analyzers.replay.timemodel import EventQueue, PsLink, prefill_s
+from fcctl.analyzers.replay.workload import Workload
+
+#: Progress callback: requests finished so far.
+ProgressFn = Callable[[int], None]
+
+
+class Policy(Protocol):
+    """One storage policy (one module under ``policies/``; registered in ``POLICIES``)."""
+
+    name: str
+
+    def on_arrival(self, r: int, now: float) -> None: ...
+    def pop_ready(self, w: int, now: float) -> int | None: ...
+    def on_prefill_start(self, r: int, now: float) -> None: ...
+    def on_prefill_done(self, r: int, now: float) -> None: ...
+    def on_decode_done(self, r: int, now: float) -> None: ...
+    def peaks(self) -> dict[str, int]: ...
+    def extra(self) -> dict[str, Any]: ...
+
+
+PolicyFactory = Callable[["Simulation"], Policy]
+
+
+class ArrivalQueue:
+    """A per-worker ready queue releasing the earliest arrival first."""
+
+    def __init__(self, workers: int) -> None:
+        self._heaps: list[list[tuple[float, int]]] = [[] for _ in range(workers)]
+
+    def push(self, w: int, arrival_s: float, r: int) -> None:
+        heapq.heappush(self._heaps[w], (arrival_s, r))
+
+    def pop(self, w: int) -> int | None:
+        h = self._heaps[w]
+        return heapq.heappop(h)[1] if h else None
+
+
+@dataclass
+class RequestLog:
+    """Per-request outcomes (lists, indexed by request)."""
+
+    n: int
+    arrival_s: list[float] = field(init=False)
+    first_token_s: list[float] = field(init=False)
+    delivered_blocks: list[int] = field(init=False)
+    gpu_blocks: list[int] = field(init=False)
+    host_blocks: list[int] = field(init=False)
+    ssd_blocks: list[int] = field(init=False)
+    copy_blocks: list[int] = field(init=False)
+    ssd_read_bytes: list[int] = field(init=False)
+    ssd_read_commands: list[int] = field(init=False)
+    prefetch_s: list[float] = field(init=False)
+    cancelled: list[bool] = field(init=False)
+
+    def __post_init__(self) -> None:
+        n = self.n
+        self.arrival_s = [math.nan] * n
+        self.first_token_s = [math.nan] * n
+        self.delivered_blocks = [0] * n
+        self.gpu_blocks = [0] * n
+        self.host_blocks = [0] * n
+        self.ssd_blocks = [0] * n
+        self.copy_blocks = [0] * n
+        self.ssd_read_bytes = [0] * n
+        self.ssd_read_commands = [0] * n
+        self.prefetch_s = [math.nan] * n
+        self.cancelled = [False] * n
+
+
+class Simulation:
+    """One run of one policy at one rate; ``store`` is a FastStore or a ReferenceStore."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        hardware: Hardware,
+        policy_factory: PolicyFactory,
+        *,
+        rate: float,
+        seed: int,
+        store_factory: Callable[..., Any],
+        progress: ProgressFn | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self.w = workload
+        self.options = options or {}
+        self.hw = hardware
+        self.rate = rate
+        self.events = EventQueue()
+        self.ssd_link = PsLink(self.events)
+        self.log = RequestLog(workload.requests)
+        self.progress = progress
+        tp = workload.geometry.tp
+        self.workers = workload.workers
+        self.tp = tp
+        bb = workload.block_bytes
+        self.block_bytes = bb
+        self.gpu_blocks = (hardware.gpu_kv_bytes * tp) // bb
+        self.host_blocks = hardware.host_memory_bytes // bb
+        self.ssd_blocks = hardware.ssd_bytes // bb
+        self.store = store_factory(
+            num_blocks=workload.num_blocks,
+            max_request_blocks=workload.max_request_blocks,
+            workers=self.workers,
+            gpu_blocks=self.gpu_blocks,
+            host_blocks=self.host_blocks,
+            ssd_blocks=self.ssd_blocks,
+            blocks_per_bucket=max(1, hardware.bucket_bytes // bb),
+            high_watermark=hardware.high_watermark,
+            low_watermark=hardware.low_watermark,
+            total_accesses=workload.block_accesses,
+        )
+        self.busy = [False] * self.workers
+        self.done = 0
+        self.base = workload.base_arrivals(rate, seed)
+        # H2D: each of the instance's tp GPUs copies its share over its own link.
+        self.copy_bytes_per_s = hardware.host_to_gpu_effective_bytes_per_s * tp
+        self.policy = policy_factory(self)
+
+    # time of a host->GPU copy and of an SSD read, alone on their link ----------------------
+    def copy_s(self, blocks: int) -> float:
+        return blocks * self.block_bytes / self.copy_bytes_per_s + (
+            blocks * self.hw.host_to_gpu_segment_s
+        )
+
+    def ssd_work_s(self, nbytes: int, commands: int) -> float:
+        return nbytes / self.hw.ssd_read_bytes_per_s + commands * self.hw.ssd_command_s
+
+    # the loop ------------------------------------------------------------------------------
+    def run(self) -> None:
+        w = self.w
+        if w.closed_loop:
+            nxt = np.full(w.requests, -1, dtype=np.int64)
+            has_prev = w.prev_request >= 0
+            nxt[w.prev_request[has_prev]] = np.flatnonzero(has_prev)
+            self.next_in_session = nxt.tolist()
+            starts = np.flatnonzero(~has_prev)
+        else:
+            self.next_in_session = None
+            starts = np.arange(w.requests)
+        base = self.base
+        for r in starts.tolist():
+            self.events.push(float(base[r]), self._arrive, r)
+        self.events.run()
+
+    def _arrive(self, now: float, r: Any) -> None:
+        self.log.arrival_s[r] = now
+        self.policy.on_arrival(r, now)
+
+    def make_ready(self, r: int, now: float) -> None:
+        """The policy says ``r``'s loads are over; start its worker if idle."""
+        self.try_start(int(self.w.worker[r]), now)
+
+    def try_start(self, w: int, now: float) -> None:
+        if self.busy[w]:
+            return
+        r = self.policy.pop_ready(w, now)
+        if r is None:
+            return
+        self.busy[w] = True
+        self.policy.on_prefill_start(r, now)
+        log = self.log
+        inp = int(self.w.input_tokens[r])
+        cached = min(log.delivered_blocks[r] * self.w.block_tokens, inp)
+        t = self.copy_s(log.copy_blocks[r]) + prefill_s(
+            inp - cached, cached, self.hw.prefill_tokens_per_s
+        )
+        self.events.push(now + t, self._prefill_done, r)
+
+    def _prefill_done(self, now: float, r: Any) -> None:
+        log = self.log
+        log.first_token_s[r] = now
+        w = int(self.w.worker[r])
+        self.store.gpu_insert(self.w.blocks_of(r), w)
+        self.policy.on_prefill_done(r, now)
+        decode_s = float(self.w.output_tokens[r]) / self.hw.decode_tokens_per_s
+        self.events.push(now + decode_s, self._decode_done, r)
+        if self.next_in_session is not None:
+            q = self.next_in_session[r]
+            if q >= 0:
+                gap = float(self.base[q] - self.base[r])
+                self.events.push(max(log.arrival_s[r] + gap, now + decode_s), self._arrive, q)
+        self.busy[w] = False
+        self.done += 1
+        if self.progress is not None and self.done % 1024 == 0:
+            self.progress(self.done)
+        self.try_start(w, now)
+
+    def _decode_done(self, now: float, r: Any) -> None:
+        self.policy.on_decode_done(r, now)
+
+    # results -------------------------------------------------------------------------------
+    def request_table(self) -> pl.DataFrame:
+        log = self.log
+        w = self.w
+        arrival = np.array(log.arrival_s)
+        first = np.array(log.first_token_s)
+        delivered = np.array(log.delivered_blocks, dtype=np.int64)
+        cached = np.minimum(delivered * w.block_tokens, w.input_tokens)
+        return pl.DataFrame(
+            {
+                "request_index": np.arange(w.requests, dtype=np.int64),
+                "session_index": w.session,
+                "turn": w.turn,
+                "worker": w.worker,
+                "arrival_s": arrival,
+                "first_token_s": first,
+                "ttft_s": first - arrival,
+                "blocks": np.diff(w.offsets),
+                "delivered_blocks": delivered,
+                "gpu_blocks": np.array(log.gpu_blocks, dtype=np.int64),
+                "host_blocks": np.array(log.host_blocks, dtype=np.int64),
+                "ssd_blocks": np.array(log.ssd_blocks, dtype=np.int64),
+                "recomputed_tokens": w.input_tokens - cached,
+                "ssd_read_bytes": np.array(log.ssd_read_bytes, dtype=np.int64),
+                "ssd_read_commands": np.array(log.ssd_read_commands, dtype=np.int64),
+                "prefetch_s": np.array(log.prefetch_s),
+                "cancelled": np.array(log.cancelled, dtype=np.bool_),
+            }
+        ).with_columns(pl.col("prefetch_s").fill_nan(None))

@@ -1,0 +1,102 @@
+"""What a flat (FC-CIO) restore of some blocks reads: commands and bytes, from the planner.
+
+A request's SSD blocks form *runs*: consecutive blocks of one turn's segment in one session
+file. A restore is layer by layer (``SessionFile.restore_plans``): at layer ``l`` each run is
+one extent, ``offset = segment + record + l * stride + first * P``, ``length = blocks * P``
+(``P`` = one rank's bytes of one block at one layer), and the layer's extents are planned
+by :func:`fcctl.layout.planner.plan_reads` (64 KiB gap, 4096 alignment).
+
+:func:`read_cost` gives the same figures as planning every layer, without building the
+extents: runs are sorted by (file, offset), which is their order at every layer, and two
+consecutive runs of one file merge at layer ``l`` exactly when the planner's gap rule
+merges their hole (asked of ``plan_reads`` itself, once per distinct hole, cached) or when
+their 4096-aligned ranges touch. ``reference.ReferenceStore`` plans every layer with
+``plan_reads``; the tests require equal results.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from fcctl.layout.alignment import PAGE_BYTES
+from fcctl.layout.planner import DEFAULT_GAP_BYTES, Extent, plan_reads
+
+ALIGN = PAGE_BYTES
+GAP_BYTES = DEFAULT_GAP_BYTES
+
+
+@functools.lru_cache(maxsize=65536)
+def planner_merges(hole_bytes: int, gap_bytes: int = GAP_BYTES) -> bool:
+    """Whether ``plan_reads`` reads across a hole of ``hole_bytes`` between two extents."""
+    probe = [Extent("probe", 0, 1), Extent("probe", 1 + hole_bytes, 1)]
+    return plan_reads(probe, gap_bytes=gap_bytes).read_commands == 1
+
+
+class SegmentTable:
+    """Growable per-segment columns: file, byte offset in the file, layer stride, blocks,
+    owner (session), on_ssd."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        cap = 1024
+        self.file = np.zeros(cap, dtype=np.int64)
+        self.offset = np.zeros(cap, dtype=np.int64)
+        self.stride = np.zeros(cap, dtype=np.int64)
+        self.blocks = np.zeros(cap, dtype=np.int64)
+        self.owner = np.zeros(cap, dtype=np.int64)
+
+    def add(self, file: int, offset: int, stride: int, blocks: int, owner: int) -> int:
+        if self.n == self.file.shape[0]:
+            for name in ("file", "offset", "stride", "blocks", "owner"):
+                old = getattr(self, name)
+                new = np.zeros(old.shape[0] * 2, dtype=old.dtype)
+                new[: old.shape[0]] = old
+                setattr(self, name, new)
+        s = self.n
+        self.file[s] = file
+        self.offset[s] = offset
+        self.stride[s] = stride
+        self.blocks[s] = blocks
+        self.owner[s] = owner
+        self.n += 1
+        return s
+
+
+def read_cost(
+    runs: np.ndarray, segs: SegmentTable, *, layers: int, record_bytes: int, piece_bytes: int
+) -> tuple[int, int]:
+    """(read commands, bytes read) of one rank restoring ``runs`` ((segment, first, blocks)
+    rows) at every layer."""
+    k = runs.shape[0]
+    if k == 0:
+        return 0, 0
+    seg = runs[:, 0]
+    file = segs.file[seg]
+    base = segs.offset[seg] + record_bytes + runs[:, 1] * piece_bytes
+    order = np.lexsort((base, file))
+    file = file[order]
+    base = base[order]
+    length = runs[order, 2] * piece_bytes
+    stride = segs.stride[seg[order]]
+    lay = np.arange(layers, dtype=np.int64)[:, None]
+    start = base[None, :] + lay * stride[None, :]  # (layers, runs)
+    end = start + length[None, :]
+    a_start = start - start % ALIGN
+    a_end = end + (-end) % ALIGN
+    total_bytes = int((a_end - a_start).sum())
+    commands = layers * k
+    if k > 1:
+        same = file[1:] == file[:-1]
+        hole = start[:, 1:] - end[:, :-1]
+        a_hole = a_start[:, 1:] - a_end[:, :-1]
+        merge = (a_hole <= 0) & same[None, :]
+        candidates = same[None, :] & ~merge & (hole > 0)
+        if candidates.any():
+            values = np.unique(hole[candidates])
+            yes = np.array([v for v in values.tolist() if planner_merges(v)], dtype=np.int64)
+            if yes.shape[0]:
+                merge |= candidates & np.isin(hole, yes)
+        commands -= int(merge.sum())
+        total_bytes += int(a_hole[merge].sum())
+    return commands, total_bytes

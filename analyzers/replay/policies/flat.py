@@ -1,0 +1,194 @@
+"""``flat`` (FlatCake): write-time placement, per-session files, two queues, direct SSD->GPU.
+
+* Writes (at prefill end): the request's blocks stored nowhere are split into a leading run
+  whose prefix-tree reference count is > 1 (shared with a request in flight) and the rest;
+  each piece is placed by :class:`fcctl.layout.placement.PlacementRule`. A memory piece is
+  one memory segment; an SSD piece is appended as one turn segment to the session's FC-CIO
+  file (``layout.session_format`` sizes: record + one 4096-aligned range per layer).
+* Reclamation: memory and SSD each have a :class:`fcctl.layout.reclaim.SessionReclaimer`
+  (whole sessions, least recently active first, never one being read).
+* Reads: memory blocks are copied to the GPU at prefill start. SSD blocks are one prefetch
+  straight into the GPU window, planned per layer by the planner (:mod:`..flatcost`),
+  scheduled by :class:`fcctl.layout.scheduler.TwoQueueScheduler` (one per worker, slots =
+  window streams); a full window makes it wait, nothing is cancelled.
+
+The *reference count* is the number of requests in flight (arrived, not done decoding,
+this one included) whose prompt holds the block: what SGLang's radix tree counts as locks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from fcctl.analyzers.replay.engine import Simulation
+from fcctl.analyzers.replay.flatcost import SegmentTable
+from fcctl.layout.placement import Medium, PlacementRule, PlacementSignals
+from fcctl.layout.reclaim import SessionReclaimer
+from fcctl.layout.scheduler import Scheduler, TwoQueueScheduler
+from fcctl.layout.session_format import DATA_START, record_bytes, segment_bytes
+
+NAME = "flat"
+
+
+class Flat:
+    name = NAME
+
+    def __init__(self, sim: Simulation, scheduler: Callable[[int], Scheduler]) -> None:
+        self.sim = sim
+        hw = sim.hw
+        g = sim.w.geometry
+        self.rule: PlacementRule = sim.options.get("placement_rule") or PlacementRule()
+        self.layers = g.layers
+        self.piece = g.bytes_per_block_per_layer(sim.w.block_tokens)  # one rank
+        self.record = record_bytes(g.layers)
+        self.sched = [scheduler(hw.window_streams) for _ in range(sim.workers)]
+        self.mem = SessionReclaimer(
+            hw.host_memory_bytes, high_watermark=hw.high_watermark, low_watermark=hw.low_watermark
+        )
+        self.ssd = SessionReclaimer(
+            hw.ssd_bytes, high_watermark=hw.high_watermark, low_watermark=hw.low_watermark
+        )
+        self.segs = SegmentTable()
+        self.owner_segs: dict[tuple[bool, int], list[tuple[int, np.ndarray]]] = {}
+        self.file_of: dict[int, int] = {}
+        self.file_end: dict[int, int] = {}
+        self.next_file = 0
+        self.prefetch: dict[int, tuple[float, int, tuple[int, ...]]] = {}
+        self.staging = 0
+        self.staging_peak = 0
+        self.placed: Counter[str] = Counter()
+
+    # reads --------------------------------------------------------------------------------
+    def on_arrival(self, r: int, now: float) -> None:
+        sim = self.sim
+        wl = sim.w
+        w = int(wl.worker[r])
+        blk = wl.blocks_of(r)
+        sim.store.add_refs(blk, 1)
+        owner = int(wl.session[r])
+        self.mem.touch(owner, now)
+        self.ssd.touch(owner, now)
+        p, n_g, n_m, n_s, runs = sim.store.lookup_flat(blk, w)
+        log = sim.log
+        log.delivered_blocks[r] = p
+        log.gpu_blocks[r] = n_g
+        log.host_blocks[r] = n_m
+        log.ssd_blocks[r] = n_s
+        log.copy_blocks[r] = n_m
+        if n_s == 0:
+            self.sched[w].submit(r, now, 0, now)
+            sim.make_ready(r, now)
+            return
+        commands, nbytes = sim.store.flat_read_cost(
+            runs, self.segs, layers=self.layers, record_bytes=self.record, piece_bytes=self.piece
+        )
+        tp = sim.tp
+        log.ssd_read_commands[r] = commands * tp
+        log.ssd_read_bytes[r] = nbytes * tp
+        owners = tuple(sorted({int(o) for o in self.segs.owner[runs[:, 0]]}))
+        window = min(2 * n_s * self.piece * tp, n_s * sim.block_bytes)
+        self.prefetch[r] = (sim.ssd_work_s(nbytes * tp, commands * tp), window, owners)
+        self.sched[w].submit(r, now, n_s * sim.block_bytes, now)
+        self._kick(w, now)
+
+    def _kick(self, w: int, now: float) -> None:
+        for r in self.sched[w].start_prefetches(now):
+            work, window, owners = self.prefetch[r]  # type: ignore[index]
+            for o in owners:
+                self.ssd.begin_read(o, now)
+            self.staging += window
+            self.staging_peak = max(self.staging_peak, self.staging)
+            self.sim.ssd_link.add(r, work, now, lambda t, r=r, w=w: self._read_done(r, w, t))
+
+    def _read_done(self, r: int, w: int, now: float) -> None:
+        _, window, owners = self.prefetch.pop(r)
+        for o in owners:
+            self.ssd.end_read(o, now)
+        self.staging -= window
+        log = self.sim.log
+        log.prefetch_s[r] = now - log.arrival_s[r]
+        self.sched[w].prefetch_done(r, now)
+        self._kick(w, now)
+        self.sim.make_ready(r, now)
+
+    def pop_ready(self, w: int, now: float) -> int | None:
+        r = self.sched[w].pop_ready(now)
+        return None if r is None else int(r)  # type: ignore[call-overload]
+
+    def on_prefill_start(self, r: int, now: float) -> None:
+        pass
+
+    # writes -------------------------------------------------------------------------------
+    def on_prefill_done(self, r: int, now: float) -> None:
+        sim = self.sim
+        wl = sim.w
+        new = sim.store.unstored_flat(wl.blocks_of(r))
+        if new.shape[0] == 0:
+            return
+        refs = sim.store.refs_of(new)
+        shared = int(np.argmax(refs <= 1)) if (refs <= 1).any() else int(new.shape[0])
+        prev = int(wl.prev_request[r])
+        for piece, ref in ((new[:shared], 2), (new[shared:], 1)):
+            if piece.shape[0] == 0:
+                continue
+            signals = PlacementSignals(
+                turn=int(wl.turn[r]),
+                context_tokens=int(wl.input_tokens[r]),
+                previous_reply_tokens=int(wl.output_tokens[prev]) if prev >= 0 else None,
+                prefix_ref_count=int(refs[:shared].min()) if ref > 1 else 1,
+                memory_free_bytes=self.mem.free_bytes,
+                bytes_to_write=piece.shape[0] * sim.block_bytes,
+            )
+            placement = self.rule.place(signals)
+            self.placed[placement.reason.value] += int(piece.shape[0])
+            self._write(int(wl.session[r]), piece, placement.medium == Medium.SSD, now)
+
+    def _write(self, owner: int, blocks: np.ndarray, on_ssd: bool, now: float) -> None:
+        sim = self.sim
+        n = int(blocks.shape[0])
+        if on_ssd:
+            file = self.file_of.get(owner)
+            if file is None:
+                file = self.file_of[owner] = self.next_file
+                self.next_file += 1
+                self.file_end[file] = DATA_START
+            layer_bytes = n * self.piece
+            seg_bytes = segment_bytes(self.layers, layer_bytes)
+            stride = (seg_bytes - self.record) // self.layers
+            seg = self.segs.add(file, self.file_end[file], stride, n, owner)
+            self.file_end[file] += seg_bytes
+            nbytes = seg_bytes * sim.tp
+            reclaimer = self.ssd
+        else:
+            seg = self.segs.add(-1, 0, 0, n, owner)
+            nbytes = n * sim.block_bytes
+            reclaimer = self.mem
+        sim.store.assign(blocks, seg, on_ssd)
+        self.owner_segs.setdefault((on_ssd, owner), []).append((seg, blocks))
+        reclaimer.add(owner, nbytes, now)
+        for dropped in reclaimer.reclaim(now):
+            o = int(dropped.session)  # type: ignore[call-overload]
+            for s, b in self.owner_segs.pop((on_ssd, o), []):
+                sim.store.clear(b, s, on_ssd)
+            if on_ssd:
+                self.file_of.pop(o, None)
+
+    def on_decode_done(self, r: int, now: float) -> None:
+        self.sim.store.add_refs(self.sim.w.blocks_of(r), -1)
+
+    def peaks(self) -> dict[str, int]:
+        return {
+            "peak_host_memory_bytes": self.mem.peak_used_bytes,
+            "peak_staging_bytes": self.staging_peak,
+            "peak_ssd_bytes": self.ssd.peak_used_bytes,
+        }
+
+    def extra(self) -> dict[str, Any]:
+        return {"placed_blocks": dict(sorted(self.placed.items()))}
+
+
+def make(sim: Simulation) -> Flat:
+    return Flat(sim, TwoQueueScheduler)

@@ -1,0 +1,59 @@
+"""``memory-only``: GPU caches plus one host-memory LRU; misses are recomputed.
+
+SGLang HiCache without L3: every block a prefill produces is written through to host memory
+(LRU, tail before head); host hits are copied to the GPU at prefill start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fcctl.analyzers.replay.engine import ArrivalQueue, Simulation
+
+NAME = "memory-only"
+
+
+class MemoryOnly:
+    name = NAME
+    tiered = False
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.ready = ArrivalQueue(sim.workers)
+
+    def on_arrival(self, r: int, now: float) -> None:
+        sim = self.sim
+        p, n_g, n_h, _ = sim.store.lookup_lru(sim.w.blocks_of(r), int(sim.w.worker[r]), False)
+        log = sim.log
+        log.delivered_blocks[r] = p
+        log.gpu_blocks[r] = n_g
+        log.host_blocks[r] = n_h
+        log.copy_blocks[r] = n_h
+        self.ready.push(int(sim.w.worker[r]), now, r)
+        sim.make_ready(r, now)
+
+    def pop_ready(self, w: int, now: float) -> int | None:
+        return self.ready.pop(w)
+
+    def on_prefill_start(self, r: int, now: float) -> None:
+        pass
+
+    def on_prefill_done(self, r: int, now: float) -> None:
+        self.sim.store.host_insert(self.sim.w.blocks_of(r), self.tiered)
+
+    def on_decode_done(self, r: int, now: float) -> None:
+        pass
+
+    def peaks(self) -> dict[str, int]:
+        return {
+            "peak_host_memory_bytes": self.sim.store.h_peak * self.sim.block_bytes,
+            "peak_staging_bytes": 0,
+            "peak_ssd_bytes": 0,
+        }
+
+    def extra(self) -> dict[str, Any]:
+        return {}
+
+
+def make(sim: Simulation) -> MemoryOnly:
+    return MemoryOnly(sim)

@@ -1,0 +1,168 @@
+"""``tiered`` (Mooncake-like): host memory in front of SSD buckets, SSD hits staged through host.
+
+* Writes: every new block enters the host LRU at prefill end; the LRU evicts (tail before
+  head) to SSD in eviction order into fixed-size buckets, recycled first-in first-out at the
+  SSD's high watermark (:mod:`fcctl.analyzers.tiered`'s model, in the store).
+* Reads: host hits are copied to the GPU at prefill start. SSD hits are a prefetch: it needs
+  host staging space (``min(its bytes, staging_bytes)``, first come first served), reads one
+  command per block and layer per rank (the eviction layout, as ``iobench`` reads it) on the
+  shared SSD link, and holds its staging space until the request's prefill starts (the copy
+  to the GPU happens then).
+* Timeout: ``prefetch_timeout_s(tokens)`` after arrival (SGLang HiCache's rule) a prefetch
+  still waiting for staging or still reading is cancelled: the blocks already read (in prefix
+  order, in proportion to the read's progress) are delivered, the rest of the prefix is
+  recomputed. Bytes read by cancelled prefetches count in ``ssd_read_bytes``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+import numpy as np
+from fcctl.analyzers.replay.engine import ArrivalQueue, Simulation
+from fcctl.analyzers.replay.store import CODE_GPU, CODE_HOST, CODE_SSD
+
+NAME = "tiered"
+
+
+class _Prefetch:
+    __slots__ = ("bytes", "codes", "n_ssd", "reserve", "started", "work_s")
+
+    def __init__(self, n_ssd: int, nbytes: int, work_s: float, reserve: int, codes: np.ndarray):
+        self.n_ssd = n_ssd
+        self.bytes = nbytes
+        self.work_s = work_s
+        self.reserve = reserve
+        self.codes = codes
+        self.started = False
+
+
+class Tiered:
+    name = NAME
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.ready = ArrivalQueue(sim.workers)
+        self.staging_free = sim.hw.staging_bytes
+        self.staging_peak = 0
+        self.waiting: deque[int] = deque()
+        self.pending: dict[int, _Prefetch] = {}
+        self.held: dict[int, int] = {}  # request -> staging bytes held until prefill start
+        self.cancelled = 0
+        self.layer_commands = sim.w.geometry.layers * sim.tp
+
+    def on_arrival(self, r: int, now: float) -> None:
+        sim = self.sim
+        w = int(sim.w.worker[r])
+        p, n_g, n_h, n_s = sim.store.lookup_lru(sim.w.blocks_of(r), w, True)
+        log = sim.log
+        log.delivered_blocks[r] = p
+        log.gpu_blocks[r] = n_g
+        log.host_blocks[r] = n_h
+        log.ssd_blocks[r] = n_s
+        log.copy_blocks[r] = n_h + n_s
+        if n_s == 0:
+            self._ready(r, now)
+            return
+        nbytes = n_s * sim.block_bytes
+        commands = n_s * self.layer_commands
+        log.ssd_read_commands[r] = commands
+        pf = _Prefetch(
+            n_s,
+            nbytes,
+            sim.ssd_work_s(nbytes, commands),
+            min(nbytes, sim.hw.staging_bytes),
+            sim.store.prefix_codes(p).copy(),
+        )
+        self.pending[r] = pf
+        self.waiting.append(r)
+        timeout = sim.hw.prefetch_timeout_s(n_s * sim.w.block_tokens)
+        sim.events.push(now + timeout, self._timeout, r)
+        self._start_waiting(now)
+
+    def _start_waiting(self, now: float) -> None:
+        while self.waiting:
+            r = self.waiting[0]
+            pf = self.pending[r]
+            if pf.reserve > self.staging_free:
+                return
+            self.waiting.popleft()
+            self.staging_free -= pf.reserve
+            used = self.sim.hw.staging_bytes - self.staging_free
+            self.staging_peak = max(self.staging_peak, used)
+            pf.started = True
+            self.sim.ssd_link.add(r, pf.work_s, now, lambda t, r=r: self._read_done(r, t))
+
+    def _read_done(self, r: int, now: float) -> None:
+        pf = self.pending.pop(r)
+        log = self.sim.log
+        log.ssd_read_bytes[r] = pf.bytes
+        log.prefetch_s[r] = now - log.arrival_s[r]
+        self.held[r] = pf.reserve
+        self._ready(r, now)
+
+    def _timeout(self, now: float, r: Any) -> None:
+        pf = self.pending.pop(r, None)
+        if pf is None:
+            return  # finished in time
+        sim = self.sim
+        log = sim.log
+        done_fraction = 0.0
+        if pf.started:
+            left = sim.ssd_link.cancel(r, now)
+            done_fraction = 1.0 - left / pf.work_s if pf.work_s > 0 else 1.0
+            self.staging_free += pf.reserve
+        else:
+            self.waiting.remove(r)
+        read_blocks = min(pf.n_ssd, math.floor(done_fraction * pf.n_ssd + 1e-9))
+        log.ssd_read_bytes[r] = round(done_fraction * pf.bytes)
+        log.prefetch_s[r] = now - log.arrival_s[r]
+        log.cancelled[r] = True
+        self.cancelled += 1
+        # The prefix now ends at the first SSD block not read.
+        ssd_pos = np.flatnonzero(pf.codes == CODE_SSD)
+        end = int(ssd_pos[read_blocks]) if read_blocks < pf.n_ssd else pf.codes.shape[0]
+        head = pf.codes[:end]
+        log.delivered_blocks[r] = end
+        log.gpu_blocks[r] = int(np.count_nonzero(head == CODE_GPU))
+        log.host_blocks[r] = int(np.count_nonzero(head == CODE_HOST))
+        log.ssd_blocks[r] = read_blocks
+        log.copy_blocks[r] = log.host_blocks[r] + read_blocks
+        self._ready(r, now)
+        self._start_waiting(now)
+
+    def _ready(self, r: int, now: float) -> None:
+        self.ready.push(int(self.sim.w.worker[r]), self.sim.log.arrival_s[r], r)
+        self.sim.make_ready(r, now)
+
+    def pop_ready(self, w: int, now: float) -> int | None:
+        return self.ready.pop(w)
+
+    def on_prefill_start(self, r: int, now: float) -> None:
+        held = self.held.pop(r, 0)
+        if held:
+            self.staging_free += held
+            self._start_waiting(now)
+
+    def on_prefill_done(self, r: int, now: float) -> None:
+        self.sim.store.host_insert(self.sim.w.blocks_of(r), True)
+
+    def on_decode_done(self, r: int, now: float) -> None:
+        pass
+
+    def peaks(self) -> dict[str, int]:
+        bb = self.sim.block_bytes
+        return {
+            "peak_host_memory_bytes": self.sim.store.h_peak * bb,
+            "peak_staging_bytes": self.staging_peak,
+            "peak_ssd_bytes": self.sim.store.ssd_peak_blocks * bb,
+        }
+
+    def extra(self) -> dict[str, Any]:
+        return {"recycled_blocks": self.sim.store.ssd_recycled_blocks}
+
+
+def make(sim: Simulation) -> Tiered:
+    return Tiered(sim)

@@ -1,0 +1,241 @@
+"""``replay_trace``: every policy at every rate, on the fast store (or the reference one)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from fcctl.analyzers.replay.engine import Simulation
+from fcctl.analyzers.replay.hardware import Hardware, hardware_document
+from fcctl.analyzers.replay.policies import DEFAULT_POLICIES, POLICIES
+from fcctl.analyzers.replay.result import (
+    SCHEMA_VERSION,
+    KvSummary,
+    PlacementSettings,
+    PolicyResult,
+    PrefetchStats,
+    RateResult,
+    ReplayResult,
+    TraceSummary,
+    TtftStats,
+)
+from fcctl.analyzers.replay.store import FastStore
+from fcctl.analyzers.replay.workload import Workload, build_workload
+from fcctl.analyzers.schema import Trace
+from fcctl.layout.geometry import KvGeometry
+from fcctl.layout.placement import PlacementRule
+
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.progress import Progress
+from fcctl.common.provenance import collect_provenance, utc_now
+
+DEFAULT_RATES: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0)
+DEFAULT_SEED = 0
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """What to replay: policies (registry names), rates (requests/s), geometry, hardware."""
+
+    geometry: KvGeometry
+    hardware: Hardware
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    rates: tuple[float, ...] = DEFAULT_RATES
+    placement: PlacementRule = field(default_factory=PlacementRule)
+    seed: int = DEFAULT_SEED
+    keep_tables: bool = False  # per-request tables for --out
+
+
+def check_policies(names: Sequence[str]) -> tuple[str, ...]:
+    """``names`` in order, each a registered policy, no repeats."""
+    out: list[str] = []
+    for n in names:
+        if n not in POLICIES:
+            raise FcctlInputError(
+                f"--policies: unknown policy (known: {', '.join(POLICIES)}); got {n!r}"
+            )
+        if n not in out:
+            out.append(n)
+    if not out:
+        raise FcctlInputError("--policies: name at least one policy")
+    return tuple(out)
+
+
+def check_rates(rates: Sequence[float]) -> tuple[float, ...]:
+    out = []
+    for r in rates:
+        if not (isinstance(r, int | float) and np.isfinite(r) and r > 0):
+            raise FcctlInputError(f"--rates: each rate must be > 0 requests/s; got {r!r}")
+        out.append(float(r))
+    if not out:
+        raise FcctlInputError("--rates: give at least one rate")
+    return tuple(sorted(set(out)))
+
+
+def _pct(values: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(values, q)) if values.shape[0] else None
+
+
+def summarize(sim: Simulation, keep_table: bool) -> PolicyResult:
+    """The :class:`PolicyResult` of a finished simulation (definitions in docs/simulator.md)."""
+    table = sim.request_table()
+    w = sim.w
+    ttft = table["ttft_s"].to_numpy()
+    if np.isnan(ttft).any():
+        raise RuntimeError(f"{sim.policy.name}: {int(np.isnan(ttft).sum())} requests never ran")
+    delivered = int(table["delivered_blocks"].sum())
+    ssd_blocks = int(table["ssd_blocks"].sum())
+    ssd_read = int(table["ssd_read_bytes"].sum())
+    ssd_delivered = ssd_blocks * sim.block_bytes
+    pf = table["prefetch_s"].drop_nulls().to_numpy()
+    accesses = w.block_accesses
+    return PolicyResult(
+        gpu_hit_share=delivered / accesses if accesses else None,
+        ideal_hit_share=w.ideal_hit_share,
+        ttft_s=TtftStats(float(ttft.mean()), _pct(ttft, 50), _pct(ttft, 99)),
+        ssd_read_bytes=ssd_read,
+        read_amplification=ssd_read / ssd_delivered if ssd_delivered else None,
+        prefetch_s=PrefetchStats(float(pf.mean()) if pf.shape[0] else None, _pct(pf, 99)),
+        cancelled_prefetches=int(table["cancelled"].sum()),
+        recomputed_tokens=int(table["recomputed_tokens"].sum()),
+        **sim.policy.peaks(),
+        requests=w.requests,
+        block_accesses=accesses,
+        delivered_blocks=delivered,
+        delivered_from={
+            "gpu": int(table["gpu_blocks"].sum()),
+            "host": int(table["host_blocks"].sum()),
+            "ssd": ssd_blocks,
+        },
+        ssd_read_commands=int(table["ssd_read_commands"].sum()),
+        ssd_delivered_bytes=ssd_delivered,
+        makespan_s=float(table["first_token_s"].max() - table["arrival_s"].min()),
+        details=sim.policy.extra(),
+        table=table if keep_table else None,
+    )
+
+
+def simulate(
+    workload: Workload,
+    config: ReplayConfig,
+    policy: str,
+    rate: float,
+    *,
+    store_factory: Callable[..., Any] = FastStore,
+    progress: Callable[[int], None] | None = None,
+) -> PolicyResult:
+    """One policy at one rate."""
+    sim = Simulation(
+        workload,
+        config.hardware,
+        POLICIES[policy],
+        rate=rate,
+        seed=config.seed,
+        store_factory=store_factory,
+        progress=progress,
+        options={"placement_rule": config.placement},
+    )
+    sim.run()
+    return summarize(sim, config.keep_tables)
+
+
+def workers_of(geometry: KvGeometry, hardware: Hardware) -> int:
+    """Serving instances on the node: one per ``tp`` GPUs."""
+    if hardware.gpus < geometry.tp:
+        raise FcctlInputError(
+            f"--gpus: {hardware.gpus} GPUs cannot hold one instance of tp {geometry.tp}"
+        )
+    return hardware.gpus // geometry.tp
+
+
+def _duration(trace: Trace) -> float | None:
+    req = trace.requests
+    if req.height < 2:
+        return None
+    if trace.order == "session" and req["session_id"].null_count() == 0:
+        import polars as pl
+
+        spans = req.group_by("session_id").agg(
+            (pl.col("timestamp_s").max() - pl.col("timestamp_s").min()).alias("span")
+        )
+        return float(spans["span"].max())
+    t = req["timestamp_s"]
+    return float(t.max() - t.min())
+
+
+def replay_trace(
+    trace: Trace,
+    config: ReplayConfig,
+    *,
+    progress: Progress | None = None,
+    store_factory: Callable[..., Any] = FastStore,
+) -> ReplayResult:
+    """Replay ``trace`` under every policy of ``config`` at every rate."""
+    started = utc_now()
+    policies = check_policies(config.policies)
+    rates = check_rates(config.rates)
+    workers = workers_of(config.geometry, config.hardware)
+    workload = build_workload(trace, config.geometry, workers)
+    notes: list[str] = []
+    if workload.sessions_inferred:
+        notes.append("sessions inferred from prefix chains (the trace has no session ids)")
+    if workload.closed_loop:
+        notes.append(
+            "per-session clocks: sessions start as a seeded Poisson process at the rate; each "
+            "turn waits for the previous turn's first token plus its decode"
+        )
+    else:
+        natural = workload.natural_rate_per_s()
+        notes.append(
+            f"absolute times scaled to each rate (the trace's own rate: {natural:.4g} requests/s)"
+            if natural
+            else "all requests arrive at once"
+        )
+    results = []
+    total = len(rates) * len(policies) * workload.requests
+    prog = progress or Progress(enabled=False)
+    with prog.task("replaying", total=total, unit="requests") as task:
+        done_before = 0
+        for rate in rates:
+            per_policy = {}
+            for name in policies:
+                base = done_before
+                per_policy[name] = simulate(
+                    workload, config, name, rate, store_factory=store_factory,
+                    progress=lambda n, base=base: task.update(base + n),
+                )  # fmt: skip
+                done_before += workload.requests
+                task.update(done_before)
+            results.append(RateResult(rate, per_policy))
+    g = config.geometry
+    return ReplayResult(
+        schema_version=SCHEMA_VERSION,
+        trace=TraceSummary(
+            path=trace.path,
+            format=trace.format,
+            requests=workload.requests,
+            sessions=workload.sessions,
+            sessions_inferred=workload.sessions_inferred,
+            block_size_tokens=workload.block_tokens,
+            block_accesses=workload.block_accesses,
+            distinct_blocks=workload.num_blocks,
+            duration_s=_duration(trace),
+        ),
+        kv=KvSummary(g.name, g.bytes_per_token, workload.block_bytes, g.tp, g.dtype_bytes),
+        hardware=hardware_document(config.hardware),
+        workers=workers,
+        placement=PlacementSettings(
+            config.placement.short_reply_tokens, config.placement.agent_context_tokens
+        ),
+        load={
+            "closed_loop": workload.closed_loop,
+            "seed": config.seed,
+            "natural_rate_per_s": workload.natural_rate_per_s(),
+        },
+        ideal_hit_share=workload.ideal_hit_share,
+        rates=tuple(results),
+        notes=tuple(notes),
+        provenance=collect_provenance(started),
+    )

@@ -1,0 +1,374 @@
+"""Where every KV block is: per-worker GPU LRU caches, a host-memory tier, an SSD tier.
+
+Two implementations of one interface: :class:`FastStore` (arrays indexed by dense block id,
+numba kernels, O(1) per block and no Python per block) and
+:class:`analyzers.replay.reference.ReferenceStore` (dicts and ``OrderedDict`` LRUs, one Python
+step per block). The replay tests run both on random traces and require identical results.
+
+Rules both follow:
+
+* LRU lists keep the most recently used block first. A request touches or inserts its blocks
+  **from its tail to its head**, so the head ends most recent and an LRU tier evicts a
+  request's tail blocks before its head: prefixes survive (the issue's rule).
+* A block sits in at most one worker's GPU cache; a worker that inserts a block another
+  worker holds takes it over (only traces whose sessions share hashes across workers meet it).
+* Tiered SSD: a block evicted from the host LRU is appended to the current bucket (a write
+  sequence number); buckets hold ``blocks_per_bucket`` consecutive writes and are recycled
+  first-in first-out when the SSD holds more than the high watermark, down to the low one
+  (:mod:`fcctl.analyzers.tiered`'s model; a recycle drops whatever sessions' blocks the
+  bucket holds). A block on SSD is not admitted to the host again (no re-admission).
+* Flat: each block has one home, memory or an SSD session-file segment, set once at write time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from fcctl.analyzers.replay.flatcost import SegmentTable, read_cost
+from numba import njit
+
+CODE_GPU = 0
+CODE_HOST = 1
+CODE_SSD = 2
+
+# smeta slots of the tiered SSD bucket ring
+_NEXT, _OLDEST, _USED, _PEAK, _PER, _HIGH, _LOW, _RING, _WRITTEN, _RECYCLED = range(10)
+
+
+@njit(cache=True)
+def _unlink(b, prev, nxt, lst, w):  # pragma: no cover - numba
+    p = prev[b]
+    n = nxt[b]
+    if p >= 0:
+        nxt[p] = n
+    else:
+        lst[w, 0] = n
+    if n >= 0:
+        prev[n] = p
+    else:
+        lst[w, 1] = p
+    lst[w, 2] -= 1
+
+
+@njit(cache=True)
+def _push_front(b, prev, nxt, lst, w):  # pragma: no cover - numba
+    h = lst[w, 0]
+    prev[b] = -1
+    nxt[b] = h
+    if h >= 0:
+        prev[h] = b
+    else:
+        lst[w, 1] = b
+    lst[w, 0] = b
+    lst[w, 2] += 1
+
+
+@njit(cache=True)
+def _ssd_append(b, s_seq, ring, smeta):  # pragma: no cover - numba
+    seq = smeta[_NEXT]
+    s_seq[b] = seq
+    ring[seq % smeta[_RING]] = b
+    smeta[_NEXT] = seq + 1
+    smeta[_USED] += 1
+    smeta[_WRITTEN] += 1
+    if smeta[_USED] > smeta[_PEAK]:
+        smeta[_PEAK] = smeta[_USED]
+    if smeta[_USED] > smeta[_HIGH]:
+        per = smeta[_PER]
+        while smeta[_USED] > smeta[_LOW] and smeta[_OLDEST] < smeta[_NEXT]:
+            start = smeta[_OLDEST]
+            end = min((start // per + 1) * per, smeta[_NEXT])
+            for q in range(start, end):
+                bb = ring[q % smeta[_RING]]
+                if s_seq[bb] == q:
+                    s_seq[bb] = -1
+                    smeta[_USED] -= 1
+                    smeta[_RECYCLED] += 1
+            smeta[_OLDEST] = end
+
+
+@njit(cache=True)
+def _lookup_lru(  # pragma: no cover - numba
+    blk, w, g_own, g_prev, g_next, g_lst, h_in, h_prev, h_next, h_lst, use_ssd, s_seq, codes
+):
+    n = blk.shape[0]
+    n_g = 0
+    n_h = 0
+    n_s = 0
+    p = 0
+    for i in range(n):
+        b = blk[i]
+        if g_own[b] == w:
+            codes[i] = CODE_GPU
+            n_g += 1
+        elif h_in[b]:
+            codes[i] = CODE_HOST
+            n_h += 1
+        elif use_ssd and s_seq[b] >= 0:
+            codes[i] = CODE_SSD
+            n_s += 1
+        else:
+            break
+        p += 1
+    for i in range(p - 1, -1, -1):
+        b = blk[i]
+        if codes[i] == CODE_GPU:
+            _unlink(b, g_prev, g_next, g_lst, w)
+            _push_front(b, g_prev, g_next, g_lst, w)
+        elif codes[i] == CODE_HOST:
+            _unlink(b, h_prev, h_next, h_lst, 0)
+            _push_front(b, h_prev, h_next, h_lst, 0)
+    return p, n_g, n_h, n_s
+
+
+@njit(cache=True)
+def _gpu_insert(blk, w, g_own, g_prev, g_next, g_lst, cap):  # pragma: no cover - numba
+    if cap <= 0:
+        return
+    for i in range(blk.shape[0] - 1, -1, -1):
+        b = blk[i]
+        o = g_own[b]
+        if o >= 0:
+            _unlink(b, g_prev, g_next, g_lst, o)
+        _push_front(b, g_prev, g_next, g_lst, w)
+        g_own[b] = w
+        while g_lst[w, 2] > cap:
+            t = g_lst[w, 1]
+            _unlink(t, g_prev, g_next, g_lst, w)
+            g_own[t] = -1
+
+
+@njit(cache=True)
+def _host_insert(  # pragma: no cover - numba
+    blk, h_in, h_prev, h_next, h_lst, cap, tiered, s_seq, ring, smeta
+):
+    for i in range(blk.shape[0] - 1, -1, -1):
+        b = blk[i]
+        if h_in[b]:
+            _unlink(b, h_prev, h_next, h_lst, 0)
+            _push_front(b, h_prev, h_next, h_lst, 0)
+            continue
+        if tiered and s_seq[b] >= 0:
+            continue
+        _push_front(b, h_prev, h_next, h_lst, 0)
+        h_in[b] = 1
+        while h_lst[0, 2] > cap:
+            t = h_lst[0, 1]
+            _unlink(t, h_prev, h_next, h_lst, 0)
+            h_in[t] = 0
+            if tiered and s_seq[t] < 0:
+                _ssd_append(t, s_seq, ring, smeta)
+
+
+@njit(cache=True)
+def _lookup_flat(  # pragma: no cover - numba
+    blk, w, g_own, g_prev, g_next, g_lst, m_seg, s_seg, s_idx, codes, run_seg, run_first, run_len
+):
+    n = blk.shape[0]
+    n_g = 0
+    n_m = 0
+    n_s = 0
+    p = 0
+    runs = 0
+    last_ssd = -2  # prefix position of the previous SSD block
+    for i in range(n):
+        b = blk[i]
+        if g_own[b] == w:
+            codes[i] = CODE_GPU
+            n_g += 1
+        elif m_seg[b] >= 0:
+            codes[i] = CODE_HOST
+            n_m += 1
+        elif s_seg[b] >= 0:
+            codes[i] = CODE_SSD
+            n_s += 1
+            sg = s_seg[b]
+            ix = s_idx[b]
+            if (
+                runs > 0
+                and last_ssd == i - 1
+                and run_seg[runs - 1] == sg
+                and run_first[runs - 1] + run_len[runs - 1] == ix
+            ):
+                run_len[runs - 1] += 1
+            else:
+                run_seg[runs] = sg
+                run_first[runs] = ix
+                run_len[runs] = 1
+                runs += 1
+            last_ssd = i
+        else:
+            break
+        p += 1
+    for i in range(p - 1, -1, -1):
+        if codes[i] == CODE_GPU:
+            b = blk[i]
+            _unlink(b, g_prev, g_next, g_lst, w)
+            _push_front(b, g_prev, g_next, g_lst, w)
+    return p, n_g, n_m, n_s, runs
+
+
+@njit(cache=True)
+def _unstored_flat(blk, m_seg, s_seg, mark, out):  # pragma: no cover - numba
+    k = 0
+    for i in range(blk.shape[0]):
+        b = blk[i]
+        if m_seg[b] < 0 and s_seg[b] < 0 and not mark[b]:
+            mark[b] = 1
+            out[k] = b
+            k += 1
+    for i in range(k):
+        mark[out[i]] = 0
+    return k
+
+
+@njit(cache=True)
+def _assign(blocks, seg, arr, idx):  # pragma: no cover - numba
+    for i in range(blocks.shape[0]):
+        arr[blocks[i]] = seg
+        idx[blocks[i]] = i
+
+
+@njit(cache=True)
+def _clear(blocks, seg, arr):  # pragma: no cover - numba
+    for i in range(blocks.shape[0]):
+        if arr[blocks[i]] == seg:
+            arr[blocks[i]] = -1
+
+
+@njit(cache=True)
+def _add_refs(blk, refs, delta):  # pragma: no cover - numba
+    for i in range(blk.shape[0]):
+        refs[blk[i]] += delta
+
+
+class FastStore:
+    """The arrays and kernels (module docstring). Capacities are in blocks."""
+
+    def __init__(
+        self,
+        *,
+        num_blocks: int,
+        max_request_blocks: int,
+        workers: int,
+        gpu_blocks: int,
+        host_blocks: int,
+        ssd_blocks: int = 0,
+        blocks_per_bucket: int = 1,
+        high_watermark: float = 0.9,
+        low_watermark: float = 0.8,
+        total_accesses: int = 0,
+    ) -> None:
+        n = max(num_blocks, 1)
+        self.gpu_blocks = gpu_blocks
+        self.host_blocks = host_blocks
+        self.g_own = np.full(n, -1, dtype=np.int32)
+        self.g_prev = np.full(n, -1, dtype=np.int32)
+        self.g_next = np.full(n, -1, dtype=np.int32)
+        self.g_lst = np.zeros((workers, 3), dtype=np.int64)
+        self.g_lst[:, :2] = -1
+        self.h_in = np.zeros(n, dtype=np.uint8)
+        self.h_prev = np.full(n, -1, dtype=np.int32)
+        self.h_next = np.full(n, -1, dtype=np.int32)
+        self.h_lst = np.array([[-1, -1, 0]], dtype=np.int64)
+        self.h_peak = 0
+        self.s_seq = np.full(n, -1, dtype=np.int64)
+        high = int(high_watermark * ssd_blocks)
+        ring = max(1, min(high + 2, total_accesses + 1))
+        self.ring = np.zeros(ring, dtype=np.int32)
+        self.smeta = np.zeros(10, dtype=np.int64)
+        self.smeta[_PER] = max(1, blocks_per_bucket)
+        self.smeta[_HIGH] = high
+        self.smeta[_LOW] = int(low_watermark * ssd_blocks)
+        self.smeta[_RING] = ring
+        self.m_seg = np.full(n, -1, dtype=np.int32)
+        self.s_seg = np.full(n, -1, dtype=np.int32)
+        self.s_idx = np.zeros(n, dtype=np.int32)
+        self.mark = np.zeros(n, dtype=np.uint8)
+        self.refs = np.zeros(n, dtype=np.int32)
+        m = max(max_request_blocks, 1)
+        self.codes = np.zeros(m, dtype=np.int8)
+        self.run_seg = np.zeros(m, dtype=np.int32)
+        self.run_first = np.zeros(m, dtype=np.int32)
+        self.run_len = np.zeros(m, dtype=np.int32)
+        self.out = np.zeros(m, dtype=np.int32)
+
+    # LRU tiers (memory-only, tiered) -------------------------------------------------------
+    def lookup_lru(self, blk: np.ndarray, worker: int, use_ssd: bool) -> tuple[int, int, int, int]:
+        """(prefix blocks stored, of them in this GPU, in host, on SSD); touches the hits."""
+        return _lookup_lru(
+            blk, worker, self.g_own, self.g_prev, self.g_next, self.g_lst, self.h_in,
+            self.h_prev, self.h_next, self.h_lst, use_ssd, self.s_seq, self.codes,
+        )  # fmt: skip
+
+    def prefix_codes(self, p: int) -> np.ndarray:
+        """Where each of the last lookup's first ``p`` blocks was (CODE_GPU/HOST/SSD)."""
+        return self.codes[:p]
+
+    def gpu_insert(self, blk: np.ndarray, worker: int) -> None:
+        _gpu_insert(blk, worker, self.g_own, self.g_prev, self.g_next, self.g_lst, self.gpu_blocks)
+
+    def host_insert(self, blk: np.ndarray, tiered: bool) -> None:
+        _host_insert(
+            blk, self.h_in, self.h_prev, self.h_next, self.h_lst, self.host_blocks, tiered,
+            self.s_seq, self.ring, self.smeta,
+        )  # fmt: skip
+        self.h_peak = max(self.h_peak, int(self.h_lst[0, 2]))
+
+    @property
+    def host_used_blocks(self) -> int:
+        return int(self.h_lst[0, 2])
+
+    @property
+    def ssd_used_blocks(self) -> int:
+        return int(self.smeta[_USED])
+
+    @property
+    def ssd_peak_blocks(self) -> int:
+        return int(self.smeta[_PEAK])
+
+    @property
+    def ssd_recycled_blocks(self) -> int:
+        return int(self.smeta[_RECYCLED])
+
+    # flat ----------------------------------------------------------------------------------
+    def lookup_flat(self, blk: np.ndarray, worker: int) -> tuple[int, int, int, int, np.ndarray]:
+        """(prefix stored, in GPU, in memory, on SSD, SSD runs as rows (segment, first, len))."""
+        p, n_g, n_m, n_s, runs = _lookup_flat(
+            blk, worker, self.g_own, self.g_prev, self.g_next, self.g_lst, self.m_seg,
+            self.s_seg, self.s_idx, self.codes, self.run_seg, self.run_first, self.run_len,
+        )  # fmt: skip
+        rows = np.stack(
+            [self.run_seg[:runs], self.run_first[:runs], self.run_len[:runs]], axis=1
+        ).astype(np.int64)
+        return p, n_g, n_m, n_s, rows
+
+    def unstored_flat(self, blk: np.ndarray) -> np.ndarray:
+        """The request's blocks stored nowhere, in order, each once (a copy)."""
+        k = _unstored_flat(blk, self.m_seg, self.s_seg, self.mark, self.out)
+        return self.out[:k].copy()
+
+    def assign(self, blocks: np.ndarray, segment: int, on_ssd: bool) -> None:
+        _assign(blocks, segment, self.s_seg if on_ssd else self.m_seg, self.s_idx)
+
+    def clear(self, blocks: np.ndarray, segment: int, on_ssd: bool) -> None:
+        _clear(blocks, segment, self.s_seg if on_ssd else self.m_seg)
+
+    def flat_read_cost(
+        self,
+        runs: np.ndarray,
+        segs: SegmentTable,
+        *,
+        layers: int,
+        record_bytes: int,
+        piece_bytes: int,
+    ) -> tuple[int, int]:
+        """(commands, bytes read) of one rank restoring ``runs``: :func:`flatcost.read_cost`."""
+        return read_cost(
+            runs, segs, layers=layers, record_bytes=record_bytes, piece_bytes=piece_bytes
+        )
+
+    def add_refs(self, blk: np.ndarray, delta: int) -> None:
+        _add_refs(blk, self.refs, delta)
+
+    def refs_of(self, blocks: np.ndarray) -> np.ndarray:
+        return self.refs[blocks]

@@ -1,0 +1,128 @@
+"""Time model: prefill, decode, and processor-sharing links.
+
+**Prefill** of ``n`` new tokens after ``c`` tokens delivered from cache (milliseconds):
+
+    t_ms = 16.5 + 1.518e-2 * n + 4.21e-7 * (n**2 + 2*n*c)
+
+The constant and the coefficients are Dynamo mocker's fitted prefill polynomial
+(``lib/mocker/src/perf_model.rs``: ``4.21e-7 n^2 + 1.518e-2 n + 16.5``, model and GPU not
+stated; about 48 K tokens/s at 8 K tokens). The quadratic term is attention: ``n`` new tokens
+attend to ``c + n`` earlier ones, ``n*c + n**2/2`` pairs, so the fit's ``n**2`` (``n**2/2``
+pairs with no cache) becomes ``n**2 + 2*n*c`` (derived here). The fit does not depend on the
+model, which is a limitation: ``--prefill-tokens-per-s R`` replaces it by ``n / R`` seconds.
+
+**Decode**: ``output_tokens / decode_tokens_per_s``; it delays the session's next turn (which
+cannot start before the previous turn's output exists) and holds the blocks' references, but
+does not occupy the worker (batched decode is not modelled).
+
+**Links** share their bandwidth among active transfers (processor sharing, as Dynamo's mocker
+models its tiers, ``bandwidth_sharing_model.rs``): a transfer's work is its time alone on the
+link (bytes at the bandwidth plus per-command costs); with N transfers active each advances
+at 1/N.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Hashable
+
+PREFILL_BASE_MS = 16.5
+PREFILL_LINEAR_MS = 1.518e-2
+PREFILL_QUADRATIC_MS = 4.21e-7
+
+
+def prefill_s(new_tokens: int, cached_tokens: int, tokens_per_s: float | None = None) -> float:
+    """Seconds to prefill ``new_tokens`` with ``cached_tokens`` already in GPU memory."""
+    if tokens_per_s is not None:
+        return new_tokens / tokens_per_s
+    n = float(new_tokens)
+    return (
+        PREFILL_BASE_MS
+        + PREFILL_LINEAR_MS * n
+        + PREFILL_QUADRATIC_MS * (n * n + 2.0 * n * float(cached_tokens))
+    ) / 1000.0
+
+
+class EventQueue:
+    """A heap of ``(time_s, seq, callback, arg)``; ties run in the order they were pushed."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[float, object], None], object]] = []
+        self._seq = 0
+        self.now = 0.0
+
+    def push(self, time_s: float, callback: Callable[[float, object], None], arg: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (time_s, self._seq, callback, arg))
+
+    def run(self) -> None:
+        heap = self._heap
+        while heap:
+            t, _, cb, arg = heapq.heappop(heap)
+            self.now = t
+            cb(t, arg)
+
+
+# A transfer that has this little work left (seconds at the full rate) is done: float rounding.
+_EPS_S = 1e-12
+
+
+class PsLink:
+    """A processor-sharing link: ``add`` a transfer of ``work_s`` seconds (alone on the link)."""
+
+    def __init__(self, events: EventQueue) -> None:
+        self._events = events
+        self._active: dict[Hashable, float] = {}
+        self._done: dict[Hashable, Callable[[float], None]] = {}
+        self._last = 0.0
+        self._version = 0
+        self.busy_s = 0.0
+
+    @property
+    def active(self) -> int:
+        return len(self._active)
+
+    def _advance(self, now: float) -> None:
+        n = len(self._active)
+        if n and now > self._last:
+            step = (now - self._last) / n
+            for k in self._active:
+                self._active[k] -= step
+            self.busy_s += now - self._last
+        self._last = now
+
+    def _reschedule(self, now: float) -> None:
+        self._version += 1
+        if self._active:
+            least = min(self._active.values())
+            self._events.push(
+                now + max(least, 0.0) * len(self._active), self._on_event, self._version
+            )
+
+    def add(self, key: Hashable, work_s: float, now: float, done: Callable[[float], None]) -> None:
+        """Start a transfer; ``done(t)`` runs when it completes."""
+        self._advance(now)
+        self._active[key] = work_s
+        self._done[key] = done
+        self._reschedule(now)
+
+    def cancel(self, key: Hashable, now: float) -> float:
+        """Stop a transfer; the work it had left (seconds alone on the link)."""
+        self._advance(now)
+        left = self._active.pop(key)
+        del self._done[key]
+        self._reschedule(now)
+        return max(left, 0.0)
+
+    def _on_event(self, now: float, version: object) -> None:
+        if version != self._version:
+            return
+        self._advance(now)
+        finished = [k for k, v in self._active.items() if v <= _EPS_S]
+        callbacks = []
+        for k in finished:
+            del self._active[k]
+            callbacks.append(self._done.pop(k))
+        self._reschedule(now)
+        for cb in callbacks:
+            cb(now)

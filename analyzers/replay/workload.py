@@ -1,0 +1,194 @@
+"""A trace as the simulator reads it: per-request arrays, dense block ids, sessions, workers.
+
+* Blocks: ``hash_ids`` flattened to dense ids (:func:`fcctl.analyzers.stack.flatten_accesses`).
+  Every block, the partial last one too, is one ``block_bytes`` unit.
+* Sessions: the trace's ids (first appearance order); a trace without ids gets the inferred
+  sessions of ``fcctl analyze`` (:func:`fcctl.analyzers.sessions.infer_sessions`). A request's
+  turn is its position in its session (0-based) and its previous reply is the output of the
+  session's previous request (the inferred parent for inferred sessions).
+* Workers: sticky by session (session ordinal modulo the worker count) when the trace has
+  session ids; by first block otherwise (a mix of the first block's hash modulo the worker
+  count), so requests sharing a prefix meet its blocks on the same GPU.
+* Load: ``closed_loop`` (per-session clocks, Claude Code): sessions start on
+  :func:`fcctl.analyzers.schedule.schedule_by_rate`; each turn keeps its gap to the previous
+  turn's arrival and cannot arrive before the previous turn's first token plus its decode
+  (the simulator applies that). Otherwise arrivals are the trace's times scaled to the rate
+  (:func:`fcctl.analyzers.schedule.time_scaled`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+from fcctl.analyzers.schedule import (
+    natural_rate_per_s,
+    schedule_by_rate,
+    session_ordinals,
+    time_scaled,
+)
+from fcctl.analyzers.schema import Trace
+from fcctl.analyzers.sessions import infer_sessions
+from fcctl.analyzers.stack import flatten_accesses
+from fcctl.layout.geometry import KvGeometry
+
+from fcctl.common.errors import FcctlInputError
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """Per-request arrays in analysis order (``request_index``); tokens, seconds, blocks."""
+
+    trace: Trace
+    geometry: KvGeometry
+    block_tokens: int
+    block_bytes: int  # node bytes of one block, all layers and tp ranks
+    block: np.ndarray  # int32 dense block id per access
+    offsets: np.ndarray  # int64, requests + 1
+    num_blocks: int
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    session: np.ndarray  # int64 session ordinal
+    sessions: int
+    sessions_inferred: bool
+    turn: np.ndarray  # int64, 0-based position in the session
+    prev_request: np.ndarray  # int64, -1 for a session's first request
+    worker: np.ndarray  # int64
+    timestamps_s: np.ndarray  # the trace's own (per-session clocks for closed_loop)
+    closed_loop: bool
+    workers: int
+
+    @property
+    def requests(self) -> int:
+        return int(self.input_tokens.shape[0])
+
+    @property
+    def block_accesses(self) -> int:
+        return int(self.block.shape[0])
+
+    @property
+    def ideal_hit_share(self) -> float | None:
+        """``fcctl analyze``'s reuse access share: re-accesses / all block accesses."""
+        if self.block_accesses == 0:
+            return None
+        return (self.block_accesses - self.num_blocks) / self.block_accesses
+
+    @property
+    def max_request_blocks(self) -> int:
+        return int(np.diff(self.offsets).max()) if self.requests else 0
+
+    def blocks_of(self, r: int) -> np.ndarray:
+        return self.block[self.offsets[r] : self.offsets[r + 1]]
+
+    def natural_rate_per_s(self) -> float | None:
+        return None if self.closed_loop else natural_rate_per_s(self.timestamps_s)
+
+    def base_arrivals(self, rate: float, seed: int) -> np.ndarray:
+        """Arrival per request for open loop; for closed loop, each session's first arrival at
+        its scheduled start and every later turn at start + its own offset (the simulator
+        then pushes turns back behind their predecessor's output)."""
+        if not self.closed_loop:
+            return time_scaled(self.timestamps_s, rate)
+        schedule = schedule_by_rate(self.trace.requests, rate, seed=seed)
+        first = np.full(self.sessions, np.inf)
+        np.minimum.at(first, self.session, self.timestamps_s)
+        return schedule.start_s[self.session] + (self.timestamps_s - first[self.session])
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a fixed, well-spread hash of the raw block ids."""
+    z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def build_workload(trace: Trace, geometry: KvGeometry, workers: int) -> Workload:
+    """The :class:`Workload` of ``trace`` for ``workers`` GPUs (rules in the module docstring)."""
+    if not trace.has_hashes:
+        raise FcctlInputError(
+            f"{trace.path}: replay needs per-request block hashes (hash_ids); this trace "
+            f"({trace.format}) has sizes only"
+        )
+    if workers < 1:
+        raise FcctlInputError(f"--gpus: must be >= 1; got {workers!r}")
+    req = trace.requests
+    n = req.height
+    if n == 0:
+        raise FcctlInputError(f"{trace.path}: the trace has no requests")
+    block_tokens = int(trace.block_size_tokens or req["block_size_tokens"][0])
+    acc = flatten_accesses(req)
+    input_tokens = req["input_tokens"].to_numpy().astype(np.int64)
+    output_tokens = req["output_tokens"].to_numpy().astype(np.int64)
+    timestamps = req["timestamp_s"].to_numpy().astype(np.float64)
+    has_ids = req["session_id"].null_count() < n
+    if has_ids and req["session_id"].null_count() == 0:
+        session, n_sessions = session_ordinals(req)
+        session = session.astype(np.int64)
+        inferred = False
+        # Previous request of the same session, in analysis order.
+        order = np.lexsort((np.arange(n), session))
+        prev = np.full(n, -1, dtype=np.int64)
+        same = session[order[1:]] == session[order[:-1]]
+        prev[order[1:][same]] = order[:-1][same]
+        worker = session % workers
+    else:
+        if has_ids:
+            raise FcctlInputError(
+                f"{trace.path}: field 'session_id': replay needs an id on every request or on "
+                f"none; {req['session_id'].null_count()} of {n} have none"
+            )
+        sess32, prev, n_sessions = infer_sessions(acc, input_tokens, block_tokens)
+        session = sess32.astype(np.int64)
+        prev = prev.astype(np.int64)
+        inferred = True
+        lens = np.diff(acc.request_offsets)
+        first_raw = np.zeros(n, dtype=np.uint64)
+        hashes = req["hash_ids"].list.first().fill_null(0).to_numpy().astype(np.uint64)
+        first_raw[:] = hashes
+        worker = np.where(
+            lens > 0,
+            (_mix(first_raw) % np.uint64(workers)).astype(np.int64),
+            np.arange(n, dtype=np.int64) % workers,
+        )
+    turn = np.zeros(n, dtype=np.int64)
+    for_order = np.flatnonzero(prev >= 0)
+    # Turn = depth in the chain of previous requests; parents come first in analysis order.
+    for r in for_order:
+        turn[r] = turn[prev[r]] + 1
+    return Workload(
+        trace=trace,
+        geometry=geometry,
+        block_tokens=block_tokens,
+        block_bytes=geometry.bytes_per_block(block_tokens),
+        block=acc.block,
+        offsets=acc.request_offsets,
+        num_blocks=acc.num_blocks,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        session=session,
+        sessions=int(n_sessions),
+        sessions_inferred=inferred,
+        turn=turn,
+        prev_request=prev,
+        worker=worker.astype(np.int64),
+        timestamps_s=timestamps,
+        closed_loop=trace.order == "session" and not inferred,
+        workers=workers,
+    )
+
+
+def requests_frame(w: Workload) -> pl.DataFrame:
+    """Per-request identity columns for the per-request Parquet tables."""
+    return pl.DataFrame(
+        {
+            "request_index": np.arange(w.requests, dtype=np.int64),
+            "session_index": w.session,
+            "turn": w.turn,
+            "worker": w.worker,
+            "input_tokens": w.input_tokens,
+            "output_tokens": w.output_tokens,
+            "blocks": np.diff(w.offsets),
+        }
+    )
