@@ -11,6 +11,10 @@ measured in the same run, alternating, ``--repeat`` times (medians). Prints:
 Usage::
 
     python benchmarks/iobench_bench.py --repeat 3 [--dir DIR] [--threads N] [--json FILE]
+        [--layout flat] [--no-verify-checksums]
+
+Flat layer checksums are verified inside the timed region unless ``--no-verify-checksums``
+(run it both ways to see what verification costs on this disk).
 """
 
 from __future__ import annotations
@@ -43,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-command", default=None, help="split flat commands, e.g. 4MiB")
     ap.add_argument("--concurrency", default="1,4,16")
     ap.add_argument("--json", type=Path, default=None, help="also write the JSON document here")
+    ap.add_argument("--layout", default="both", help="flat, eviction or both")
+    ap.add_argument(
+        "--no-verify-checksums",
+        dest="verify_checksums",
+        action="store_false",
+        help="restore flat files without checking their layer checksums",
+    )
     args = ap.parse_args(argv)
 
     concurrency = tuple(parse_int_list(args.concurrency, what="--concurrency"))
@@ -58,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         engine="posix",
         max_command_bytes=parse_size(args.max_command) if args.max_command else None,
         size_limit_bytes=64 * 2**30,
+        layout=args.layout,
+        verify_checksums=args.verify_checksums,
     )
     t0 = time.perf_counter()
     result = run_iobench(config, progress=True)
@@ -75,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         f"workload: {result.workload.sessions} sessions, "
         f"{result.workload.bytes / 2**30:.2f} GiB per layout, repeat {args.repeat}, "
         f"{elapsed:.0f} s in all"
+    )
+    checks = result.checksums
+    print(
+        "flat layer checksums in the timed region: "
+        + ("on" if checks.verified else f"off ({checks.off_reason or 'flat not run'})")
     )
     if comp.flat_over_fio_seq is not None and flat_hi is not None and fio.seq_read_bytes_per_s:
         ratio = comp.flat_over_fio_seq.ratio or 0.0

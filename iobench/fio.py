@@ -16,9 +16,11 @@ ioengine: ``io_uring`` (on this machine's virtio disk it held 2.7-3.1 GB/s at QD
 swung 1.2-3.3 GB/s); ``libaio`` when fio cannot run io_uring here. fio runs with ``--readonly``
 and ``--allow_file_create=0`` so it can never write or create a file.
 
-fio runs in a process group of its own (:func:`run_fio`): on Ctrl-C, SIGTERM or a timeout the
-whole group (fio and its job processes) gets SIGTERM, then SIGKILL after
-:data:`TERMINATE_GRACE_S`, and is reaped before the exception goes on, so no fio outlives us.
+fio runs in a session and process group of its own (:func:`run_fio`), so the terminal's
+Ctrl-C reaches only us: on Ctrl-C, SIGTERM or a timeout, fio and its job processes (which
+``setsid`` themselves, so they are found as fio's children) get SIGTERM, then SIGKILL after
+:data:`TERMINATE_GRACE_S`, and fio is reaped before the exception goes on, so no fio outlives
+us (:func:`terminate_group`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from fcctl.iobench.safety import held_signals
 
 MiB = 2**20
 SEQ_REQUEST_BYTES = (1 * MiB, 4 * MiB, 8 * MiB)
@@ -91,39 +95,67 @@ def fio_version(fio_bin: str) -> str:
     return stdout.strip()
 
 
-def _group_alive(pgid: int) -> bool:
+def _live_children(pid: int) -> list[int]:
+    """Live (not zombie) processes whose parent is ``pid``, from /proc."""
+    kids = []
     try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
+        entries = os.listdir("/proc")
+    except OSError:
+        return kids
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1 and fields[0] != b"Z" and int(fields[1]) == pid:
+            kids.append(int(entry))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return True
+    return stat[stat.rfind(b")") + 2 :].split()[:1] != [b"Z"]
 
 
 def terminate_group(proc: subprocess.Popen[str], grace_s: float = TERMINATE_GRACE_S) -> None:
-    """SIGTERM fio's process group, SIGKILL it after ``grace_s``, and reap fio.
+    """Stop fio and every job process it forked, SIGKILL what is left after ``grace_s``, reap.
 
-    fio's job processes are in the same group (fio forks them), so none is left; the group is
-    fio's own (``start_new_session``), so nothing of ours is signalled.
+    fio's job processes call ``setsid`` (each is a session and group of its own), so a signal
+    to fio's group does not reach them: they are found as fio's children in /proc and signalled
+    by pid. SIGTERM first (fio then stops its jobs and writes its report), SIGKILL for whatever
+    still runs after the grace period, so no job can outlive fio (an orphaned job would keep
+    reading for its whole ``runtime``).
     """
-    pgid = proc.pid
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
+    jobs = set(_live_children(proc.pid))
+    for pid in (proc.pid, *jobs):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None and not _group_alive(pgid):
+        if proc.poll() is None:
+            jobs |= set(_live_children(proc.pid))  # a job forked just now
+        if proc.poll() is not None and not any(_alive(j) for j in jobs):
             break
         time.sleep(0.02)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
+    if proc.poll() is None:
+        jobs |= set(_live_children(proc.pid))
+    for pid in (proc.pid, *jobs):
+        if pid == proc.pid and proc.poll() is not None:
+            continue  # reaped already: the pid may be another process's now
+        if pid != proc.pid and not _alive(pid):
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
         proc.communicate(timeout=grace_s)  # reap fio and close its pipes
-    # Job processes are fio's children: once fio is reaped they are re-parented and reaped by
-    # init; wait briefly until the group is empty so a caller can check it.
-    deadline = time.monotonic() + grace_s
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.02)
 
 
 def run_fio(cmd: Sequence[str], *, timeout_s: float) -> tuple[int, str, str]:
@@ -145,7 +177,9 @@ def run_fio(cmd: Sequence[str], *, timeout_s: float) -> tuple[int, str, str]:
         terminate_group(proc)
         raise FioError(f"fio did not finish within {timeout_s:.0f} s") from None
     except BaseException:
-        terminate_group(proc)
+        # A second Ctrl-C must not cut the termination short and leave fio running.
+        with held_signals():
+            terminate_group(proc)
         raise
     return proc.returncode, stdout, stderr
 

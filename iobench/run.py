@@ -50,7 +50,7 @@ from fcctl.iobench.result import (
     compare,
     summarize,
 )
-from fcctl.iobench.safety import prepare_workspace
+from fcctl.iobench.safety import first_interrupt_raises, prepare_workspace
 from fcctl.iobench.sizing import (
     IOLOG_BYTES_PER_COMMAND,
     check_fits_machine,
@@ -65,7 +65,6 @@ from fcctl.layout.geometry import model_geometry
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
 from fcctl.common.provenance import collect_provenance, utc_now
-from fcctl.common.signals import interrupts_raise
 
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
 
@@ -318,8 +317,9 @@ def run_iobench(
         margin=config.free_margin_bytes,
     )
     engines: dict[str, ReadEngine] = {}
-    try:
-        with interrupts_raise():
+    # The first Ctrl-C or SIGTERM raises; later ones wait for the cleanup (iobench.safety).
+    with first_interrupt_raises():
+        try:
             engine_name, engine_reason = choose_engine(config.engine, str(workspace.root))
             _log(progress, f"engine {engine_name}: {engine_reason}")
             # Before writing anything: --buffers gpu without a GPU is refused at once.
@@ -337,10 +337,13 @@ def run_iobench(
                 measured, setup = _measure(
                     workload, config, restores, written, engines, gpu, workspace.root, bar, hooks
                 )
-    finally:
-        for engine in engines.values():
-            engine.close()
-        workspace.cleanup(progress=progress)
+        finally:
+            # Held from the first statement: a Ctrl-C while the engines close must not skip
+            # the removal of the files.
+            with workspace.hold_signals():
+                for engine in engines.values():
+                    engine.close()
+                workspace.cleanup()
     workspace.raise_held()  # a Ctrl-C during the cleanup still ends the run as interrupted
     return _result(
         config,

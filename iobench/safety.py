@@ -32,7 +32,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +67,73 @@ def check_free_space(path: Path, bytes_needed: int, margin: int | None = None) -
             f"free space minus the margin ({rule}) is {max(room, 0)} bytes; "
             f"lower --size-limit or the workload; got {usage.free} bytes free"
         )
+
+
+@contextlib.contextmanager
+def held_signals(record: Callable[[int], None] | None = None) -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP do not interrupt the block (cleanup that must finish: removing
+    files, terminating fio); each one is passed to ``record`` and answered with "cleaning up,
+    please wait" on stderr. Old handlers come back after. Main thread only (elsewhere the block
+    runs unchanged, as signals are delivered to the main thread anyway)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def hold(signum: int, frame: object) -> None:
+        if record is not None:
+            record(signum)
+        # Said even without progress: the user pressed a key and deserves an answer.
+        print("iobench: cleaning up, please wait", file=sys.stderr, flush=True)
+
+    previous = {sig: signal.signal(sig, hold) for sig in _CLEANUP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+# Whether a first_interrupt_raises block is active (the outermost one handles the signals).
+_interrupt_scope = threading.local()
+
+
+@contextlib.contextmanager
+def first_interrupt_raises(*, ignore_after: bool = False) -> Iterator[None]:
+    """Within the block the first SIGINT, SIGTERM or SIGHUP raises (``KeyboardInterrupt``, or
+    :class:`~fcctl.common.signals.Interrupted` with its 128 + N exit status); every later one
+    is only answered with "cleaning up, please wait".
+
+    So once a run is being interrupted, a second Ctrl-C can never land in the unwinding (closing
+    the engines, terminating fio, removing the files, printing the error) and cut it short.
+    Nested blocks share the outermost one's handlers. ``ignore_after``: after an interrupt,
+    leave the signals ignored instead of restoring the old handlers (for a CLI about to exit,
+    so a Ctrl-C during its last steps prints no traceback). Main thread only.
+    """
+    if threading.current_thread() is not threading.main_thread() or getattr(
+        _interrupt_scope, "active", False
+    ):
+        yield
+        return
+    raised = False
+
+    def handle(signum: int, frame: object) -> None:
+        nonlocal raised
+        if raised:
+            print("iobench: cleaning up, please wait", file=sys.stderr, flush=True)
+            return
+        raised = True
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handle) for sig in _CLEANUP_SIGNALS}
+    _interrupt_scope.active = True
+    try:
+        yield
+    finally:
+        _interrupt_scope.active = False
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_IGN if raised and ignore_after else handler)
 
 
 # ----------------------------------------------------------------------------- ownership
@@ -163,7 +230,7 @@ class Workspace:
     # Signal numbers that arrived during cleanup (held, not lost: the caller re-raises).
     held_signals: list[int] = field(default_factory=list)
 
-    def cleanup(self, *, progress: bool = False) -> None:
+    def cleanup(self) -> None:
         """Remove the run directory; SIGINT, SIGTERM and SIGHUP wait until it is gone."""
         if self.cleaned:
             return
@@ -173,7 +240,7 @@ class Workspace:
                 (self.root / KEPT_NAME).write_text("kept with --keep\n")
                 (self.root / LOCK_NAME).unlink()
             return
-        with self._signals_held(progress):
+        with self.hold_signals():
             shutil.rmtree(self.root, ignore_errors=True)
             if self.created_parent is not None:
                 with contextlib.suppress(OSError):
@@ -181,22 +248,11 @@ class Workspace:
         self.cleaned = True
 
     @contextlib.contextmanager
-    def _signals_held(self, progress: bool) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
+    def hold_signals(self) -> Iterator[None]:
+        """Within the block SIGINT, SIGTERM and SIGHUP are recorded, not raised (see
+        :func:`held_signals`); the first one is re-raised by :meth:`raise_held`."""
+        with held_signals(self.held_signals.append):
             yield
-            return
-
-        def hold(signum: int, frame: object) -> None:
-            self.held_signals.append(signum)
-            # Said even without progress: the user pressed a key and deserves an answer.
-            print("iobench: cleaning up, please wait", file=sys.stderr, flush=True)
-
-        previous = {sig: signal.signal(sig, hold) for sig in _CLEANUP_SIGNALS}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
     def raise_held(self) -> None:
         """After a clean finish: a signal that arrived during cleanup still ends the run."""
