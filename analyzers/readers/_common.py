@@ -344,6 +344,8 @@ def iter_lines(
                     parts[0] = b"".join([*pending, parts[0]])
                     pending = []
                     pending_bytes = 0
+                    if len(parts[0]) > max_line_bytes:  # ends in this chunk, began before
+                        raise line_too_long(path, lineno + 1, max_line_bytes)
                 if len(chunk) > max_line_bytes and max(map(len, parts)) > max_line_bytes:
                     long = next(i for i, p in enumerate(parts) if len(p) > max_line_bytes)
                     raise line_too_long(path, lineno + long + 1, max_line_bytes)
