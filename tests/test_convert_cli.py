@@ -104,9 +104,102 @@ def test_convert_missing_output_directory(tmp_path: Path) -> None:
 
 def test_convert_failure_keeps_existing_output(tmp_path: Path) -> None:
     out = tmp_path / "keep.parquet"
-    out.write_bytes(b"previous")
+    assert runner.invoke(app, ["convert", str(AZURE), "-o", str(out)]).exit_code == 0
+    previous = out.read_bytes()
     bad = write(tmp_path / "bad.jsonl", b'{"timestamp": \n')
-    result = runner.invoke(app, ["convert", str(bad), "-o", str(out)])
+    result = runner.invoke(app, ["convert", str(bad), "-o", str(out), "--force"])
     assert result.exit_code == 2
-    assert out.read_bytes() == b"previous"
+    assert out.read_bytes() == previous
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "keep.parquet"]
+
+
+AZURE = SAMPLES / "azure_conv_1k.csv"
+
+
+def test_convert_refuses_an_existing_file_without_force(tmp_path: Path) -> None:
+    out = tmp_path / "a.parquet"
+    assert runner.invoke(app, ["convert", str(AZURE), "-o", str(out)]).exit_code == 0
+    before = out.read_bytes()
+    result = runner.invoke(
+        app, ["convert", str(SAMPLES / "bailian_synthetic.jsonl"), "-o", str(out)]
+    )
+    assert result.exit_code == 2 and "exists (pass --force to replace it)" in result.output
+    assert out.read_bytes() == before
+    # --force replaces an earlier convert output, by a rename: no temporary file is left.
+    src = SAMPLES / "bailian_synthetic.jsonl"
+    result = runner.invoke(app, ["convert", str(src), "-o", str(out), "--force"])
+    assert result.exit_code == 0, result.output
+    assert read_trace(out).source.format == "bailian"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.parquet"]
+
+
+def test_convert_force_replaces_only_an_earlier_convert_output(tmp_path: Path) -> None:
+    other = write(tmp_path / "notes.txt", b"my notes")
+    result = runner.invoke(app, ["convert", str(AZURE), "-o", str(other), "--force"])
+    assert result.exit_code == 2 and "only an earlier fcctl convert output" in result.output
+    assert other.read_bytes() == b"my notes"
+    # Nor the input itself, even when it is a canonical Parquet file.
+    pq = tmp_path / "a.parquet"
+    assert runner.invoke(app, ["convert", str(AZURE), "-o", str(pq)]).exit_code == 0
+    result = runner.invoke(app, ["convert", str(pq), "-o", str(pq), "--force"])
+    assert result.exit_code == 2 and "is the input trace" in result.output
+
+
+def test_convert_max_line_bytes_flag(tmp_path: Path) -> None:
+    src = SAMPLES / "mooncake_conversation_2k.jsonl"
+    out = tmp_path / "m.parquet"
+    result = runner.invoke(app, ["convert", str(src), "-o", str(out), "--max-line-bytes", "100"])
+    assert result.exit_code == 2 and "line 1" in result.output and "100 bytes" in result.output
+    result = runner.invoke(app, ["convert", str(src), "-o", str(out), "--max-line-bytes", "lots"])
+    assert result.exit_code == 2 and "--max-line-bytes" in result.output
+    result = runner.invoke(app, ["convert", str(src), "-o", str(out), "--max-line-bytes", "1MiB"])
+    assert result.exit_code == 0, result.output
+
+
+def test_control_characters_in_file_names_are_quoted(tmp_path: Path) -> None:
+    src = write(tmp_path / "bad\nname\x1b[31m.jsonl", b'{"timestamp": 1,\n')
+    result = runner.invoke(app, ["convert", str(src), "-o", str(tmp_path / "o.parquet")])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "\x1b" not in result.output, result.output
+    assert repr(str(src)) in lines[0], lines[0]
+    good = tmp_path / "good.csv"
+    good.write_bytes(AZURE.read_bytes())
+    out = tmp_path / "out\tput.parquet"
+    result = runner.invoke(app, ["convert", str(good), "-o", str(out)])
+    assert result.exit_code == 0 and repr(str(out)) in result.output, result.output
+
+
+@pytest.fixture
+def tiny_fs(tmp_path: Path):
+    """A 1 MiB tmpfs mounted for the test (needs root); skipped where mounting fails."""
+    import subprocess
+
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_convert_onto_a_full_disk_is_run_failed(tiny_fs: Path, tmp_path: Path) -> None:
+    import random
+
+    rng = random.Random(7)
+    rows = (
+        json.dumps({**GOOD, "hash_ids": [rng.getrandbits(63) for _ in range(200)]})
+        for _ in range(2000)
+    )
+    src = write(tmp_path / "big.jsonl", ("\n".join(rows) + "\n").encode())  # ~3 MB of Parquet
+    result = runner.invoke(app, ["convert", str(src), "-o", str(tiny_fs / "t.parquet")])
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "No space left on device" in lines[0], result.output
+    assert "Traceback" not in result.output
+    assert list(tiny_fs.iterdir()) == []  # neither the output nor its temporary file
