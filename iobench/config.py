@@ -17,6 +17,9 @@ GiB = 2**30
 LAYOUT_NAMES = ("flat", "eviction")
 BUFFER_CHOICES = ("auto", "host", "gpu")
 FIO_RUNTIME_RANGE_S = (0.001, 3600.0)
+# Restore destinations are reused: a run restores its sessions in waves into a pool of at
+# least (highest concurrency) buffers, more while they fit this budget (iobench.restore).
+RESTORE_BUFFER_BUDGET_BYTES = 1 * GiB
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ class IobenchConfig:
     verify_checksums: bool = True
     # Free space left untouched on the target filesystem; None: max(1 GiB, 5% of it).
     free_margin_bytes: int | None = None
+    # The restore buffer pool's budget (a library knob: tests and embedders bound memory).
+    restore_buffer_budget_bytes: int = RESTORE_BUFFER_BUDGET_BYTES
 
     def __post_init__(self) -> None:
         if self.layout not in (*LAYOUT_NAMES, "both"):

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from fcctl.iobench.config import RESTORE_BUFFER_BUDGET_BYTES
 from fcctl.iobench.eviction import EvictionLayout
 from fcctl.iobench.flat import FlatLayout
 from fcctl.iobench.pattern import mismatched_pieces, piece_keys
@@ -162,10 +163,8 @@ def eviction_restores(
     return out
 
 
-# Restore destinations are reused: a run restores its sessions in waves of at most
-# ``slots`` sessions, each wave into the same buffers, so memory is bounded by the pool
-# (max(highest concurrency x largest session, this budget)), not by the workload.
-RESTORE_BUFFER_BUDGET_BYTES = 1 * 2**30
+# Memory is bounded by the pool (max(highest concurrency x largest session, the budget)),
+# not by the workload.
 
 
 @dataclass(frozen=True)

@@ -451,6 +451,7 @@ def _measure(
             [r for rs in restores.values() for r in rs],
             concurrency=min(max(config.concurrency), len(workload.sessions)),
             gpu=gpu,
+            budget_bytes=config.restore_buffer_budget_bytes,
         )
     all_files = [f for name in config.layouts for f in written[name].files]
     _phase(hooks, "fio", root)

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 
 from fcctl.iobench.config import IobenchConfig
-from fcctl.iobench.restore import RESTORE_BUFFER_BUDGET_BYTES, pool_slots
+from fcctl.iobench.restore import pool_slots
 from fcctl.iobench.workload import Workload
 from fcctl.layout.alignment import PAGE_BYTES
 from fcctl.layout.geometry import KvGeometry
@@ -84,7 +84,7 @@ def estimate(
     # One pool slot holds the largest session, each (turn, layer) range padded to the page.
     slot = largest_session_bytes + layers * largest_session_turns * PAGE_BYTES
     concurrency = min(max(config.concurrency), max(sessions, 1))
-    memory += pool_slots(slot, sessions, concurrency, RESTORE_BUFFER_BUDGET_BYTES) * slot
+    memory += pool_slots(slot, sessions, concurrency, config.restore_buffer_budget_bytes) * slot
     return WorkloadSize(kv_bytes, disk, memory)
 
 

@@ -94,3 +94,28 @@ def test_real_fio_seq_and_replay(tmp_path, fio_bin):
     assert job.read_bytes_per_s > 0
     # fio never writes: the data is unchanged after --readonly runs.
     assert all((tmp_path / n).stat().st_size == 4 * MiB for n in ("a.bin", "b.bin"))
+
+
+def test_fio_round_names_each_phase_as_it_starts(tmp_path, fio_bin):
+    """The progress bar's line during fio: what fio is doing now, in order."""
+    from fcctl.iobench.fio_reference import fio_round, fio_setup
+    from fcctl.iobench.flat import write_flat_layout
+    from fcctl.iobench.restore import flat_restores
+
+    from tests.iobench_helpers import tiny_workload
+
+    wl = tiny_workload(sessions=2, blocks=8, turns=2)
+    layout = write_flat_layout(wl, tmp_path / "flat")
+    files = [str(p) for p in layout.session_files]
+    setup = fio_setup(True, files)
+    phases: list[str] = []
+    fio_round(
+        setup,
+        files,
+        {"flat": flat_restores(wl, layout)},
+        tmp_path,
+        runtime_s=0.05,
+        streams=2,
+        on_phase=phases.append,
+    )
+    assert phases == ["sequential reference reads", "replaying the flat layout's reads"]

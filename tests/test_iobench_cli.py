@@ -650,3 +650,56 @@ def test_layout_registry_matches_the_layout_names():
 
     assert tuple(LAYOUTS) == LAYOUT_NAMES
     assert all(layout.name == name for name, layout in LAYOUTS.items())
+
+
+def test_the_kvikio_install_hint_appears_only_when_kvikio_was_asked_for(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("kvikio") is not None:
+        pytest.skip("kvikio is installed here: there is no install hint to show")
+    plain = runner.invoke(app, [*_small_args(tmp_path), "--no-fio", "--dir", str(tmp_path / "a")])
+    assert plain.exit_code == 0, plain.stderr
+    assert "kvikio is not installed" in plain.stderr and "pip install" not in plain.stderr
+    asked = runner.invoke(
+        app,
+        [*_small_args(tmp_path), "--no-fio", "--engine", "kvikio", "--dir", str(tmp_path / "b")],
+    )
+    assert asked.exit_code == 2 and "pip install" in asked.stderr
+
+
+def test_restore_memory_stays_bounded_by_the_pool_not_the_workload(tmp_path):
+    """Peak RSS of a real run in a child process grows by the pool, not by the workload.
+
+    16 MiB per layout restored through a 2 MiB pool budget: before the pool, every session of
+    both layouts had its own buffer (32 MiB more at the peak).
+    """
+    cfg = tiny_model_config(tmp_path / "tiny.json", layers=32)
+    child = f"""
+import resource
+from fcctl.iobench.config import IobenchConfig
+from fcctl.iobench.run import run_iobench
+import os
+# Resident now (KiB), not the peak so far: the imports' peak must not hide the run's growth.
+before = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+result = run_iobench(IobenchConfig(
+    directory={str(tmp_path / "bench")!r}, model_config={str(cfg)!r}, sessions=16,
+    tokens=128, turns=2, concurrency=(1, 2), fio=False, bucket_bytes=2**20,
+    restore_buffer_budget_bytes=2 * 2**20))
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+assert result.mismatched_blocks == 0 and result.workload.bytes == 16 * 2**20
+print(before, after, result.provenance.extra["settings"].restore_buffer_pool_bytes)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", child],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    before_kib, after_kib, pool = map(int, done.stdout.split())
+    assert pool == 2 * 2**20  # two 1 MiB sessions: the budget, at least the concurrency
+    grown = (after_kib - before_kib) * 1024
+    # Writers, plans and threads take about 13 MiB here; two layouts of buffers would add 32.
+    assert grown < 24 * 2**20, f"peak RSS grew by {grown} bytes for a 16 MiB workload"
