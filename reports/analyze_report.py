@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import polars as pl
+from fcctl.reports import format as fmt
 
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
@@ -33,36 +34,6 @@ if TYPE_CHECKING:
 
 #: The file every analyze ``--out`` directory holds (what ``--force`` looks for).
 OUT_MARKER = "analysis.json"
-
-
-def _num(v: float | None) -> str:
-    """Whole numbers with thousands separators; fractions (interpolated percentiles) to 1 place."""
-    if v is None:
-        return "n/a"
-    if abs(v) >= 100 or float(v).is_integer():
-        return f"{round(v):,}"
-    return f"{v:,.1f}"
-
-
-def _share(v: float | None) -> str:
-    return "n/a" if v is None else f"{100.0 * v:.2f}%"
-
-
-def _bytes(v: float | None) -> str:
-    """Binary units with 3 significant digits (e.g. 71.8 MiB, 118 MiB): at most 8 characters,
-    so a five-value row of sizes fits an 80-column table."""
-    if v is None:
-        return "n/a"
-    x = float(v)
-    if abs(x) < 1024:
-        return f"{x:.0f} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
-        x /= 1024.0
-        if abs(x) < 1023.5 or unit == "PiB":
-            break
-    if abs(x) >= 99.95:
-        return f"{x:.0f} {unit}"
-    return f"{x:.1f} {unit}" if abs(x) >= 9.995 else f"{x:.2f} {unit}"
 
 
 def _header(result: AnalysisResult) -> Table:
@@ -82,11 +53,11 @@ def _header(result: AnalysisResult) -> Table:
         ("requests", f"{t.requests:,}"),
         ("sessions", sessions),
         ("block size", f"{t.block_size_tokens} tokens" if t.block_size_tokens else "n/a"),
-        ("block accesses", _num(t.block_accesses)),
-        ("distinct blocks", _num(t.distinct_blocks)),
+        ("block accesses", fmt.number(t.block_accesses)),
+        ("distinct blocks", fmt.number(t.distinct_blocks)),
         (
             "longest session" if t.order == "session" else "duration",
-            "n/a" if t.duration_s is None else f"{t.duration_s:,.1f} s",
+            fmt.span_s(t.duration_s),
         ),
         ("model", kv.description),
         ("KV size", _kv_size(result)),
@@ -107,7 +78,7 @@ def _kv_size(result: AnalysisResult) -> str:
     text = f"{kv.bytes_per_token:,} B/token node total over tp {kv.tp} {ranks}"
     if kv.tp > 1:
         text += f" ({kv.bytes_per_token_per_rank:,} per rank)"
-    return text + (f", {_bytes(kv.block_bytes)} per block" if kv.block_bytes else "")
+    return text + (f", {fmt.size(kv.block_bytes)} per block" if kv.block_bytes else "")
 
 
 def _reuse_tables(r: ReuseMetrics) -> list[Table]:
@@ -116,16 +87,16 @@ def _reuse_tables(r: ReuseMetrics) -> list[Table]:
     shares = Table(title="Block reuse")
     shares.add_column("metric")
     shares.add_column("value", justify="right")
-    shares.add_row("once-only block share", _share(r.once_only_block_share))
-    shares.add_row("reuse access share (ideal hit share)", _share(r.reuse_access_share))
+    shares.add_row("once-only block share", fmt.share(r.once_only_block_share))
+    shares.add_row("reuse access share (ideal hit share)", fmt.share(r.reuse_access_share))
     dist = _percentile_table(
         "Reuse distance of re-accesses",
         "unit",
         [
-            ("requests", r.distance_requests, _num),
-            ("seconds", r.distance_seconds, _num),
-            ("LRU stack (blocks)", r.distance_stack_blocks, _num),
-            ("LRU stack (bytes)", r.distance_stack_bytes, _bytes),
+            ("requests", r.distance_requests, fmt.number),
+            ("seconds", r.distance_seconds, fmt.number),
+            ("LRU stack (blocks)", r.distance_stack_blocks, fmt.number),
+            ("LRU stack (bytes)", r.distance_stack_bytes, fmt.size),
         ],
     )
     return [shares, dist]
@@ -150,10 +121,9 @@ def _sessions_table(s: SessionMetrics) -> Table:
         ("KV, largest context", s.max_context_bytes),
     ):
         cells = (summary.p50, summary.p90, summary.p99, summary.max, summary.mean)
-        t.add_row(label, *(_bytes(v) for v in cells))
-    t.add_row("turns", _num(s.turns.p50), _num(s.turns.p90), _num(s.turns.p99), "", "")
-    m = s.max_input_tokens
-    t.add_row("largest input, tokens", _num(m.p50), _num(m.p90), _num(m.p99), "", "")
+        t.add_row(label, *(fmt.size(v) for v in cells))
+    for label, p in (("turns", s.turns), ("largest input, tokens", s.max_input_tokens)):
+        t.add_row(label, fmt.number(p.p50), fmt.number(p.p90), fmt.number(p.p99), "", "")
     return t
 
 
@@ -165,11 +135,11 @@ def _memory_tier_table(result: AnalysisResult) -> Table:
         tier.add_column(c, justify="right")
     for p in result.memory_tier:
         tier.add_row(
-            _bytes(p.capacity_bytes),
-            _num(p.capacity_blocks),
-            _share(p.lru_hit_share),
-            _share(p.share_of_ideal),
-            _share(p.ssd_reuse_share),
+            fmt.size(p.capacity_bytes),
+            fmt.number(p.capacity_blocks),
+            fmt.share(p.lru_hit_share),
+            fmt.share(p.share_of_ideal),
+            fmt.share(p.ssd_reuse_share),
         )
     return tier
 
@@ -180,9 +150,9 @@ def _request_sizes_table(result: AnalysisResult) -> Table:
         "Request sizes",
         "metric",
         [
-            ("input tokens", rs.input_tokens, _num),
-            ("output tokens", rs.output_tokens, _num),
-            ("KV per request", rs.kv_bytes, _bytes),
+            ("input tokens", rs.input_tokens, fmt.number),
+            ("output tokens", rs.output_tokens, fmt.number),
+            ("KV per request", rs.kv_bytes, fmt.size),
         ],
     )
 
@@ -198,8 +168,8 @@ def _percentile_table(title: str, first: str, rows: list[_Row]) -> Table:
     table.add_column(first)
     for q in ("p50", "p90", "p99"):
         table.add_column(q, justify="right")
-    for name, p, fmt in rows:
-        table.add_row(name, fmt(p.p50), fmt(p.p90), fmt(p.p99))
+    for name, p, render in rows:
+        table.add_row(name, render(p.p50), render(p.p90), render(p.p99))
     return table
 
 
@@ -235,7 +205,7 @@ def render_summary(result: AnalysisResult, console: Console) -> None:
     console.print(_request_sizes_table(result))
     rate = result.request_sizes.arrival_rate_per_s
     if rate is not None:
-        console.print(f"arrival rate: {rate:,.3f} requests/s")
+        console.print(f"arrival rate: {fmt.per_s(rate)}")
     # The summary already led with the no-hashes note.
     notes = [n.text for n in result.note_details if n.code is not NoteCode.NO_HASHES]
     console.print(_hanging("note:", notes), highlight=False)
