@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from fcctl.iobench.workload import Workload, synthetic_workload
@@ -48,3 +49,12 @@ def tiny_model_config(path: Path, layers: int = 4) -> Path:
         )
     )
     return path
+
+
+def wait_for_restores(bench: Path, timeout_s: float = 60) -> None:
+    """Wait until a run under ``bench`` reaches its restores: its fio/ subdirectory is made
+    after both layouts are written, right before the restore runs."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not any(bench.glob("*/fio")):
+        time.sleep(0.05)
+    assert any(bench.glob("*/fio")), "the benchmark never reached the restore runs"

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from fcctl.cli import app
 from fcctl.commands.iobench import register
 from tests.conftest import REPO, SAMPLES
-from tests.iobench_helpers import tiny_model_config
+from tests.iobench_helpers import tiny_model_config, wait_for_restores
 
 runner = CliRunner()
 RUN_KEYS = {
@@ -434,11 +434,7 @@ def test_sigterm_while_restoring_removes_everything(tmp_path):
         "--concurrency",
         "1",
     )
-    # The fio/ subdirectory is made after both layouts are written, right before the restores.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(bench.glob("*/fio")):
-        time.sleep(0.05)
-    assert any(bench.glob("*/fio")), "the benchmark never reached the restore runs"
+    wait_for_restores(bench)
     time.sleep(0.3)
     assert proc.poll() is None, "the run ended before it could be interrupted"
     proc.send_signal(signal.SIGTERM)
@@ -675,17 +671,23 @@ def test_restore_memory_stays_bounded_by_the_pool_not_the_workload(tmp_path):
     """
     cfg = tiny_model_config(tmp_path / "tiny.json", layers=32)
     child = f"""
-import resource
 from fcctl.iobench.config import IobenchConfig
 from fcctl.iobench.run import run_iobench
-import os
-# Resident now (KiB), not the peak so far: the imports' peak must not hide the run's growth.
-before = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def status_kib(field):
+    # /proc, not ru_maxrss: a child's ru_maxrss starts at its forked parent's (pytest's) RSS.
+    line = next(x for x in open("/proc/self/status") if x.startswith(field + ":"))
+    return int(line.split()[1])
+
+
+# Resident now, not the peak so far: the imports' peak must not hide the run's growth.
+before = status_kib("VmRSS")
 result = run_iobench(IobenchConfig(
     directory={str(tmp_path / "bench")!r}, model_config={str(cfg)!r}, sessions=16,
     tokens=128, turns=2, concurrency=(1, 2), fio=False, bucket_bytes=2**20,
     restore_buffer_budget_bytes=2 * 2**20))
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+after = status_kib("VmHWM")  # the peak
 assert result.mismatched_blocks == 0 and result.workload.bytes == 16 * 2**20
 print(before, after, result.provenance.extra["settings"].restore_buffer_pool_bytes)
 """

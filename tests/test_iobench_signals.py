@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from fcctl.cli import app
 from tests.conftest import REPO
-from tests.iobench_helpers import tiny_model_config
+from tests.iobench_helpers import tiny_model_config, wait_for_restores
 from tests.test_iobench_cli import _app_with, _small_args, _start_iobench
 
 runner = CliRunner()
@@ -142,10 +142,7 @@ def test_a_second_ctrl_c_during_cleanup_does_not_abort_it(tmp_path):
             "--free-margin",
             "0",
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any(bench.glob("*/fio")):
-            time.sleep(0.05)
-        assert any(bench.glob("*/fio")), "the benchmark never reached the restore runs"
+        wait_for_restores(bench)
         proc.send_signal(signal.SIGINT)
         while proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
