@@ -181,6 +181,21 @@ def test_table_output_and_keep_without_fio(tmp_path):
 
 def test_trace_workload_through_the_cli(tmp_path):
     cfg = tiny_model_config(tmp_path / "tiny.json")
+    result_args = [
+        "iobench",
+        "--trace",
+        str(SAMPLES / "claude_code_sample.jsonl.gz"),
+        "--model-config",
+        str(cfg),
+        "--sessions",
+        "3",
+        "--size-limit",
+        "2MiB",
+        "--concurrency",
+        "2",
+        "--no-fio",
+        "--json",
+    ]
     result = runner.invoke(
         app,
         [
@@ -209,6 +224,15 @@ def test_trace_workload_through_the_cli(tmp_path):
         "seq_read_bytes_per_s": None,
         "replay_bytes_per_s": {"flat": None, "eviction": None},
     }
+    # Scaled down to fit 2 MiB: the factor is in the JSON and in the human output.
+    scale = doc["workload"]["scale"]
+    assert 0 < scale < 1
+    human = runner.invoke(
+        app,
+        [a for a in result_args if a != "--json"] + ["--dir", str(tmp_path / "c")],
+    )
+    assert human.exit_code == 0, human.stderr
+    assert f"token counts scaled by {scale:.4g}" in " ".join(human.stdout.split())
 
 
 @pytest.mark.parametrize(
