@@ -238,3 +238,27 @@ def test_human_output_names_the_scale_of_a_trace_workload_and_the_checksums():
     render_table(base, file=buf, width=140)
     assert "scaled by" not in buf.getvalue()
     assert "checked every layer checksum inside the timed region" in buf.getvalue()
+
+
+def test_checksum_info_says_why_verification_was_off():
+    """Reads into GPU memory the engine cannot check (kvikio into CuPy) are named, not hidden."""
+    import dataclasses
+
+    from fcctl.iobench.config import IobenchConfig
+    from fcctl.iobench.run import _checksum_info, _Measured
+
+    gpu_note = "layer checksums not verified (GPU destination)"
+    checked = dataclasses.replace(
+        _run("flat", 1, 1.0, (1.0,), 100), checksums_verified=True, checksum_verified_bytes=7
+    )
+    on_gpu = dataclasses.replace(_run("flat", 4, 1.0, (1.0,), 100), notes=(gpu_note,))
+    config = IobenchConfig()
+    info = _checksum_info(config, _Measured(runs={("flat", 1): [checked]}))
+    assert info == ChecksumInfo(requested=True, verified=True, off_reason=None)
+    info = _checksum_info(config, _Measured(runs={("flat", 1): [checked], ("flat", 4): [on_gpu]}))
+    assert info == ChecksumInfo(True, False, gpu_note)
+    off = _checksum_info(
+        IobenchConfig(verify_checksums=False), _Measured(runs={("flat", 1): [on_gpu]})
+    )
+    assert off == ChecksumInfo(False, False, "--no-verify-checksums given")
+    assert _checksum_info(config, _Measured()).verified is False  # flat not run
