@@ -97,9 +97,7 @@ class IobenchConfig:
                 f"{FIO_RUNTIME_RANGE_S[1]:.0f} seconds; got {self.fio_runtime_s!r}"
             )
         if self.free_margin_bytes is not None and self.free_margin_bytes < 0:
-            raise FcctlInputError(
-                f"--free-margin: must be >= 0; got {self.free_margin_bytes!r}"
-            )
+            raise FcctlInputError(f"--free-margin: must be >= 0; got {self.free_margin_bytes!r}")
 
     @property
     def layouts(self) -> tuple[str, ...]:

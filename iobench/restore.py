@@ -364,7 +364,6 @@ def run_restore(
         gds=next((x.gds for x in flat_results), None),
         notes=notes,
         checksum_verified_bytes=sum(x.verified_bytes for x in flat_results),
-        checksums_verified=bool(flat_results)
-        and all(x.verified for x in flat_results),
+        checksums_verified=bool(flat_results) and all(x.verified for x in flat_results),
         waves=-(-len(restores) // pool.slots) if restores else 0,
     )

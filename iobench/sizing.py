@@ -99,9 +99,7 @@ def synthetic_size(geometry: KvGeometry, config: IobenchConfig) -> WorkloadSize:
     def segment(blocks: int) -> int:
         return file_bytes(geometry, config.block_tokens, (blocks,)) - DATA_START
 
-    flat_per_session = (
-        DATA_START + extra * segment(q + 1) + (config.turns - extra) * segment(q)
-    )
+    flat_per_session = DATA_START + extra * segment(q + 1) + (config.turns - extra) * segment(q)
     block_bytes = geometry.layers * geometry.bytes_per_block_per_layer(config.block_tokens)
     session_bytes = pages * block_bytes
     return estimate(

@@ -122,9 +122,7 @@ def test_checksums_inside_the_timed_region_stop_a_damaged_flat_restore(tmp_path)
             _run("flat", restores, eng, wl, 2, written.session_files)
 
 
-def test_a_pool_smaller_than_the_sessions_restores_in_waves_every_byte_verified(
-    tmp_path, engine
-):
+def test_a_pool_smaller_than_the_sessions_restores_in_waves_every_byte_verified(tmp_path, engine):
     wl = tiny_workload(sessions=5, blocks=8, turns=2)
     ev = write_eviction_layout(wl, tmp_path / "ev", bucket_bytes=64 * 1024)
     restores = eviction_restores(wl, ev)

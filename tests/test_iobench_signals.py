@@ -221,8 +221,12 @@ def test_a_live_run_directory_is_left_alone(tmp_path):
     dead = tmp_path / f"{PREFIX}dead"
     dead.mkdir()
     # A pid that is gone: a finished child's.
-    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                           capture_output=True, text=True, check=True)
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     (dead / LOCK_NAME).write_text(f"{child.stdout.strip()} 12345\n")
     found = clear_leftovers(tmp_path)
     assert found.removed == (dead,) and live.is_dir() and not dead.exists()
