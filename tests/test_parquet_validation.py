@@ -77,8 +77,10 @@ VALUE_CASES = {
     "request_index_gap": (CLAUDE, set_at("request_index", 6, 600), "row 6", "0..n-1"),
     "parent_out_of_range": (CLAUDE, set_at("parent_request", 8, 10_000), "row 8", "got 10000"),
     "parent_negative": (CLAUDE, set_at("parent_request", 8, -1), "row 8", "'parent_request'"),
-    "parent_is_itself": (CLAUDE, set_at("parent_request", 8, 8), "row 8", "earlier"),
-    "parent_later": (CLAUDE, set_at("parent_request", 8, 20), "row 8", "got 20"),
+    "parent_is_itself": (CLAUDE, set_at("parent_request", 8, 8), "row 8", "itself"),
+    # order 'session': a parent must be an earlier row of the same session.
+    "parent_later": (CLAUDE, set_at("parent_request", 8, 20), "row 8", "earlier row"),
+    "parent_other_session": (CLAUDE, set_at("parent_request", 100, 2), "row 100", "same session"),
     "block_size_varies": (CLAUDE, set_at("block_size_tokens", 13, 16), "row 13", "same in every"),
     "block_size_null": (CLAUDE, set_at("block_size_tokens", 13, None), "row 13", "null"),
     "hash_ids_null_row": (CLAUDE, set_at("hash_ids", 21, None), "row 21", "'hash_ids' is null"),
@@ -179,6 +181,13 @@ def test_extra_missing_and_mistyped_columns(tmp_path: Path) -> None:
     expect(write_variant(tmp_path, CLAUDE, floats), "'input_tokens'", "got Float64")
     flag = lambda f: f.with_columns(pl.col("turn") > 0)  # noqa: E731
     expect(write_variant(tmp_path, CLAUDE, flag), "'turn'", "got Boolean")
+
+
+def test_time_ordered_table_may_hold_a_later_parent(tmp_path: Path) -> None:
+    # Bailian logs can stamp a reply before the chat it follows; the reader keeps such parents,
+    # so the Parquet written from it must read back.
+    path = write_variant(tmp_path, MOONCAKE, set_at("parent_request", 3, 9, pl.Int64()))
+    assert read_trace(path).requests["parent_request"][3] == 9
 
 
 def test_parent_naming_no_request_without_metadata(tmp_path: Path) -> None:

@@ -7,9 +7,7 @@ the table), ``turn``, ``hash_ids`` (16-token blocks, ids global across the file)
 Mapping: ``order == "time"``. A chat's session is the root of its ``parent_chat_id`` chain,
 ``session_id = str(root chat_id)``; when a parent is not in the file, the chain stops at that
 missing parent's id (so its children still share one session). ``parent_request`` is the
-``request_index`` of the parent chat when the parent is in the file, else null; a parent must
-arrive before its child (``parent_request`` names an earlier request, as canonical Parquet
-requires). ``turn``
+``request_index`` of the parent chat when the parent is in the file, else null. ``turn``
 comes from the field.
 """
 
@@ -86,7 +84,6 @@ class BailianReader:
 
         roots = self._roots(path, chat_ids, parents, row_of, line_of)
         parent_rows = [row_of.get(p) if p != -1 else None for p in parents]
-        self._parents_first(path, np.asarray(timestamps), parent_rows, chat_ids, line_of)
         frame = build_frame(
             timestamp_s=np.asarray(timestamps, dtype=np.float64),
             input_tokens=np.asarray(inputs, dtype=np.int64),
@@ -107,32 +104,6 @@ class BailianReader:
             block_size_tokens=BLOCK_SIZE_TOKENS,
             notes=("sessions are the roots of parent_chat_id chains",),
         )
-
-    @staticmethod
-    def _parents_first(
-        path: Path,
-        timestamps: np.ndarray,
-        parent_rows: list[int | None],
-        chat_ids: list[int],
-        line_of: list[int],
-    ) -> None:
-        """A chat must come after its parent in analysis order (time, stable).
-
-        ``parent_request`` must name an earlier request (a reply follows what it answers);
-        canonical Parquet holds every table to that rule, so a trace that breaks it is refused
-        here rather than written into a file that cannot be read back.
-        """
-        position = np.empty(len(timestamps), dtype=np.int64)
-        position[np.argsort(timestamps, kind="stable")] = np.arange(len(timestamps))
-        for child, parent in enumerate(parent_rows):
-            if parent is not None and position[parent] > position[child]:
-                raise fail(
-                    path,
-                    f"line {line_of[child]}",
-                    f"field 'parent_chat_id' names chat {chat_ids[parent]!r}, which arrives "
-                    f"after this one (timestamp {timestamps[parent]!r} > "
-                    f"{timestamps[child]!r}); a chat must follow its parent",
-                )
 
     @staticmethod
     def _roots(

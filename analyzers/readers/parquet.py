@@ -11,9 +11,11 @@ number rows: the ``request_index`` of a canonical file) and the column:
 * ``block_size_tokens`` the same in every row, >= 1 when the table has hashes;
 * ``hash_ids`` either set in every row or null in every row (``session_id`` may be null in
   some rows of a file without metadata; fcctl's own files have it in every row or in none);
-* ``parent_request`` names an earlier request: 0 <= parent < own ``request_index``. A request
-  continues a conversation that already happened, in analysis order as in time; every reader
-  produces parents that way;
+* ``parent_request`` names another row: 0 <= parent < n, not the row itself; in a table of
+  order ``session`` an earlier row of the same session (each request extends the previous
+  one; the Claude Code reader produces nothing else). A time-ordered table may hold a parent
+  stamped after its child (Bailian logs keep such replies, e.g. with second-granularity or
+  skewed clocks), so there "earlier" is not required;
 * with fcctl metadata: ``request_index`` is 0..n-1 in row order, the metadata agrees with the
   table (``has_hashes``/``has_sessions`` against the columns, ``block_size_tokens`` against
   the column), and the rows are in the stated ``order`` (``time``: ``timestamp_s``
@@ -239,14 +241,16 @@ class ParquetReader:
         if parents.null_count() < n:
             values = parents.fill_null(-1).to_numpy()
             own = np.arange(n, dtype=np.int64)
-            bad = _first(parents.is_not_null().to_numpy() & ((values < 0) | (values >= own)))
+            bad = _first(
+                parents.is_not_null().to_numpy() & ((values < 0) | (values >= n) | (values == own))
+            )
             if bad is not None:
                 raise _row_error(
                     path,
                     bad,
                     "parent_request",
-                    f"must name an earlier request (0 <= parent_request < {bad}, the row's "
-                    f"request_index); got {int(values[bad])!r}",
+                    f"must be the request_index of another row (0 <= parent_request < {n}, "
+                    f"not {bad} itself); got {int(values[bad])!r}",
                 )
         return has_hashes, has_sessions, block_size
 
@@ -337,6 +341,22 @@ class ParquetReader:
                         "each session's rows together)",
                     )
                 seen.add(value)
+        parents = frame["parent_request"].fill_null(-1).to_numpy()
+        own = np.arange(frame.height, dtype=np.int64)
+        session_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, frame.height)))
+        has_parent = parents >= 0
+        wrong = has_parent & (
+            (parents >= own) | (session_of[np.where(has_parent, parents, 0)] != session_of)
+        )
+        bad = _first(wrong)
+        if bad is not None:
+            raise _row_error(
+                path,
+                bad,
+                "parent_request",
+                f"must name an earlier row of the same session in a table of order 'session'; "
+                f"got {int(parents[bad])!r}",
+            )
         within = ts[1:] < ts[:-1]
         within[starts[1:] - 1] = False  # a new session may start at any clock
         bad = _first(within)
