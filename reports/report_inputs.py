@@ -1,0 +1,268 @@
+"""The inputs of ``fcctl report``: which fcctl command wrote a document, read strictly.
+
+An input is a ``--json`` document or an ``--out`` directory of ``analyze``, ``iobench``,
+``replay`` or ``recommend-thresholds``. A document names its command by a ``command`` key when
+it has one; otherwise by the keys only that command writes (:data:`KINDS`, checked in order):
+
+| command | its document has | ``--out`` file |
+|---|---|---|
+| ``recommend-thresholds`` | ``recommendation`` and ``grid`` | ``recommend.json`` |
+| ``replay`` | ``rates`` and ``ideal_hit_share``, no ``grid`` | ``replay.json`` |
+| ``iobench`` | ``layouts`` and ``fio`` | ``iobench.json`` |
+| ``analyze`` | ``verdict`` and ``reuse_distance`` | ``analysis.json`` |
+
+Replay and recommend follow the key lists of issues #8 and #9 until those commands land.
+Every value the page reads goes through :class:`Node`, so a document that lacks a key or holds
+the wrong type is one line naming the file and the key path, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.paths import display_path
+
+#: The newest schema_version of each command's document this fcctl reads.
+SUPPORTED_SCHEMA = 1
+
+
+class ReportInputError(FcctlInputError):
+    """An input of ``fcctl report`` that is not a readable fcctl document."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How one command's document is recognised and where its ``--out`` directory keeps it."""
+
+    command: str
+    out_file: str
+    has: tuple[str, ...]
+    lacks: tuple[str, ...] = ()
+
+    def matches(self, doc: dict[str, Any]) -> bool:
+        return all(k in doc for k in self.has) and not any(k in doc for k in self.lacks)
+
+
+# Most specific first: a recommend document also has replay's ``rates`` and ``ideal_hit_share``.
+KINDS: tuple[Kind, ...] = (
+    Kind("recommend-thresholds", "recommend.json", ("recommendation", "grid")),
+    Kind("replay", "replay.json", ("rates", "ideal_hit_share"), lacks=("grid",)),
+    Kind("iobench", "iobench.json", ("layouts", "fio")),
+    Kind("analyze", "analysis.json", ("verdict", "reuse_distance")),
+)
+COMMANDS = tuple(k.command for k in KINDS)
+_ALIASES = {"recommend": "recommend-thresholds"}
+
+
+class Node:
+    """A value inside a document, with the file and key path for error messages."""
+
+    __slots__ = ("path", "value", "where")
+
+    def __init__(self, value: Any, where: str, path: str = "") -> None:
+        self.value, self.where, self.path = value, where, path
+
+    def _fail(self, rule: str) -> ReportInputError:
+        return ReportInputError(
+            f"{self.where}: {self.path or 'document'}: {rule}; got {_short(self.value)}"
+        )
+
+    def _child(self, key: str | int) -> str:
+        return (
+            f"{self.path}[{key}]"
+            if isinstance(key, int)
+            else (f"{self.path}.{key}" if self.path else key)
+        )
+
+    def __contains__(self, key: str) -> bool:
+        return isinstance(self.value, dict) and key in self.value
+
+    def __getitem__(self, key: str) -> Node:
+        if not isinstance(self.value, dict):
+            raise self._fail("expected an object")
+        if key not in self.value:
+            raise ReportInputError(f"{self.where}: {self._child(key)}: missing")
+        return Node(self.value[key], self.where, self._child(key))
+
+    def get(self, key: str) -> Node | None:
+        """The child ``key``, or None when it is absent or null."""
+        if not isinstance(self.value, dict) or self.value.get(key) is None:
+            return None
+        return self[key]
+
+    def is_null(self) -> bool:
+        return self.value is None
+
+    def as_num(self) -> float | None:
+        """A number (int or float), or None for JSON null."""
+        v = self.value
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise self._fail("expected a number or null")
+        return v
+
+    def need_num(self) -> float:
+        v = self.as_num()
+        if v is None:
+            raise self._fail("expected a number")
+        return v
+
+    def as_int(self) -> int | None:
+        v = self.as_num()
+        if v is not None and not float(v).is_integer():
+            raise self._fail("expected a whole number")
+        return None if v is None else int(v)
+
+    def as_str(self) -> str:
+        if not isinstance(self.value, str):
+            raise self._fail("expected a string")
+        return self.value
+
+    def as_opt_str(self) -> str | None:
+        return None if self.value is None else self.as_str()
+
+    def as_bool(self) -> bool:
+        if not isinstance(self.value, bool):
+            raise self._fail("expected true or false")
+        return self.value
+
+    def as_list(self) -> list[Node]:
+        if not isinstance(self.value, list):
+            raise self._fail("expected a list")
+        return [Node(v, self.where, self._child(i)) for i, v in enumerate(self.value)]
+
+    def as_items(self) -> list[tuple[str, Node]]:
+        if not isinstance(self.value, dict):
+            raise self._fail("expected an object")
+        return [(k, Node(v, self.where, self._child(k))) for k, v in self.value.items()]
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.as_list())
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)[:60] if not isinstance(value, str) else repr(value[:60])
+    return text
+
+
+@dataclass(frozen=True)
+class Input:
+    """One recognised document: its command, the JSON file read, and the ``--out`` directory
+    it sits in (None for a bare ``--json`` document: the Parquet tables are then absent)."""
+
+    command: str
+    file: Path
+    shown: str  # the file as messages and the page name it
+    doc: Node
+    directory: Path | None
+
+    @property
+    def schema_version(self) -> int:
+        v = self.doc["schema_version"].as_int()
+        return 0 if v is None else v
+
+
+def _identify(doc: dict[str, Any], where: str) -> str | None:
+    named = doc.get("command")
+    if isinstance(named, str):
+        command = _ALIASES.get(named, named)
+        if command not in COMMANDS:
+            raise ReportInputError(
+                f"{where}: command {named!r} is not one fcctl report reads ({', '.join(COMMANDS)})"
+            )
+        return command
+    return next((k.command for k in KINDS if k.matches(doc)), None)
+
+
+def read_document(file: Path, directory: Path | None = None) -> Input:
+    """Parse ``file`` and identify its command; every failure is one :class:`ReportInputError`."""
+    where = display_path(file)
+    try:
+        text = file.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ReportInputError(f"{where}: not UTF-8 text, so not an fcctl JSON document") from None
+    except OSError as e:
+        raise ReportInputError(f"{where}: cannot read: {e.strerror or e}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        cut = " (truncated?)" if e.pos >= len(text.rstrip()) else ""
+        raise ReportInputError(
+            f"{where}: not valid JSON{cut}: {e.msg} at line {e.lineno} column {e.colno}"
+        ) from None
+    if not isinstance(doc, dict):
+        raise ReportInputError(
+            f"{where}: not an fcctl document: expected a JSON object; got {type(doc).__name__}"
+        )
+    command = _identify(doc, where)
+    if command is None:
+        raise ReportInputError(
+            f"{where}: not an output of fcctl {', '.join(COMMANDS)} (none of their keys: "
+            + "; ".join(f"{k.command}: {'+'.join(k.has)}" for k in KINDS)
+            + ")"
+        )
+    found = Input(command, file, where, Node(doc, where), directory)
+    version = doc.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ReportInputError(
+            f"{where}: schema_version: expected a whole number; got {_short(version)}"
+        )
+    if version > SUPPORTED_SCHEMA:
+        raise ReportInputError(
+            f"{where}: schema_version {version} of fcctl {command} is newer than this fcctl "
+            f"reads (up to {SUPPORTED_SCHEMA}); upgrade fcctl"
+        )
+    if version < 1:
+        raise ReportInputError(f"{where}: schema_version must be >= 1; got {version}")
+    return found
+
+
+def read_input(path: Path) -> list[Input]:
+    """The documents of one INPUT: a JSON file, or an ``--out`` directory's known JSON files."""
+    where = display_path(path)
+    if path.is_dir():
+        known = [path / k.out_file for k in KINDS if (path / k.out_file).is_file()]
+        if known:
+            return [read_document(f, path) for f in known]
+        # Any other JSON file at the top may still be one (a renamed document): recognised by
+        # its keys; unrecognised ones are left alone, since a directory may hold anything.
+        found = []
+        for f in sorted(path.glob("*.json")):
+            try:
+                found.append(read_document(f, path))
+            except ReportInputError:
+                continue
+        if not found:
+            names = ", ".join(k.out_file for k in KINDS)
+            raise ReportInputError(
+                f"{where}: directory holds no fcctl document (looked for {names} and any "
+                "*.json with a command's keys)"
+            )
+        return found
+    if not path.exists():
+        raise ReportInputError(f"{where}: no such file or directory")
+    return [read_document(path)]
+
+
+def read_inputs(paths: Sequence[Path]) -> dict[str, Input]:
+    """Every input by command; two documents of one command are refused (one run each)."""
+    by_command: dict[str, Input] = {}
+    for p in paths:
+        for found in read_input(Path(p)):
+            earlier = by_command.get(found.command)
+            if earlier is not None:
+                raise ReportInputError(
+                    f"{found.shown}: a second fcctl {found.command} document (the first: "
+                    f"{earlier.shown}); a report shows one run of each command"
+                )
+            by_command[found.command] = found
+    if not by_command:
+        raise ReportInputError("no input given")
+    return by_command
