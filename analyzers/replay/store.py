@@ -8,8 +8,9 @@ step per block). The replay tests run both on random traces and require identica
 Rules both follow:
 
 * LRU lists keep the most recently used block first. A request touches or inserts its blocks
-  **from its tail to its head**, so the head ends most recent and an LRU tier evicts a
-  request's tail blocks before its head: prefixes survive (the issue's rule).
+  as if **from its tail to its head** (each block at its last occurrence), so the head ends
+  most recent and an LRU tier evicts a request's tail blocks before its head: prefixes
+  survive (the issue's rule). A tier over capacity evicts after the whole request is in.
 * A block sits in at most one worker's GPU cache; a worker that inserts a block another
   worker holds takes it over (only traces whose sessions share hashes across workers meet it).
 * Tiered SSD: a block evicted from the host LRU is appended to the current bucket (a write
@@ -87,8 +88,93 @@ def _ssd_append(b, s_seq, ring, smeta):  # pragma: no cover - numba
 
 
 @njit(cache=True)
+def _insert_after(b, a, prev, nxt, lst, w):  # pragma: no cover - numba
+    if a < 0:
+        _push_front(b, prev, nxt, lst, w)
+        return
+    n = nxt[a]
+    prev[b] = a
+    nxt[b] = n
+    nxt[a] = b
+    if n >= 0:
+        prev[n] = b
+    else:
+        lst[w, 1] = b
+    lst[w, 2] += 1
+
+
+@njit(cache=True)
+def _place_seq(seq, a, prev, nxt, lst, w):  # pragma: no cover - numba
+    """Put ``seq`` (blocks all in list ``w``) right after ``a`` (-1: at the front), in order;
+    return the new anchor (the last block of ``seq``).
+
+    Placed one after the other, a request's blocks end up first in the list in request order
+    (each at its last occurrence): what touching them tail to head gives. Blocks that are
+    already consecutive in the list move as one spliced run, so re-touching a prefix that was
+    inserted together costs a sequential scan, not a pointer update per block.
+    """
+    n = seq.shape[0]
+    i = 0
+    while i < n:
+        x = seq[i]
+        if x == a:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and nxt[seq[j]] == seq[j + 1] and seq[j + 1] != a:
+            j += 1
+        y = seq[j]
+        cur = lst[w, 0] if a < 0 else nxt[a]
+        if cur != x:
+            p = prev[x]
+            q = nxt[y]
+            if p >= 0:
+                nxt[p] = q
+            else:
+                lst[w, 0] = q
+            if q >= 0:
+                prev[q] = p
+            else:
+                lst[w, 1] = p
+            if a < 0:
+                h = lst[w, 0]
+                prev[x] = -1
+                nxt[y] = h
+                if h >= 0:
+                    prev[h] = y
+                else:
+                    lst[w, 1] = y
+                lst[w, 0] = x
+            else:
+                m = nxt[a]
+                nxt[a] = x
+                prev[x] = a
+                nxt[y] = m
+                if m >= 0:
+                    prev[m] = y
+                else:
+                    lst[w, 1] = y
+        a = y
+        i = j + 1
+    return a
+
+
+@njit(cache=True)
 def _lookup_lru(  # pragma: no cover - numba
-    blk, w, g_own, g_prev, g_next, g_lst, h_in, h_prev, h_next, h_lst, use_ssd, s_seq, codes
+    blk,
+    w,
+    g_own,
+    g_prev,
+    g_next,
+    g_lst,
+    h_in,
+    h_prev,
+    h_next,
+    h_lst,
+    use_ssd,
+    s_seq,
+    codes,
+    buf,
 ):
     n = blk.shape[0]
     n_g = 0
@@ -109,14 +195,17 @@ def _lookup_lru(  # pragma: no cover - numba
         else:
             break
         p += 1
-    for i in range(p - 1, -1, -1):
-        b = blk[i]
-        if codes[i] == CODE_GPU:
-            _unlink(b, g_prev, g_next, g_lst, w)
-            _push_front(b, g_prev, g_next, g_lst, w)
-        elif codes[i] == CODE_HOST:
-            _unlink(b, h_prev, h_next, h_lst, 0)
-            _push_front(b, h_prev, h_next, h_lst, 0)
+    for tier in range(2):
+        k = 0
+        for i in range(p):
+            if codes[i] == tier:
+                buf[k] = blk[i]
+                k += 1
+        if k:
+            if tier == CODE_GPU:
+                _place_seq(buf[:k], -1, g_prev, g_next, g_lst, w)
+            else:
+                _place_seq(buf[:k], -1, h_prev, h_next, h_lst, 0)
     return p, n_g, n_h, n_s
 
 
@@ -124,44 +213,77 @@ def _lookup_lru(  # pragma: no cover - numba
 def _gpu_insert(blk, w, g_own, g_prev, g_next, g_lst, cap):  # pragma: no cover - numba
     if cap <= 0:
         return
-    for i in range(blk.shape[0] - 1, -1, -1):
+    a = -1
+    n = blk.shape[0]
+    i = 0
+    while i < n:
+        j = i
+        while j < n and g_own[blk[j]] == w:
+            j += 1
+        if j > i:
+            a = _place_seq(blk[i:j], a, g_prev, g_next, g_lst, w)
+            i = j
+            continue
         b = blk[i]
         o = g_own[b]
         if o >= 0:
             _unlink(b, g_prev, g_next, g_lst, o)
-        _push_front(b, g_prev, g_next, g_lst, w)
+        _insert_after(b, a, g_prev, g_next, g_lst, w)
         g_own[b] = w
-        while g_lst[w, 2] > cap:
-            t = g_lst[w, 1]
-            _unlink(t, g_prev, g_next, g_lst, w)
-            g_own[t] = -1
+        a = b
+        i += 1
+    while g_lst[w, 2] > cap:
+        t = g_lst[w, 1]
+        _unlink(t, g_prev, g_next, g_lst, w)
+        g_own[t] = -1
 
 
 @njit(cache=True)
 def _host_insert(  # pragma: no cover - numba
     blk, h_in, h_prev, h_next, h_lst, cap, tiered, s_seq, ring, smeta
 ):
-    for i in range(blk.shape[0] - 1, -1, -1):
-        b = blk[i]
-        if h_in[b]:
-            _unlink(b, h_prev, h_next, h_lst, 0)
-            _push_front(b, h_prev, h_next, h_lst, 0)
+    a = -1
+    n = blk.shape[0]
+    i = 0
+    while i < n:
+        j = i
+        while j < n and h_in[blk[j]]:
+            j += 1
+        if j > i:
+            a = _place_seq(blk[i:j], a, h_prev, h_next, h_lst, 0)
+            i = j
             continue
+        b = blk[i]
+        i += 1
         if tiered and s_seq[b] >= 0:
             continue
-        _push_front(b, h_prev, h_next, h_lst, 0)
+        _insert_after(b, a, h_prev, h_next, h_lst, 0)
         h_in[b] = 1
-        while h_lst[0, 2] > cap:
-            t = h_lst[0, 1]
-            _unlink(t, h_prev, h_next, h_lst, 0)
-            h_in[t] = 0
-            if tiered and s_seq[t] < 0:
-                _ssd_append(t, s_seq, ring, smeta)
+        a = b
+    while h_lst[0, 2] > cap:
+        t = h_lst[0, 1]
+        _unlink(t, h_prev, h_next, h_lst, 0)
+        h_in[t] = 0
+        if tiered and s_seq[t] < 0:
+            _ssd_append(t, s_seq, ring, smeta)
 
 
 @njit(cache=True)
 def _lookup_flat(  # pragma: no cover - numba
-    blk, w, g_own, g_prev, g_next, g_lst, m_seg, s_seg, s_idx, codes, run_seg, run_first, run_len
+    blk,
+    w,
+    g_own,
+    g_prev,
+    g_next,
+    g_lst,
+    m_seg,
+    s_seg,
+    s_idx,
+    codes,
+    run_seg,
+    run_first,
+    run_len,
+    buf,
 ):
     n = blk.shape[0]
     n_g = 0
@@ -199,11 +321,13 @@ def _lookup_flat(  # pragma: no cover - numba
         else:
             break
         p += 1
-    for i in range(p - 1, -1, -1):
+    k = 0
+    for i in range(p):
         if codes[i] == CODE_GPU:
-            b = blk[i]
-            _unlink(b, g_prev, g_next, g_lst, w)
-            _push_front(b, g_prev, g_next, g_lst, w)
+            buf[k] = blk[i]
+            k += 1
+    if k:
+        _place_seq(buf[:k], -1, g_prev, g_next, g_lst, w)
     return p, n_g, n_m, n_s, runs
 
 
@@ -297,7 +421,7 @@ class FastStore:
         """(prefix blocks stored, of them in this GPU, in host, on SSD); touches the hits."""
         return _lookup_lru(
             blk, worker, self.g_own, self.g_prev, self.g_next, self.g_lst, self.h_in,
-            self.h_prev, self.h_next, self.h_lst, use_ssd, self.s_seq, self.codes,
+            self.h_prev, self.h_next, self.h_lst, use_ssd, self.s_seq, self.codes, self.out,
         )  # fmt: skip
 
     def prefix_codes(self, p: int) -> np.ndarray:
@@ -335,7 +459,7 @@ class FastStore:
         """(prefix stored, in GPU, in memory, on SSD, SSD runs as rows (segment, first, len))."""
         p, n_g, n_m, n_s, runs = _lookup_flat(
             blk, worker, self.g_own, self.g_prev, self.g_next, self.g_lst, self.m_seg,
-            self.s_seg, self.s_idx, self.codes, self.run_seg, self.run_first, self.run_len,
+            self.s_seg, self.s_idx, self.codes, self.run_seg, self.run_first, self.run_len, self.out,
         )  # fmt: skip
         rows = np.stack(
             [self.run_seg[:runs], self.run_first[:runs], self.run_len[:runs]], axis=1

@@ -63,8 +63,8 @@ class EventQueue:
             cb(t, arg)
 
 
-# A transfer that has this little work left (seconds at the full rate) is done: float rounding.
-_EPS_S = 1e-12
+# Transfers within this much work (seconds at the full rate) of the one due finish together.
+_EPS_S = 1e-9
 
 
 class PsLink:
@@ -118,7 +118,10 @@ class PsLink:
         if version != self._version:
             return
         self._advance(now)
-        finished = [k for k, v in self._active.items() if v <= _EPS_S]
+        # This event was scheduled for the transfer with the least work left: it is due now
+        # (whatever float rounding left of it), and so is any other within a nanosecond of it.
+        least = min(self._active.values())
+        finished = [k for k, v in self._active.items() if v <= least + _EPS_S]
         callbacks = []
         for k in finished:
             del self._active[k]

@@ -1,0 +1,261 @@
+"""The plain reference store: the same rules as :class:`store.FastStore`, one Python step per
+block, dicts and ``OrderedDict`` LRUs, and flat restores planned layer by layer with
+:func:`fcctl.layout.planner.plan_reads` on real extents. Slow; for tests on small traces.
+
+The event loop, time model, policies and schedulers are shared; what this replaces is every
+part of the fast path that is fast by construction (numba kernels, arrays indexed by block,
+the vectorised read cost).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+from fcctl.analyzers.replay.flatcost import ALIGN, GAP_BYTES, SegmentTable
+from fcctl.analyzers.replay.store import CODE_GPU, CODE_HOST, CODE_SSD
+from fcctl.layout.planner import Extent, plan_reads
+
+
+class _Lru:
+    """Most recently used last (``OrderedDict`` order); evicts from the front."""
+
+    def __init__(self) -> None:
+        self.d: OrderedDict[int, None] = OrderedDict()
+
+    def touch(self, b: int) -> None:
+        self.d.move_to_end(b)
+
+    def insert(self, b: int) -> None:
+        self.d[b] = None
+        self.d.move_to_end(b)
+
+    def pop_lru(self) -> int:
+        return self.d.popitem(last=False)[0]
+
+    def __contains__(self, b: int) -> bool:
+        return b in self.d
+
+    def __len__(self) -> int:
+        return len(self.d)
+
+
+def _last_occurrence(blocks: list[int]) -> list[int]:
+    """``blocks`` with each block kept at its last occurrence."""
+    seen: set[int] = set()
+    out = []
+    for b in reversed(blocks):
+        if b not in seen:
+            seen.add(b)
+            out.append(b)
+    return out[::-1]
+
+
+class ReferenceStore:
+    """Same constructor and methods as :class:`store.FastStore`."""
+
+    def __init__(
+        self,
+        *,
+        num_blocks: int,
+        max_request_blocks: int,
+        workers: int,
+        gpu_blocks: int,
+        host_blocks: int,
+        ssd_blocks: int = 0,
+        blocks_per_bucket: int = 1,
+        high_watermark: float = 0.9,
+        low_watermark: float = 0.8,
+        total_accesses: int = 0,
+    ) -> None:
+        self.gpu_blocks = gpu_blocks
+        self.host_blocks = host_blocks
+        self.gpu = [_Lru() for _ in range(workers)]
+        self.gpu_owner: dict[int, int] = {}
+        self.host = _Lru()
+        self.h_peak = 0
+        # tiered SSD: block -> write sequence; FIFO of (seq, block)
+        self.ssd_seq: dict[int, int] = {}
+        self.fifo: list[tuple[int, int]] = []
+        self.next_seq = 0
+        self.per_bucket = max(1, blocks_per_bucket)
+        self.high = int(high_watermark * ssd_blocks)
+        self.low = int(low_watermark * ssd_blocks)
+        self._peak = 0
+        self._recycled = 0
+        self.mem_seg: dict[int, int] = {}
+        self.ssd_seg: dict[int, tuple[int, int]] = {}  # block -> (segment, index)
+        self.refs: dict[int, int] = {}
+        self._codes: list[int] = []
+
+    def lookup_lru(self, blk: np.ndarray, worker: int, use_ssd: bool) -> tuple[int, int, int, int]:
+        codes: list[int] = []
+        for b in blk.tolist():
+            if self.gpu_owner.get(b) == worker:
+                codes.append(CODE_GPU)
+            elif b in self.host:
+                codes.append(CODE_HOST)
+            elif use_ssd and b in self.ssd_seq:
+                codes.append(CODE_SSD)
+            else:
+                break
+        hits = blk[: len(codes)].tolist()
+        self._touch(self.gpu[worker], [b for b, c in zip(hits, codes) if c == CODE_GPU])
+        self._touch(self.host, [b for b, c in zip(hits, codes) if c == CODE_HOST])
+        self._codes = codes
+        return len(codes), codes.count(CODE_GPU), codes.count(CODE_HOST), codes.count(CODE_SSD)
+
+    @staticmethod
+    def _touch(lru: _Lru, blocks: list[int]) -> None:
+        for b in reversed(_last_occurrence(blocks)):
+            lru.touch(b)
+
+    def prefix_codes(self, p: int) -> np.ndarray:
+        return np.array(self._codes[:p], dtype=np.int8)
+
+    def gpu_insert(self, blk: np.ndarray, worker: int) -> None:
+        if self.gpu_blocks <= 0:
+            return
+        lru = self.gpu[worker]
+        for b in reversed(_last_occurrence(blk.tolist())):
+            owner = self.gpu_owner.get(b)
+            if owner is not None and owner != worker:
+                del self.gpu[owner].d[b]
+            lru.insert(b)
+            self.gpu_owner[b] = worker
+        while len(lru) > self.gpu_blocks:
+            del self.gpu_owner[lru.pop_lru()]
+
+    def _ssd_append(self, b: int) -> None:
+        self.ssd_seq[b] = self.next_seq
+        self.fifo.append((self.next_seq, b))
+        self.next_seq += 1
+        self._peak = max(self._peak, len(self.ssd_seq))
+        if len(self.ssd_seq) > self.high:
+            while len(self.ssd_seq) > self.low and self.fifo:
+                bucket = self.fifo[0][0] // self.per_bucket
+                while self.fifo and self.fifo[0][0] // self.per_bucket == bucket:
+                    seq, victim = self.fifo.pop(0)
+                    if self.ssd_seq.get(victim) == seq:
+                        del self.ssd_seq[victim]
+                        self._recycled += 1
+
+    def host_insert(self, blk: np.ndarray, tiered: bool) -> None:
+        blocks = blk.tolist()
+        if tiered:  # blocks on SSD are not admitted again
+            blocks = [b for b in blocks if b in self.host or b not in self.ssd_seq]
+        for b in reversed(_last_occurrence(blocks)):
+            if b in self.host:
+                self.host.touch(b)
+            else:
+                self.host.insert(b)
+        while len(self.host) > self.host_blocks:
+            victim = self.host.pop_lru()
+            if tiered and victim not in self.ssd_seq:
+                self._ssd_append(victim)
+        self.h_peak = max(self.h_peak, len(self.host))
+
+    @property
+    def host_used_blocks(self) -> int:
+        return len(self.host)
+
+    @property
+    def ssd_used_blocks(self) -> int:
+        return len(self.ssd_seq)
+
+    @property
+    def ssd_peak_blocks(self) -> int:
+        return self._peak
+
+    @property
+    def ssd_recycled_blocks(self) -> int:
+        return self._recycled
+
+    def lookup_flat(self, blk: np.ndarray, worker: int) -> tuple[int, int, int, int, np.ndarray]:
+        codes: list[int] = []
+        runs: list[list[int]] = []
+        last_ssd = -2
+        for i, b in enumerate(blk.tolist()):
+            if self.gpu_owner.get(b) == worker:
+                codes.append(CODE_GPU)
+            elif b in self.mem_seg:
+                codes.append(CODE_HOST)
+            elif b in self.ssd_seg:
+                codes.append(CODE_SSD)
+                seg, ix = self.ssd_seg[b]
+                if runs and last_ssd == i - 1 and runs[-1][0] == seg and sum(runs[-1][1:]) == ix:
+                    runs[-1][2] += 1
+                else:
+                    runs.append([seg, ix, 1])
+                last_ssd = i
+            else:
+                break
+        hits = blk[: len(codes)].tolist()
+        self._touch(self.gpu[worker], [b for b, c in zip(hits, codes) if c == CODE_GPU])
+        self._codes = codes
+        rows = np.array(runs, dtype=np.int64).reshape(-1, 3)
+        return (
+            len(codes),
+            codes.count(CODE_GPU),
+            codes.count(CODE_HOST),
+            len([c for c in codes if c == CODE_SSD]),
+            rows,
+        )
+
+    def flat_read_cost(
+        self,
+        runs: np.ndarray,
+        segs: SegmentTable,
+        *,
+        layers: int,
+        record_bytes: int,
+        piece_bytes: int,
+    ) -> tuple[int, int]:
+        """Every layer planned by ``plan_reads`` on its real extents (one file per layer, so
+        layers never merge: a restore plans them one by one)."""
+        commands = 0
+        nbytes = 0
+        for layer in range(layers):
+            extents = []
+            for seg, first, n in runs.tolist():
+                offset = (
+                    int(segs.offset[seg]) + record_bytes + layer * int(segs.stride[seg])
+                    + first * piece_bytes
+                )  # fmt: skip
+                extents.append(Extent(f"file-{int(segs.file[seg])}", offset, n * piece_bytes))
+            if extents:
+                plan = plan_reads(extents, gap_bytes=GAP_BYTES, align=ALIGN)
+                commands += plan.read_commands
+                nbytes += plan.bytes_read
+        return commands, nbytes
+
+    def unstored_flat(self, blk: np.ndarray) -> np.ndarray:
+        out: list[int] = []
+        seen: set[int] = set()
+        for b in blk.tolist():
+            if b not in self.mem_seg and b not in self.ssd_seg and b not in seen:
+                seen.add(b)
+                out.append(b)
+        return np.array(out, dtype=np.int32)
+
+    def assign(self, blocks: np.ndarray, segment: int, on_ssd: bool) -> None:
+        for i, b in enumerate(blocks.tolist()):
+            if on_ssd:
+                self.ssd_seg[b] = (segment, i)
+            else:
+                self.mem_seg[b] = segment
+
+    def clear(self, blocks: np.ndarray, segment: int, on_ssd: bool) -> None:
+        for b in blocks.tolist():
+            if on_ssd:
+                if b in self.ssd_seg and self.ssd_seg[b][0] == segment:
+                    del self.ssd_seg[b]
+            elif self.mem_seg.get(b) == segment:
+                del self.mem_seg[b]
+
+    def add_refs(self, blk: np.ndarray, delta: int) -> None:
+        for b in blk.tolist():
+            self.refs[b] = self.refs.get(b, 0) + delta
+
+    def refs_of(self, blocks: np.ndarray) -> np.ndarray:
+        return np.array([self.refs.get(b, 0) for b in blocks.tolist()], dtype=np.int32)

@@ -1,0 +1,38 @@
+"""The fast path (numba store, vectorised read cost) against the plain reference store, on
+small random traces, for every policy and every metric and per-request figure."""
+
+from __future__ import annotations
+
+import pytest
+from fcctl.analyzers.replay import POLICIES, ReplayConfig, build_workload, simulate
+from fcctl.analyzers.replay.reference import ReferenceStore
+from fcctl.analyzers.replay.store import FastStore
+from fcctl.layout.placement import PlacementRule
+from replay_helpers import TINY, random_session_trace, random_time_trace, tiny_node
+
+from fcctl.common.jsonio import to_jsonable
+
+NODES = {
+    "tight": tiny_node(),
+    "no-gpu": tiny_node(gpu_kv=0, host=10, ssd=60, bucket=4),
+    "roomy": tiny_node(gpu_kv=64, host=400, ssd=4000, window_streams=2),
+}
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("node", list(NODES))
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_equals_reference(policy: str, node: str, seed: int) -> None:
+    trace = random_session_trace(seed) if seed % 2 == 0 else random_time_trace(seed)
+    hw = NODES[node]
+    config = ReplayConfig(
+        geometry=TINY, hardware=hw, keep_tables=True,
+        placement=PlacementRule(short_reply_tokens=200, agent_context_tokens=64),
+    )  # fmt: skip
+    workload = build_workload(trace, TINY, hw.gpus)
+    for rate in (5.0, 40.0):
+        fast = simulate(workload, config, policy, rate, store_factory=FastStore)
+        ref = simulate(workload, config, policy, rate, store_factory=ReferenceStore)
+        assert to_jsonable(fast) == to_jsonable(ref)
+        assert fast.table is not None and ref.table is not None
+        assert fast.table.equals(ref.table)
