@@ -182,7 +182,12 @@ def _schedule_text(schedule: Node) -> str:
 
 def trace_section(inputs: dict[str, Input]) -> str:
     first = next(
-        (inputs[c] for c in ("analyze", "replay", "recommend-thresholds") if c in inputs), None
+        (
+            inputs[c]
+            for c in ("analyze", "replay", "recommend-thresholds")
+            if c in inputs and "trace" in inputs[c].doc
+        ),
+        None,
     )
     if first is None:
         return ""

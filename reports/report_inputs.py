@@ -193,9 +193,12 @@ def read_document(file: Path, directory: Path | None = None) -> Input:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        cut = " (truncated?)" if e.pos >= len(text.rstrip()) else ""
+        # Every fcctl document is one object: a file that does not end with its closing
+        # brace was cut short (a copy interrupted, a disk filled), which says more than the
+        # parser's complaint about whatever the cut happened to split.
+        cut = "" if text.rstrip().endswith("}") else " (truncated: the file ends mid-document)"
         raise ReportInputError(
-            f"{where}: not valid JSON{cut}: {e.msg} at line {e.lineno} column {e.colno}"
+            f"{where}: not valid JSON{cut}: {e.msg} (line {e.lineno}, column {e.colno})"
         ) from None
     if not isinstance(doc, dict):
         raise ReportInputError(
