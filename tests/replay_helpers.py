@@ -54,8 +54,10 @@ def trace_of(
     timestamps: Sequence[float] | None = None,
     output_tokens: Sequence[int] | None = None,
     input_tokens: Sequence[int] | None = None,
+    order: str | None = None,
 ) -> Trace:
-    """A canonical trace; with ``sessions`` its clocks are per session (order "session")."""
+    """A canonical trace; with ``sessions`` its clocks are per session (order "session")
+    unless ``order`` says otherwise."""
     n = len(hash_ids)
     df = pl.DataFrame(
         {
@@ -79,7 +81,7 @@ def trace_of(
         path="test-trace",
         format="test",
         requests=df,
-        order="session" if sessions is not None else "time",
+        order=order or ("session" if sessions is not None else "time"),  # type: ignore[arg-type]
         has_hashes=True,
         has_sessions=sessions is not None,
         block_size_tokens=BLOCK_TOKENS,

@@ -459,7 +459,8 @@ class FastStore:
         """(prefix stored, in GPU, in memory, on SSD, SSD runs as rows (segment, first, len))."""
         p, n_g, n_m, n_s, runs = _lookup_flat(
             blk, worker, self.g_own, self.g_prev, self.g_next, self.g_lst, self.m_seg,
-            self.s_seg, self.s_idx, self.codes, self.run_seg, self.run_first, self.run_len, self.out,
+            self.s_seg, self.s_idx, self.codes, self.run_seg, self.run_first, self.run_len,
+            self.out,
         )  # fmt: skip
         rows = np.stack(
             [self.run_seg[:runs], self.run_first[:runs], self.run_len[:runs]], axis=1

@@ -1,0 +1,136 @@
+"""``fcctl replay`` output: the rich table (policies x rates), ``--out`` files and PNG charts.
+
+matplotlib is imported only when charts are written (Agg backend, via ``reports.charts``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from fcctl.analyzers.replay.result import ReplayResult
+from fcctl.common.jsonio import write_json_file
+from fcctl.common.outdir import atomic_out_dir, check_out_dir
+from fcctl.common.units import format_bytes
+
+OUT_MARKER = "replay.json"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.2f}%"
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def _table(result: ReplayResult) -> Table:
+    t = Table(title="fcctl replay: reused blocks delivered to the GPU before prefill")
+    for col in ("rate/s", "policy", "GPU hit", "TTFT mean s", "p50", "p99", "SSD read",
+                "amplif.", "prefetch mean s", "p99", "cancelled", "recomputed tok"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("policy",) else "right")
+    for rate in result.rates:
+        for name, p in rate.policies.items():
+            t.add_row(
+                f"{rate.rate:g}",
+                name,
+                _pct(p.gpu_hit_share),
+                _s(p.ttft_s.mean),
+                _s(p.ttft_s.p50),
+                _s(p.ttft_s.p99),
+                format_bytes(p.ssd_read_bytes),
+                "-" if p.read_amplification is None else f"{p.read_amplification:.2f}",
+                _s(p.prefetch_s.mean),
+                _s(p.prefetch_s.p99),
+                f"{p.cancelled_prefetches:,}",
+                f"{p.recomputed_tokens:,}",
+            )
+    return t
+
+
+def render_summary(result: ReplayResult, console: Console) -> None:
+    tr = result.trace
+    console.print(
+        f"trace {tr.path} ({tr.format}): {tr.requests:,} requests, {tr.block_accesses:,} block "
+        f"accesses; {result.workers} workers on {result.hardware['name']}; model "
+        f"{result.kv.model}, {format_bytes(result.kv.block_bytes)} per block"
+    )
+    console.print(f"ideal hit share (reuse access share): {_pct(result.ideal_hit_share)}")
+    console.print(_table(result))
+    for note in result.notes:
+        console.print(f"note: {note}")
+
+
+def print_summary(result: ReplayResult) -> None:
+    """The summary on stdout; piped output loses rich's padding at the line ends."""
+    console = Console()
+    if console.is_terminal:
+        render_summary(result, console)
+        return
+    console = Console(width=150)  # a pipe: the whole table, one line per row
+    with console.capture() as captured:
+        render_summary(result, console)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
+def check_replay_out_dir(out: Path, *, force: bool) -> None:
+    check_out_dir(out, force=force, marker=OUT_MARKER, command="replay")
+
+
+def _charts(result: ReplayResult, d: Path) -> list[str]:
+    from fcctl.reports.charts import _pyplot, _save
+
+    plt = _pyplot()
+    rates = [r.rate for r in result.rates]
+    names = list(result.rates[0].policies) if result.rates else []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for n in names:
+        ax.plot(rates, [100 * (r.policies[n].gpu_hit_share or 0) for r in result.rates],
+                marker="o", label=n)  # fmt: skip
+    if result.ideal_hit_share is not None:
+        ax.axhline(100 * result.ideal_hit_share, color="grey", linestyle="--", label="ideal")
+    ax.set_xlabel("rate (requests/s)")
+    ax.set_ylabel("reused blocks delivered to GPU (% of accesses)")
+    ax.legend()
+    _save(fig, d / "hit_share.png")
+    plt.close(fig)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, q in zip(axes, ("p50", "p99"), strict=True):
+        for n in names:
+            ax.plot(rates, [getattr(r.policies[n].ttft_s, q) or 0 for r in result.rates],
+                    marker="o", label=n)  # fmt: skip
+        ax.set_xlabel("rate (requests/s)")
+        ax.set_ylabel(f"TTFT {q} (s)")
+        ax.legend()
+    _save(fig, d / "ttft.png")
+    plt.close(fig)
+    return ["hit_share.png", "ttft.png"]
+
+
+def write_out_dir(result: ReplayResult, out: Path, *, force: bool = False) -> list[str]:
+    """``replay.json``, ``requests-<policy>-rate<rate>.parquet`` per cell, two charts."""
+    with atomic_out_dir(out, force=force, marker=OUT_MARKER, command="replay") as d:
+        write_json_file(result, d / OUT_MARKER)
+        names = [OUT_MARKER]
+        for rate in result.rates:
+            for name, p in rate.policies.items():
+                if p.table is not None:
+                    fname = f"requests-{name}-rate{rate.rate:g}.parquet"
+                    p.table.write_parquet(d / fname)
+                    names.append(fname)
+        names += _charts(result, d)
+    return names
+
+
+def summary_rows(result: ReplayResult) -> list[dict[str, Any]]:
+    """One flat dict per (rate, policy): for scripts and benchmarks."""
+    return [
+        {"rate": r.rate, "policy": n, "gpu_hit_share": p.gpu_hit_share,
+         "ttft_mean_s": p.ttft_s.mean, "ttft_p99_s": p.ttft_s.p99}  # fmt: skip
+        for r in result.rates
+        for n, p in r.policies.items()
+    ]
