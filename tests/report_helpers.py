@@ -48,7 +48,9 @@ def fcctl(*args: str | os.PathLike[str], cwd: Path | None = None) -> subprocess.
 
 def make_samples(root: Path) -> Samples:
     """analyze of the Claude Code sample and a tiny iobench (fio if installed) in ``root``."""
-    a = fcctl("analyze", SAMPLE_TRACE, "--out", root / "analyze")
+    # From the repository root with the relative name, so the page names the trace as the
+    # README does (samples/...), not by this machine's checkout path.
+    a = fcctl("analyze", SAMPLE_TRACE.relative_to(REPO), "--out", root / "analyze", cwd=REPO)
     assert a.returncode == 0, a.stderr
     scratch = root / "scratch"
     scratch.mkdir()
@@ -116,5 +118,13 @@ def terminal_rows(text: str) -> set[str]:
 
 @pytest.fixture(scope="session", name="report_samples")
 def report_samples_fixture(tmp_path_factory: pytest.TempPathFactory) -> Samples:
-    """Made once per test session and shared by every report test module (imported by each)."""
-    return make_samples(tmp_path_factory.mktemp("report-samples"))
+    """Made once per test session and shared by every report test module (imported by each).
+
+    Each importing module gets its own fixture definition, so the samples are cached here."""
+    global _SAMPLES
+    if _SAMPLES is None:
+        _SAMPLES = make_samples(tmp_path_factory.mktemp("report-samples"))
+    return _SAMPLES
+
+
+_SAMPLES: Samples | None = None
