@@ -202,3 +202,19 @@ def test_bad_input_leaves_an_existing_page_alone(tmp_path: Path) -> None:
     bad = _write(tmp_path, "bad.json", "{")
     r = fcctl("report", bad, "-o", out, "--force")
     assert r.returncode == 2 and out.read_text() == "old page"
+
+
+def test_a_real_replay_document(tmp_path: Path) -> None:
+    """fcctl replay has landed: its real --json document renders like the issue's sample."""
+    from report_helpers import SAMPLE_TRACE
+
+    r = fcctl("replay", SAMPLE_TRACE, "--rates", "0.5", "--json")
+    if r.returncode != 0:
+        pytest.skip(f"fcctl replay did not run here: {r.stderr.strip()[:200]}")
+    doc = _write(tmp_path, "replay.json", r.stdout)
+    rc, err, out = _report(tmp_path, doc)
+    assert rc == 0, err
+    page = parse_page(out.read_text())
+    assert "replay" in page.sections
+    policies = json.loads(r.stdout)["rates"][0]["policies"]
+    assert len(page.tables["replay-table"]) == 1 + len(policies)

@@ -21,6 +21,7 @@ def register(app: typer.Typer) -> None:
                 help="--json documents or --out directories of analyze, iobench, replay, "
                 "recommend-thresholds (any subset, one of each).",
                 show_default=False,
+                metavar="INPUT",
             ),
         ],
         output: Annotated[Path, typer.Option("-o", "--output", help="The HTML page to write.")],
