@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
+from fcctl.analyzers.replay.result import ReplayResult
 from rich.console import Console
 from rich.table import Table
 
-from fcctl.analyzers.replay.result import ReplayResult
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
 from fcctl.common.units import format_bytes
@@ -124,13 +123,3 @@ def write_out_dir(result: ReplayResult, out: Path, *, force: bool = False) -> li
                     names.append(fname)
         names += _charts(result, d)
     return names
-
-
-def summary_rows(result: ReplayResult) -> list[dict[str, Any]]:
-    """One flat dict per (rate, policy): for scripts and benchmarks."""
-    return [
-        {"rate": r.rate, "policy": n, "gpu_hit_share": p.gpu_hit_share,
-         "ttft_mean_s": p.ttft_s.mean, "ttft_p99_s": p.ttft_s.p99}  # fmt: skip
-        for r in result.rates
-        for n, p in r.policies.items()
-    ]

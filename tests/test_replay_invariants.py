@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fcctl.analyzers.replay import POLICIES, ReplayConfig, build_workload, simulate
+from fcctl.analyzers.replay.store import FastStore
+from fcctl.analyzers.tiered import eviction_order, place_in_buckets
+from fcctl.analyzers.turns import synthetic_turns
+from fcctl.layout.placement import PlacementRule
+from fcctl.layout.session_format import record_bytes, segment_bytes
 from replay_helpers import (
     BLOCK_BYTES,
     TINY,
@@ -13,13 +19,7 @@ from replay_helpers import (
     trace_of,
 )
 
-from fcctl.analyzers.replay import POLICIES, ReplayConfig, build_workload, simulate
-from fcctl.analyzers.replay.store import FastStore
-from fcctl.analyzers.tiered import eviction_order, place_in_buckets
-from fcctl.analyzers.turns import synthetic_turns
 from fcctl.common.jsonio import to_jsonable
-from fcctl.layout.placement import PlacementRule
-from fcctl.layout.session_format import record_bytes, segment_bytes
 
 RULE = PlacementRule(short_reply_tokens=200, agent_context_tokens=64)
 TRACES = [random_session_trace(s) for s in range(4)] + [random_time_trace(s) for s in range(4)]
@@ -109,7 +109,9 @@ def test_cancellation_by_hand() -> None:
     assert row["prefetch_s"] == pytest.approx(0.05)
     assert row["recomputed_tokens"] == 12 * 16 - 3 * 16
     # The same read without a timeout problem completes and delivers all 10.
-    ok = _run(trace, tiny_node(gpu_kv=0, host=0, ssd=1000, prefetch_timeout_base_s=5.0), "tiered", 1.0)
+    ok = _run(
+        trace, tiny_node(gpu_kv=0, host=0, ssd=1000, prefetch_timeout_base_s=5.0), "tiered", 1.0
+    )
     assert ok.table.row(1, named=True)["ssd_blocks"] == 10 and ok.cancelled_prefetches == 0
     # flat never cancels: its read waits and delivers everything.
     flat = _run(trace, hw, "flat", 1.0)

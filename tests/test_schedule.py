@@ -113,3 +113,23 @@ def test_bad_concurrency_and_time_ordered_traces_are_refused() -> None:
     timed = Trace(path="t", format="x", requests=timed.requests, order="time")
     with pytest.raises(FcctlInputError, match="per-session clocks"):
         interleave(timed, schedule_by_concurrency(timed.requests, 1))
+
+
+def test_time_scaled_keeps_proportions_and_reaches_the_rate() -> None:
+    from fcctl.analyzers.schedule import natural_rate_per_s, time_scaled
+
+    t = np.array([10.0, 11.0, 13.0, 14.0])
+    assert natural_rate_per_s(t) == pytest.approx(4 / 4.0)
+    scaled = time_scaled(t, 2.0)  # twice the trace's own rate: gaps halve
+    assert scaled.tolist() == pytest.approx([0.0, 0.5, 1.5, 2.0])
+    assert time_scaled(np.array([5.0, 5.0]), 3.0).tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="rate"):
+        time_scaled(t, 0.0)
+
+
+def test_session_ordinals_follow_first_appearance() -> None:
+    from fcctl.analyzers.schedule import session_ordinals
+
+    req = pl.DataFrame({"session_id": ["b", "a", "b", "c", "a"]})
+    ordinal, n = session_ordinals(req)
+    assert n == 3 and ordinal.tolist() == [0, 1, 0, 2, 1]

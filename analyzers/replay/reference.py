@@ -100,7 +100,9 @@ class ReferenceStore:
             else:
                 break
         hits = blk[: len(codes)].tolist()
-        self._touch(self.gpu[worker], [b for b, c in zip(hits, codes, strict=True) if c == CODE_GPU])
+        self._touch(
+            self.gpu[worker], [b for b, c in zip(hits, codes, strict=True) if c == CODE_GPU]
+        )
         self._touch(self.host, [b for b, c in zip(hits, codes, strict=True) if c == CODE_HOST])
         self._codes = codes
         return len(codes), codes.count(CODE_GPU), codes.count(CODE_HOST), codes.count(CODE_SSD)
@@ -191,7 +193,9 @@ class ReferenceStore:
             else:
                 break
         hits = blk[: len(codes)].tolist()
-        self._touch(self.gpu[worker], [b for b, c in zip(hits, codes, strict=True) if c == CODE_GPU])
+        self._touch(
+            self.gpu[worker], [b for b, c in zip(hits, codes, strict=True) if c == CODE_GPU]
+        )
         self._codes = codes
         rows = np.array(runs, dtype=np.int64).reshape(-1, 3)
         return (

@@ -129,7 +129,9 @@ def register(app: typer.Typer) -> None:
         }
         for key, value in flags.items():
             if value is not None:
-                hw = with_values(hw, {key: value}, f"--{key.replace('_bytes', '').replace('_', '-')}")
+                hw = with_values(
+                    hw, {key: value}, f"--{key.replace('_bytes', '').replace('_', '-')}"
+                )
         if io_profile is not None:
             hw = apply_io_profile(hw, io_profile)
         rule_args = {}
