@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import polars as pl
+from analyze_helpers import make_trace
 from fcctl.analyzers.replay import PRESETS, Hardware, with_values
-from fcctl.analyzers.schema import SCHEMA, Trace
+from fcctl.analyzers.schema import Trace
 from fcctl.layout.geometry import KvGeometry
 
 BLOCK_TOKENS = 16
@@ -53,36 +55,22 @@ def trace_of(
     sessions: Sequence[str] | None = None,
     timestamps: Sequence[float] | None = None,
     output_tokens: Sequence[int] | None = None,
-    input_tokens: Sequence[int] | None = None,
     order: str | None = None,
 ) -> Trace:
-    """A canonical trace; with ``sessions`` its clocks are per session (order "session")
-    unless ``order`` says otherwise."""
+    """``analyze_helpers.make_trace`` with outputs; with ``sessions`` its clocks are per session
+    (order "session") unless ``order`` says otherwise."""
     n = len(hash_ids)
-    df = pl.DataFrame(
-        {
-            "request_index": list(range(n)),
-            "session_id": list(sessions) if sessions is not None else [None] * n,
-            "turn": [None] * n,
-            "parent_request": [None] * n,
-            "timestamp_s": list(timestamps)
-            if timestamps is not None
-            else [float(i) for i in range(n)],
-            "input_tokens": list(input_tokens)
-            if input_tokens is not None
-            else [len(h) * BLOCK_TOKENS for h in hash_ids],
-            "output_tokens": list(output_tokens) if output_tokens is not None else [8] * n,
-            "block_size_tokens": [BLOCK_TOKENS] * n,
-            "hash_ids": [list(h) for h in hash_ids],
-        },
-        schema=SCHEMA,
+    trace = make_trace(
+        hash_ids,
+        timestamps=timestamps,
+        sessions=sessions,
+        block_size_tokens=BLOCK_TOKENS,
+        order=order or ("session" if sessions is not None else "time"),
     )
-    return Trace(
-        path="test-trace",
-        format="test",
-        requests=df,
-        order=order or ("session" if sessions is not None else "time"),  # type: ignore[arg-type]
-        has_hashes=True,
+    outputs = pl.Series("output_tokens", list(output_tokens or [8] * n), dtype=pl.Int64)
+    return replace(
+        trace,
+        requests=trace.requests.with_columns(outputs),
         has_sessions=sessions is not None,
         block_size_tokens=BLOCK_TOKENS,
     )

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from fcctl.cli import app
 from tests.conftest import SAMPLES
+from tests.test_analyze_cli import _approx_equal
 
 runner = CliRunner()
 GOLDEN = Path(__file__).parent / "golden"
@@ -33,21 +34,6 @@ POLICY_KEYS = {
 
 def _run(*args: str) -> Any:
     return runner.invoke(app, ["replay", *args])
-
-
-def _approx_equal(got: Any, want: Any, where: str = "$") -> None:
-    if isinstance(want, dict):
-        assert isinstance(got, dict) and set(got) == set(want), where
-        for k in want:
-            _approx_equal(got[k], want[k], f"{where}.{k}")
-    elif isinstance(want, list):
-        assert isinstance(got, list) and len(got) == len(want), where
-        for i, (g, w) in enumerate(zip(got, want, strict=True)):
-            _approx_equal(g, w, f"{where}[{i}]")
-    elif isinstance(want, float):
-        assert got == pytest.approx(want, rel=1e-9), where
-    else:
-        assert got == want, where
 
 
 def test_json_document_and_golden() -> None:
