@@ -34,6 +34,7 @@ from .planner import Extent, ReadCommand, ReadPlan, plan_reads
 from .session_file import SessionFile
 from .session_format import TurnRecord, file_bytes, fit_name
 from .staging import RestoreStats, StagingWindow, restore_session
+from .store import FlatStore, RestorePlan, StoredTurn
 
 __all__ = [
     "ENGINES",
@@ -44,6 +45,7 @@ __all__ = [
     "CorruptSessionFile",
     "EngineUnavailable",
     "Extent",
+    "FlatStore",
     "InputError",
     "KvGeometry",
     "KvikioEngine",
@@ -54,9 +56,11 @@ __all__ = [
     "ReadEngine",
     "ReadPlan",
     "ReadResult",
+    "RestorePlan",
     "RestoreStats",
     "SessionFile",
     "StagingWindow",
+    "StoredTurn",
     "TurnRecord",
     "VerificationError",
     "align_up",

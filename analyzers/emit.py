@@ -1,0 +1,302 @@
+"""``--emit``: write the drop-in package, the core's own source files plus generated thresholds.
+
+The package ``DIR/<name>/`` holds:
+
+* every module of the storage core (``fcctl.layout``) that the engine-facing parts need, as
+  **byte-for-byte copies** of the core's source files, at the same relative paths: the roots
+  :data:`ROOTS` (placement, address codec, geometry, session-file format, writer and reader,
+  planner, readers, staging window, reclamation, scheduler, the ``FlatStore`` facade, the smoke
+  test, the package ``__init__``) and everything they import (:func:`core_modules` follows the
+  relative imports). The core's imports are relative, so the copy imports itself under any name;
+  it needs numpy only (torch and kvikio lazily), and imports nothing of fcctl;
+* ``thresholds.py`` (generated): ``SHORT_REPLY_TOKENS``, ``AGENT_CONTEXT_TOKENS``, ``RULE`` (a
+  ``PlacementRule``) and ``SOURCE`` (trace, rate, hardware, fcctl version, ...);
+* ``thresholds.toml`` (generated, the same values), ``README.md`` (how an engine calls it);
+* ``MANIFEST``: ``<sha256>  <path>`` for every other file, ``sha256sum -c`` format, sorted.
+
+The emitter lives outside the core because it reads the core's files; it writes through
+:func:`fcctl.common.outdir.atomic_out_dir`, so a failed emit leaves nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import keyword
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fcctl.layout
+
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.outdir import atomic_out_dir
+
+DEFAULT_NAME = "flatcake_store"
+CORE_DIR = Path(fcctl.layout.__file__).resolve().parent
+#: The modules the package is built around (paths relative to the core).
+ROOTS: tuple[str, ...] = (
+    "__init__.py",
+    "placement.py",
+    "address.py",
+    "geometry.py",
+    "session_format.py",
+    "session_file.py",
+    "planner.py",
+    "engines/__init__.py",
+    "engines/posix.py",
+    "engines/kvikio.py",
+    "staging.py",
+    "reclaim.py",
+    "scheduler.py",
+    "store.py",
+    "smoke.py",
+)
+GENERATED: tuple[str, ...] = ("thresholds.py", "thresholds.toml", "README.md")
+MANIFEST = "MANIFEST"
+
+
+def _module_path(parts: list[str], core: Path) -> str | None:
+    """The file of the core module named by ``parts`` (package or module), if any."""
+    rel = Path(*parts) if parts else Path()
+    if (core / rel / "__init__.py").is_file():
+        return (rel / "__init__.py").as_posix()
+    if parts and (core / rel.with_suffix(".py")).is_file():
+        return rel.with_suffix(".py").as_posix()
+    return None
+
+
+def _relative_imports(rel: str, core: Path) -> set[str]:
+    tree = ast.parse((core / rel).read_text(), rel)
+    package = list(Path(rel).parent.parts)
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or not node.level:
+            continue
+        base = package[: len(package) - (node.level - 1)] if node.level > 1 else list(package)
+        mod = [*base, *(node.module.split(".") if node.module else [])]
+        found = _module_path(mod, core)
+        if found:
+            out.add(found)
+        for alias in node.names:  # ``from . import x``: x may be a module
+            sub = _module_path([*mod, alias.name], core)
+            if sub:
+                out.add(sub)
+        # Importing a subpackage's module runs the packages above it.
+        for i in range(len(mod)):
+            pkg = _module_path(mod[:i], core)
+            if pkg and pkg.endswith("__init__.py"):
+                out.add(pkg)
+    return out
+
+
+def core_modules(core: Path = CORE_DIR, roots: tuple[str, ...] = ROOTS) -> tuple[str, ...]:
+    """The roots and every core module they import, transitively (sorted relative paths)."""
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        rel = todo.pop()
+        if rel in seen:
+            continue
+        if not (core / rel).is_file():
+            raise FileNotFoundError(f"core module {rel} is missing from {core}")
+        seen.add(rel)
+        todo += sorted(_relative_imports(rel, core) - seen)
+    return tuple(sorted(seen))
+
+
+def check_name(name: str) -> str:
+    """A package name: a Python identifier, not a keyword, not ``fcctl``."""
+    if not name.isidentifier() or keyword.iskeyword(name) or name == "fcctl":
+        raise FcctlInputError(
+            f"--emit-name: must be a Python identifier (not a keyword, not fcctl); got {name!r}"
+        )
+    return name
+
+
+def thresholds_module(short_reply_tokens: int, agent_context_tokens: int,
+                      source: Mapping[str, Any]) -> str:  # fmt: skip
+    """The generated ``thresholds.py``."""
+    lines = [
+        '"""Placement thresholds recommended by ``fcctl recommend-thresholds`` (generated).',
+        "",
+        "``RULE`` is the placement rule an engine passes to ``FlatStore``; ``SOURCE`` says where",
+        "the values came from. Regenerate with ``fcctl recommend-thresholds TRACE --emit DIR``.",
+        '"""',
+        "",
+        "from .placement import PlacementRule",
+        "",
+        f"SHORT_REPLY_TOKENS = {int(short_reply_tokens)!r}",
+        f"AGENT_CONTEXT_TOKENS = {int(agent_context_tokens)!r}",
+        "SOURCE = {",
+        *(f"    {str(k)!r}: {v!r}," for k, v in source.items()),
+        "}",
+        "RULE = PlacementRule(",
+        "    short_reply_tokens=SHORT_REPLY_TOKENS, agent_context_tokens=AGENT_CONTEXT_TOKENS",
+        ")",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class EmitResult:
+    """What was written: the package directory and its files (relative, sorted)."""
+
+    package_dir: Path
+    copied: tuple[str, ...]
+    generated: tuple[str, ...]
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def emit_package(
+    directory: Path,
+    *,
+    name: str = DEFAULT_NAME,
+    short_reply_tokens: int,
+    agent_context_tokens: int,
+    source: Mapping[str, Any],
+    toml_text: str,
+    force: bool = False,
+) -> EmitResult:
+    """Write the package ``directory/<name>/`` (module docstring); ``directory`` must be absent
+    or empty (or, with ``force``, an earlier emit of a package of this name)."""
+    check_name(name)
+    copied = core_modules()
+    marker = f"{name}/{MANIFEST}"
+    with atomic_out_dir(directory, force=force, marker=marker, command="--emit",
+                        flag="--emit") as tmp:  # fmt: skip
+        pkg = tmp / name
+        for rel in copied:
+            dest = pkg / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes((CORE_DIR / rel).read_bytes())
+        (pkg / "thresholds.py").write_text(
+            thresholds_module(short_reply_tokens, agent_context_tokens, source)
+        )
+        (pkg / "thresholds.toml").write_text(toml_text)
+        (pkg / "README.md").write_text(
+            readme_text(name, short_reply_tokens, agent_context_tokens, source)
+        )
+        files = sorted([*copied, *GENERATED])
+        (pkg / MANIFEST).write_text("".join(f"{sha256_file(pkg / f)}  {f}\n" for f in files))
+    return EmitResult(directory / name, copied, GENERATED)
+
+
+def readme_text(
+    name: str, short_reply_tokens: int, agent_context_tokens: int, source: Mapping[str, Any]
+) -> str:
+    """The package's README: what it holds, how an engine calls it, the engines' hook points."""
+    where = ", ".join(f"{k} {v}" for k, v in source.items())
+    return _README.format(
+        name=name, short=short_reply_tokens, agent=agent_context_tokens, where=where
+    )
+
+
+_README = """# {name}: FlatCake write-time placement and per-session KV layout
+
+Generated by `fcctl recommend-thresholds --emit`. Every `.py` file except `thresholds.py` is a
+byte-for-byte copy of fcctl's storage core (`fcctl.layout`); `MANIFEST` lists each file's
+sha256 (`cd {name} && sha256sum -c MANIFEST`). It needs numpy only; torch (GPU staging window)
+and kvikio (GDS reads) are imported when used.
+
+Recommended thresholds (`thresholds.py`, `thresholds.toml`): a later turn goes to host memory
+when its context is at most **{agent} tokens** and the previous reply was at most **{short}
+tokens**; first turns, long replies, agent contexts and writes that do not fit memory go to
+SSD; shared prefixes stay in memory. Source: {where}.
+
+Check it runs here: `python -m {name}.smoke`.
+
+## What is ready
+
+| part | module | state |
+|---|---|---|
+| placement rule (FC-GVA) | `placement.py`, `thresholds.py` | ready (what the simulator ran) |
+| 64-bit block address | `address.py` | ready |
+| KV geometry | `geometry.py` | ready (presets, Hugging Face config.json) |
+| session files (FC-CIO): format, writer, reader | `session_format.py`, `session_file.py` | ready |
+| read planner: sort, merge, 64 KiB gaps, alignment | `planner.py` | ready |
+| readers: posix O_DIRECT, kvikio (GDS) | `engines/` | ready; kvikio needs `kvikio-cu12` |
+| GPU staging window, two layers per stream | `staging.py` | ready; needs torch |
+| per-session reclamation | `reclaim.py` | ready |
+| two-queue scheduler (FC-MAS) | `scheduler.py` | ready |
+| engine facade `FlatStore` | `store.py` | ready |
+| vLLM / SGLang / LMCache adapters | | **not yet**: the hook points below say where each call goes |
+
+## How an engine calls it
+
+Every call takes the engine's clock `now_s` (seconds); nothing starts a thread or reads the wall
+clock. Sizes are one tensor-parallel rank's KV.
+
+```python
+import numpy as np
+from {name}.geometry import model_geometry
+from {name}.placement import Medium
+from {name}.store import FlatStore
+from {name}.thresholds import RULE
+
+store = FlatStore.open("/nvme/kv", model_geometry("llama-3.1-8b"), block_tokens=16,
+                       host_bytes=64 << 30, ssd_bytes=2 << 40, rule=RULE, now_s=now)
+# before prefill: where will this turn's new KV go?
+p = store.place(turn=t, context_tokens=ctx, previous_reply_tokens=prev_reply,
+                prefix_ref_count=refs, new_tokens=new, now_s=now)
+# a new request: how much of its history is stored, and how much of it is on SSD?
+plan = store.plan_restore(session, history_tokens, now_s=now)
+store.submit(request_id, arrival_s=now, ssd_bytes=plan.ssd_read_bytes, now_s=now)
+for r in store.start_prefetches(now):      # start these SSD restores (window permitting)
+    ...                                    # store.restore(plan, out, now_s=now), or
+                                           # staging.restore_session(plan.ssd_plans, ...) to GPU
+store.prefetch_done(request_id, now)       # when its restore finished
+for r in store.ready(now):                 # prefill these, in this order
+    ...
+# after prefill: store the turn's new KV, layer-ordered (layers x layer_bytes_for(new) bytes)
+store.write_turn(session, t, kv_bytes, tokens=new, medium=p.medium, now_s=now)
+store.reclaim(now)                         # at the watermark, whole sessions
+```
+
+## Hook points
+
+**vLLM, `KVConnectorBase_V1`** (a connector class loaded through `kv_transfer_config`; the
+session id rides in the request's `kv_transfer_params`):
+* scheduler side, `get_num_new_matched_tokens(request, num_computed_tokens)`: `plan_restore`
+  gives the stored tokens; when part of them is on SSD, `submit` the request and return `None`
+  ("needs more time") until `ready(now)` lists it, then the matched token count, so the request
+  is deferred while its SSD read runs instead of holding the batch;
+* `update_state_after_alloc` / `build_connector_meta`: the page ids the restore scatters into;
+* worker side, `start_load_kv(forward_context)`: start the layer-by-layer restore
+  (`staging.restore_session(plan.ssd_plans, engine, kv_cache, page_ids)`, GDS with the kvikio
+  engine); `wait_for_layer_load(layer_name)`: wait until that layer is scattered (the
+  `on_layer` callback); `save_kv_layer(layer_name, kv_layer, attn_metadata, ...)`: collect the
+  new turn's pages of that layer; `wait_for_save()`: `write_turn` with the medium `place`
+  chose before prefill.
+* Cannot deliver: `KVConnectorBase_V1` sees block hashes, not sessions (hence
+  `kv_transfer_params`); vLLM's own `OffloadingConnector` stages every secondary tier through
+  CPU (direct GPU-storage access is a stated non-goal there), so use this connector interface,
+  whose worker holds the GPU KV tensors, for GDS into the GPU.
+
+**SGLang HiCache** (`--hicache-storage-backend dynamic` with the backend's
+`{{backend_name, module_path, class_name}}`; the class implements `HiCacheStorage`):
+* `batch_exists(keys, extra_info)` returns the stored prefix length (from `plan_restore`);
+  `batch_get_v1(keys, host_indices, extra_info)` restores into the host pages
+  (`store.restore`); `batch_set_v1(keys, host_indices, extra_info)` writes a turn
+  (`place` + `write_turn`); `get`, `batch_get`, `set`, `batch_set`, `exists` as the abstract
+  interface requires. The session id comes through `extra_info`.
+* Cannot deliver: this interface fills SGLang's **host-memory tier** only, so there is no GDS
+  into the GPU and no GPU staging window; SGLang's prefetch policy (`best_effort`,
+  `wait_complete`, `timeout`) decides waiting, not the two-queue scheduler; keys are pages, so
+  a turn is written when its pages arrive.
+
+**LMCache** (its storage plugin interface; session id through `cache_salt`):
+* in-process `StoragePluginInterface` (`storage_plugins`): `contains`, `batched_submit_put_task`
+  (`write_turn`), `get_blocking` / `get_non_blocking` (`restore`), `pin` / `unpin`
+  (`begin_read` / `end_read` of the reclaimer), `remove`, `close`; `dst_device="cuda"` for a
+  GPU destination;
+* multi-process mode: the `"type": "plugin"` L2 adapter (`L2AdapterInterface`:
+  `submit_store_task`, `submit_lookup_and_lock_task`, `submit_load_task`, ...).
+* Cannot deliver: the multi-process L2 adapter loads into CPU L1 buffers (no GDS); chunks
+  (256 tokens by default) are keyed by hash, so a session's chunks must be mapped to its turn
+  segments by the adapter; the in-process interface is documented as deprecated for MP mode.
+"""

@@ -1,0 +1,110 @@
+"""The recommendation: frozen dataclasses whose field names are the ``--json`` keys (issue #9 §1).
+
+Top-level keys, exactly: ``schema_version``, ``recommendation``, ``ideal_hit_share``, ``rates``,
+``grid``, ``misplacement``, ``hardware``, ``provenance``. Fields marked ``NOT_JSON`` are for the
+summary, ``--out`` and ``--emit`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fcctl.analyzers.replay.result import RateResult
+
+from fcctl.common.provenance import Provenance
+
+SCHEMA_VERSION = 1
+NOT_JSON = {"json": False}
+
+#: The misplacement changes, in the order they are evaluated and shown.
+CHANGES: tuple[str, ...] = (
+    "short_reply_tokens halved",
+    "short_reply_tokens doubled",
+    "agent_context_tokens halved",
+    "agent_context_tokens doubled",
+    "every short chat on SSD",
+    "every session in memory",
+)
+
+
+@dataclass(frozen=True)
+class Ttft:
+    """Time to first token, seconds: mean and 99th percentile over the run's requests."""
+
+    mean: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True)
+class GridCell:
+    """The ``flat`` policy at one threshold pair (tokens) and one rate (requests/s)."""
+
+    short_reply_tokens: int
+    agent_context_tokens: int
+    rate: float
+    gpu_hit_share: float | None
+    ttft_s: Ttft
+    ssd_read_bytes: int
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The picked pair and its figures at the target ``rate``."""
+
+    short_reply_tokens: int
+    agent_context_tokens: int
+    rate: float
+    gpu_hit_share: float | None
+    ttft_s: Ttft
+
+
+@dataclass(frozen=True)
+class Misplacement:
+    """The recommended pair changed by ``change`` (one of :data:`CHANGES`), at the target rate:
+    absolute figures (the summary states the difference to the recommendation)."""
+
+    change: str
+    gpu_hit_share: float | None
+    ttft_s: Ttft
+    ssd_read_bytes: int
+    short_reply_tokens: int = field(default=0, metadata=NOT_JSON)
+    agent_context_tokens: int = field(default=0, metadata=NOT_JSON)
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the summary, ``--out`` and ``--emit`` say beside the JSON keys."""
+
+    trace_path: str
+    trace_format: str
+    requests: int
+    sessions: int
+    sessions_inferred: bool
+    later_turns: int
+    model: str
+    hardware_name: str
+    objective: str
+    target_rate: float
+    seed: int
+    grid_rule: str  # "default (trace percentiles)" or "given"
+    simulations_run: int
+    simulations_reused: int
+    jobs: int
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RecommendResult:
+    """The whole ``recommend-thresholds`` run; ``jsonio.dumps`` of it is the ``--json`` document."""
+
+    schema_version: int
+    recommendation: Recommendation
+    ideal_hit_share: float | None
+    rates: tuple[RateResult, ...]
+    grid: tuple[GridCell, ...]
+    misplacement: tuple[Misplacement, ...]
+    hardware: Mapping[str, Any]
+    provenance: Provenance
+    facts: RunFacts = field(metadata=NOT_JSON, compare=False)

@@ -1,0 +1,413 @@
+"""``recommend_thresholds``: sweep the placement thresholds with the replay simulator, pick a pair.
+
+Every figure is a real run of ``fcctl replay``'s simulator (:func:`fcctl.analyzers.replay.simulate`)
+on one :class:`~fcctl.analyzers.replay.Workload` built once from the trace (blocks, sessions,
+turns, workers: the prefix structure), at the same rates and seed (the load schedule).
+
+**What is simulated** (one *cell* = one policy at one rate, with a threshold pair for the flat
+policies):
+
+1. ``memory-only`` and ``tiered`` at every rate: they do not read the thresholds, so each runs
+   once per rate, whatever the grid.
+2. ``flat`` at every grid pair and rate.
+3. After the pick: ``flat-fcfs`` at every rate with the recommended pair (the scheduling
+   ablation beside it), and the misplacement changes (:data:`~.result.CHANGES`) with ``flat`` at
+   the target rate.
+
+**Reuse across the grid.** The thresholds enter the placement rule only through rules 4-6
+(:mod:`fcctl.layout.placement`): for a later turn, ``context > agent_context_tokens`` ->
+``agent_context``; else ``previous reply > short_reply_tokens`` -> ``long_reply``; else
+``short_reply_chat``. Rules 1-3 (memory full, shared prefix, first turn) come first and do not
+read them. So the per-request *threshold class* vector (:func:`threshold_classes`) decides the
+whole simulation: two pairs with the same vector make the same decision for every write, and
+the simulator is deterministic, so their results are identical. Each distinct (policy, rate,
+vector) is simulated once and its result reused for every pair that maps to it (placement
+reasons included, so even ``details`` agree).
+
+**The pick** (:func:`pick`): at the target rate (the highest rate unless ``target_rate``), the
+pair with the highest GPU hit share; ties (exactly equal shares) go to the lower p99 TTFT
+(``objective="ttft-p99"`` swaps the two), then the lower mean TTFT, then fewer SSD bytes read,
+then the smaller short-reply threshold, then the smaller agent-context threshold (when nothing
+measured tells them apart, keep less in memory: host memory is the scarce tier).
+
+**Misplacement** (:data:`~.result.CHANGES`): the recommended pair with one threshold halved or
+doubled, ``agent_context_tokens = 0`` (every later turn with a context is an agent turn: every
+short chat goes to SSD), and both thresholds at :data:`ALL_MEMORY_TOKENS` (every later turn is a
+short chat: every session's later turns go to memory, as memory permits; first turns and the
+memory-full rule stay, they are not thresholds).
+
+**Processes.** ``jobs > 1`` runs cells in that many spawned processes, each building the
+workload once from the pickled trace; results are identical to ``jobs = 1`` (each cell is
+independent and deterministic).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+
+import numpy as np
+from fcctl.analyzers.recommend.grid import check_grid, default_grid
+from fcctl.analyzers.recommend.result import (
+    CHANGES,
+    SCHEMA_VERSION,
+    GridCell,
+    Misplacement,
+    Recommendation,
+    RecommendResult,
+    RunFacts,
+    Ttft,
+)
+from fcctl.analyzers.replay import (
+    DEFAULT_RATES,
+    Hardware,
+    PolicyResult,
+    RateResult,
+    ReplayConfig,
+    Workload,
+    build_workload,
+    simulate,
+)
+from fcctl.analyzers.replay.hardware import hardware_document
+from fcctl.analyzers.replay.run import DEFAULT_SEED, check_rates, workers_of
+from fcctl.analyzers.schema import Trace
+from fcctl.layout.geometry import KvGeometry
+from fcctl.layout.placement import PlacementRule
+
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.progress import Progress
+from fcctl.common.provenance import collect_provenance, utc_now
+
+OBJECTIVES: tuple[str, ...] = ("hit", "ttft-p99")
+#: Both thresholds for "every session in memory": above any token count a trace holds.
+ALL_MEMORY_TOKENS = 2**62
+#: The policies of ``rates[].policies``, in replay's order; ``flat`` at the recommended pair.
+RATE_POLICIES: tuple[str, ...] = ("memory-only", "tiered", "flat", "flat-fcfs")
+_THRESHOLD_FREE = ("memory-only", "tiered")
+
+# Threshold classes of one request (rules 3-6 of layout.placement, in its order).
+CLASS_FIRST_TURN = 0
+CLASS_AGENT_CONTEXT = 1
+CLASS_LONG_REPLY = 2
+CLASS_SHORT_REPLY_CHAT = 3
+
+
+@dataclass(frozen=True)
+class RecommendConfig:
+    """What to sweep: geometry, hardware, rates (requests/s), grids (tokens; ``None``: the
+    default grid of :mod:`.grid`), objective, target rate, seed, worker processes."""
+
+    geometry: KvGeometry
+    hardware: Hardware
+    rates: tuple[float, ...] = DEFAULT_RATES
+    short_reply_grid: tuple[int, ...] | None = None
+    agent_context_grid: tuple[int, ...] | None = None
+    objective: str = "hit"
+    target_rate: float | None = None
+    seed: int = DEFAULT_SEED
+    jobs: int = 1
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One simulation: ``policy`` at ``rate`` with a threshold pair (tokens)."""
+
+    policy: str
+    rate: float
+    short_reply_tokens: int
+    agent_context_tokens: int
+
+
+def threshold_classes(
+    input_tokens: np.ndarray,
+    output_tokens: np.ndarray,
+    prev_request: np.ndarray,
+    short_reply_tokens: int,
+    agent_context_tokens: int,
+) -> np.ndarray:
+    """Per request (int8), which threshold rule decides its writes when rules 1-2 do not:
+    :data:`CLASS_FIRST_TURN`, :data:`CLASS_AGENT_CONTEXT`, :data:`CLASS_LONG_REPLY` or
+    :data:`CLASS_SHORT_REPLY_CHAT` (the flat policy's signals: context = the request's input
+    tokens, previous reply = the output tokens of the session's previous request)."""
+    out = np.zeros(input_tokens.shape[0], dtype=np.int8)
+    later = prev_request >= 0
+    reply = np.where(later, output_tokens[np.maximum(prev_request, 0)], 0)
+    agent = later & (input_tokens > agent_context_tokens)
+    long_reply = later & ~agent & (reply > short_reply_tokens)
+    out[agent] = CLASS_AGENT_CONTEXT
+    out[long_reply] = CLASS_LONG_REPLY
+    out[later & ~agent & ~long_reply] = CLASS_SHORT_REPLY_CHAT
+    return out
+
+
+class _Signals:
+    """The three per-request arrays the thresholds are compared with (the parent keeps only
+    these, not the whole workload)."""
+
+    def __init__(self, w: Workload) -> None:
+        self.input_tokens = w.input_tokens.copy()
+        self.output_tokens = w.output_tokens.copy()
+        self.prev_request = w.prev_request.copy()
+        self._digests: dict[tuple[int, int], str] = {}
+
+    def digest(self, short: int, agent: int) -> str:
+        key = (short, agent)
+        if key not in self._digests:
+            classes = threshold_classes(
+                self.input_tokens, self.output_tokens, self.prev_request, short, agent
+            )
+            self._digests[key] = hashlib.blake2b(classes.tobytes(), digest_size=16).hexdigest()
+        return self._digests[key]
+
+    def key(self, cell: Cell) -> tuple[str, float, str]:
+        """Cells with equal keys have identical results (module docstring)."""
+        if cell.policy in _THRESHOLD_FREE:
+            return (cell.policy, cell.rate, "")
+        return (
+            cell.policy,
+            cell.rate,
+            self.digest(cell.short_reply_tokens, cell.agent_context_tokens),
+        )
+
+
+def _run(
+    w: Workload, geometry: KvGeometry, hardware: Hardware, seed: int, cell: Cell
+) -> PolicyResult:
+    rule = PlacementRule(cell.short_reply_tokens, cell.agent_context_tokens)
+    config = ReplayConfig(
+        geometry=geometry, hardware=hardware, policies=(cell.policy,), rates=(cell.rate,),
+        placement=rule, seed=seed,
+    )  # fmt: skip
+    return simulate(w, config, cell.policy, cell.rate)
+
+
+# One per worker process: the workload built once, then every cell it is given.
+_WORKER: tuple[Workload, KvGeometry, Hardware, int] | None = None
+
+
+def _init_worker(trace: Trace, geometry: KvGeometry, hardware: Hardware, seed: int) -> None:
+    global _WORKER
+    w = build_workload(trace, geometry, workers_of(geometry, hardware))
+    _WORKER = (w, geometry, hardware, seed)
+
+
+def _worker_run(cell: Cell) -> PolicyResult:
+    assert _WORKER is not None, "worker not initialised"
+    return _run(*_WORKER, cell)
+
+
+class _Runner:
+    """Runs cells once each (by :meth:`_Signals.key`), serially or in worker processes."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        workload: Workload,
+        config: RecommendConfig,
+        signals: _Signals,
+        advance: Callable[[], None],
+    ) -> None:
+        self.signals = signals
+        self.results: dict[tuple[str, float, str], PolicyResult] = {}
+        self.advance = advance
+        self.reused = 0
+        self._config = config
+        self._workload: Workload | None = workload
+        self._pool: ProcessPoolExecutor | None = None
+        if config.jobs > 1:
+            self._pool = ProcessPoolExecutor(
+                max_workers=config.jobs,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(trace, config.geometry, config.hardware, config.seed),
+            )
+            self._workload = None  # the workers hold it; the parent keeps only the signals
+
+    def run(self, cells: Iterable[Cell]) -> None:
+        todo: dict[tuple[str, float, str], Cell] = {}
+        for cell in cells:
+            key = self.signals.key(cell)
+            if key in self.results or key in todo:
+                self.reused += 1
+                self.advance()
+            else:
+                todo[key] = cell
+        c = self._config
+        if self._pool is None:
+            assert self._workload is not None
+            for key, cell in todo.items():
+                self.results[key] = _run(self._workload, c.geometry, c.hardware, c.seed, cell)
+                self.advance()
+            return
+        futures = {self._pool.submit(_worker_run, cell): key for key, cell in todo.items()}
+        for f in as_completed(futures):
+            self.results[futures[f]] = f.result()
+            self.advance()
+
+    def get(self, cell: Cell) -> PolicyResult:
+        return self.results[self.signals.key(cell)]
+
+    @property
+    def simulated(self) -> int:
+        return len(self.results)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _grid_cell(short: int, agent: int, rate: float, p: PolicyResult) -> GridCell:
+    return GridCell(short, agent, rate, p.gpu_hit_share, Ttft(p.ttft_s.mean, p.ttft_s.p99),
+                    p.ssd_read_bytes)  # fmt: skip
+
+
+def _num(x: float | None, missing: float) -> float:
+    return missing if x is None else x
+
+
+def pick(cells: Sequence[GridCell], objective: str) -> GridCell:
+    """The recommended cell among ``cells`` (one rate) by the module docstring's rule."""
+    if objective not in OBJECTIVES:
+        raise FcctlInputError(
+            f"--objective: must be one of {', '.join(OBJECTIVES)}; got {objective!r}"
+        )
+    if not cells:
+        raise FcctlInputError("the threshold grid is empty")
+    inf = float("inf")
+
+    def key(c: GridCell) -> tuple[float, ...]:
+        hit = -_num(c.gpu_hit_share, -inf)
+        p99 = _num(c.ttft_s.p99, inf)
+        first, second = (hit, p99) if objective == "hit" else (p99, hit)
+        return (first, second, _num(c.ttft_s.mean, inf), c.ssd_read_bytes,
+                c.short_reply_tokens, c.agent_context_tokens)  # fmt: skip
+
+    return min(cells, key=key)
+
+
+def misplacement_pairs(short: int, agent: int) -> list[tuple[str, int, int]]:
+    """``(change, short_reply_tokens, agent_context_tokens)`` for every change, in order."""
+    pairs = {
+        "short_reply_tokens halved": (short // 2, agent),
+        "short_reply_tokens doubled": (short * 2, agent),
+        "agent_context_tokens halved": (short, agent // 2),
+        "agent_context_tokens doubled": (short, agent * 2),
+        "every short chat on SSD": (short, 0),
+        "every session in memory": (ALL_MEMORY_TOKENS, ALL_MEMORY_TOKENS),
+    }
+    return [(c, *pairs[c]) for c in CHANGES]
+
+
+def _notes(w: Workload) -> tuple[str, ...]:
+    notes = []
+    if w.sessions_inferred:
+        notes.append("sessions inferred from prefix chains (the trace has no session ids)")
+    if w.closed_loop:
+        notes.append("per-session clocks: sessions start as a seeded Poisson process at the rate")
+    if int((w.prev_request >= 0).sum()) == 0:
+        notes.append("no session has a second request: the thresholds decide nothing here")
+    return tuple(notes)
+
+
+def default_jobs() -> int:
+    """CPUs this process may run on (the sweep's default worker processes)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def recommend_thresholds(
+    trace: Trace, config: RecommendConfig, *, progress: Progress | None = None
+) -> RecommendResult:
+    """Sweep, pick and measure misplacement on ``trace`` (rules in the module docstring)."""
+    started = utc_now()
+    if config.objective not in OBJECTIVES:
+        raise FcctlInputError(
+            f"--objective: must be one of {', '.join(OBJECTIVES)}; got {config.objective!r}"
+        )
+    if not isinstance(config.jobs, int) or config.jobs < 1:
+        raise FcctlInputError(f"--jobs: must be an integer >= 1; got {config.jobs!r}")
+    rates = check_rates(config.rates)
+    if config.target_rate is not None:
+        target = check_rates([config.target_rate])[0]
+        rates = tuple(sorted({*rates, target}))
+    else:
+        target = max(rates)
+    workload = build_workload(trace, config.geometry, workers_of(config.geometry, config.hardware))
+    signals = _Signals(workload)
+    default_short, default_agent = default_grid(
+        signals.input_tokens, signals.output_tokens, signals.prev_request
+    )
+    shorts = (check_grid(config.short_reply_grid, "--short-reply")
+              if config.short_reply_grid is not None else default_short)  # fmt: skip
+    agents = (check_grid(config.agent_context_grid, "--agent-context")
+              if config.agent_context_grid is not None else default_agent)  # fmt: skip
+    ideal = workload.ideal_hit_share
+    if config.short_reply_grid is None and config.agent_context_grid is None:
+        grid_rule = "default (trace percentiles)"
+    elif config.short_reply_grid is not None and config.agent_context_grid is not None:
+        grid_rule = "given"
+    else:
+        grid_rule = "partly given, partly default (trace percentiles)"
+    facts = RunFacts(
+        trace_path=trace.path, trace_format=trace.format, requests=workload.requests,
+        sessions=workload.sessions, sessions_inferred=workload.sessions_inferred,
+        later_turns=int((workload.prev_request >= 0).sum()), model=config.geometry.name,
+        hardware_name=config.hardware.name, objective=config.objective, target_rate=target,
+        seed=config.seed, grid_rule=grid_rule, simulations_run=0, simulations_reused=0,
+        jobs=config.jobs, notes=_notes(workload),
+    )  # fmt: skip
+    grid_cells = [Cell("flat", r, s, a) for r in rates for s in shorts for a in agents]
+    base_cells = [Cell(p, r, 0, 0) for r in rates for p in _THRESHOLD_FREE]
+    total = len(grid_cells) + len(base_cells) + len(rates) + len(CHANGES)
+    prog = progress or Progress(enabled=False)
+    with prog.task("sweeping thresholds", total=total, unit="simulations") as task:
+        runner = _Runner(trace, workload, config, signals, lambda: task.advance(1))
+        del workload  # with worker processes only they hold it
+        try:
+            runner.run(base_cells + grid_cells)
+            grid = tuple(
+                _grid_cell(c.short_reply_tokens, c.agent_context_tokens, c.rate, runner.get(c))
+                for c in grid_cells
+            )
+            best = pick([g for g in grid if g.rate == target], config.objective)
+            s, a = best.short_reply_tokens, best.agent_context_tokens
+            changes = misplacement_pairs(s, a)
+            fcfs_cells = [Cell("flat-fcfs", r, s, a) for r in rates]
+            mis_cells = [Cell("flat", target, cs, ca) for _, cs, ca in changes]
+            runner.run(fcfs_cells + mis_cells)
+        finally:
+            runner.close()
+    rate_results = []
+    for r in rates:
+        policies = {
+            "memory-only": runner.get(Cell("memory-only", r, 0, 0)),
+            "tiered": runner.get(Cell("tiered", r, 0, 0)),
+            "flat": runner.get(Cell("flat", r, s, a)),
+            "flat-fcfs": runner.get(Cell("flat-fcfs", r, s, a)),
+        }
+        rate_results.append(RateResult(r, policies))
+    misplacement = []
+    for change, cs, ca in changes:
+        p = runner.get(Cell("flat", target, cs, ca))
+        misplacement.append(
+            Misplacement(
+                change, p.gpu_hit_share, Ttft(p.ttft_s.mean, p.ttft_s.p99), p.ssd_read_bytes, cs, ca
+            )
+        )
+    return RecommendResult(
+        schema_version=SCHEMA_VERSION,
+        recommendation=Recommendation(s, a, target, best.gpu_hit_share, best.ttft_s),
+        ideal_hit_share=ideal,
+        rates=tuple(rate_results),
+        grid=grid,
+        misplacement=tuple(misplacement),
+        hardware=hardware_document(config.hardware),
+        provenance=collect_provenance(started),
+        facts=dataclasses.replace(
+            facts, simulations_run=runner.simulated, simulations_reused=runner.reused
+        ),
+    )
