@@ -154,11 +154,44 @@ def test_bucket_fifo_matches_the_tiered_model() -> None:
                       total_accesses=int(first[-1]))  # fmt: skip
     for session, block in order.tolist():
         store.host_insert(np.array([first[session] + block], dtype=np.int32), True)
-    recycled = int(store.smeta[1]) // 8  # buckets recycled: the oldest write left / bucket
+    recycled = store.ssd.recycled_buckets
     assert recycled > 0
     expected = placement.prefix_blocks(recycled)
-    on_ssd = store.s_seq >= 0
+    on_ssd = store.ssd.seq_of >= 0
     for s in range(len(schedule.sessions)):
         held = on_ssd[first[s] : first[s + 1]]
         prefix = int(np.argmin(held)) if not held.all() else int(held.shape[0])
         assert prefix == expected[s]
+
+
+@pytest.mark.parametrize("store_name", ["fast", "reference"])
+def test_replay_host_lru_evicts_in_the_tiered_librarys_tail_first_order(store_name: str) -> None:
+    # The replay's host LRU (whole prompt looked up, then inserted, as a tiered request does)
+    # writes to SSD in exactly analyzers.tiered.eviction_order(touch="tail-first"); iobench's
+    # head-first order differs on the same schedule (docs/simulator.md §3).
+    from fcctl.analyzers.replay.reference import ReferenceStore
+
+    schedule = synthetic_turns(block_tokens=16, sessions=5, tokens=16 * 24, turns=4)
+    first = np.cumsum([0, *[s.blocks for s in schedule.sessions]])
+    total = int(first[-1])
+    factory = FastStore if store_name == "fast" else ReferenceStore
+    store = factory(num_blocks=total, max_request_blocks=total, workers=1, gpu_blocks=0,
+                    host_blocks=10, ssd_blocks=10 * total, blocks_per_bucket=4,
+                    total_accesses=total)  # fmt: skip
+    written: list[int] = []
+    seen = [0] * len(schedule.sessions)
+    for session, turn in schedule.arrivals:
+        seen[session] += schedule.sessions[session].turn_blocks[turn]
+        blk = np.arange(first[session], first[session] + seen[session], dtype=np.int32)
+        store.lookup_lru(blk, 0, True)
+        store.host_insert(blk, True)
+    if store_name == "fast":
+        on_ssd = np.flatnonzero(store.ssd.seq_of[:total] >= 0)
+        written = on_ssd[np.argsort(store.ssd.seq_of[on_ssd])].tolist()
+    else:
+        written = [b for _, b in sorted((q, b) for b, q in store.ssd_seq.items())]
+    tail_first = eviction_order(schedule, block_bytes=1, memory_tier_bytes=10, touch="tail-first")
+    expected = (first[tail_first[:, 0]] + tail_first[:, 1])[: len(written)].tolist()
+    assert len(written) == total - 10 and written == expected
+    head_first = eviction_order(schedule, block_bytes=1, memory_tier_bytes=10)
+    assert (first[head_first[:, 0]] + head_first[:, 1])[: len(written)].tolist() != expected

@@ -136,3 +136,46 @@ def test_bad_sizes_are_refused():
     with pytest.raises(ValueError, match=r"recycled: must be in 0\.\.3; got 4"):
         placed.prefix_blocks(4)
     assert isinstance(placed.order, np.ndarray)
+
+
+def test_tail_first_touch_evicts_a_turns_tail_before_its_head():
+    # (0,0) inserts 01 then 00 (00 most recent); (1,0) inserts 10, evicts 01; (0,1) inserts 02,
+    # touches 00, evicts 10; (1,1) inserts 11, evicts 02; flush 00, 11. Head-first (iobench's
+    # order, the test above) evicts 00 first instead.
+    order = eviction_order(SCHEDULE, block_bytes=1, memory_tier_bytes=2, touch="tail-first")
+    assert order.tolist() == [[0, 1], [1, 0], [0, 2], [0, 0], [1, 1]]
+    with pytest.raises(FcctlInputError, match="touch: must be one of"):
+        eviction_order(SCHEDULE, block_bytes=1, memory_tier_bytes=2, touch="sideways")
+
+
+def test_bucket_ring_recycles_whole_buckets_first_in_first_out():
+    from fcctl.analyzers.tiered import BucketRing
+
+    # 4 blocks of SSD, buckets of 2, high mark 3 blocks, low mark 2.
+    ring = BucketRing(num_keys=6, blocks_per_bucket=2, capacity_blocks=4,
+                      high_watermark=0.75, low_watermark=0.5)  # fmt: skip
+    ring.append(np.array([0, 1, 2]))
+    assert ring.holds(np.arange(3)).all() and ring.recycled_blocks == 0
+    ring.append(np.array([3]))  # 4 > 3: bucket 0 (keys 0, 1) goes, 2 left
+    assert ring.holds(np.arange(4)).tolist() == [False, False, True, True]
+    assert (ring.used_blocks, ring.peak_blocks, ring.recycled_buckets) == (2, 4, 1)
+    ring.append(np.array([4, 5]))  # 4 > 3 again: bucket 1 (keys 2, 3)
+    assert ring.holds(np.arange(6)).tolist() == [False, False, False, False, True, True]
+    assert ring.bucket_slot(np.array([4, 5])).tolist() == [[2, 0], [2, 1]]
+    assert (ring.written_blocks, ring.recycled_blocks, ring.recycled_buckets) == (6, 4, 2)
+    with pytest.raises(ValueError, match="not on SSD"):
+        ring.bucket_slot(np.array([0]))
+
+
+def test_place_in_buckets_is_the_unbounded_ring():
+    from fcctl.analyzers.tiered import BucketRing
+
+    schedule = synthetic_turns(block_tokens=16, sessions=4, tokens=16 * 20, turns=3)
+    placed = place_in_buckets(schedule, block_bytes=1, bucket_bytes=3, memory_tier_bytes=7)
+    first = np.cumsum([0, *[s.blocks for s in schedule.sessions]])
+    ring = BucketRing(num_keys=int(first[-1]), blocks_per_bucket=3)
+    keys = first[placed.order[:, 0]] + placed.order[:, 1]
+    ring.append(keys)
+    assert ring.recycled_blocks == 0
+    for s, where in enumerate(placed.placement):
+        assert ring.bucket_slot(np.arange(first[s], first[s + 1])).tolist() == where.tolist()

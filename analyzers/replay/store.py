@@ -13,11 +13,13 @@ Rules both follow:
   survive (the issue's rule). A tier over capacity evicts after the whole request is in.
 * A block sits in at most one worker's GPU cache; a worker that inserts a block another
   worker holds takes it over (only traces whose sessions share hashes across workers meet it).
-* Tiered SSD: a block evicted from the host LRU is appended to the current bucket (a write
-  sequence number); buckets hold ``blocks_per_bucket`` consecutive writes and are recycled
-  first-in first-out when the SSD holds more than the high watermark, down to the low one
-  (:mod:`fcctl.analyzers.tiered`'s model; a recycle drops whatever sessions' blocks the
-  bucket holds). A block on SSD is not admitted to the host again (no re-admission).
+* Tiered SSD: :class:`fcctl.analyzers.tiered.BucketRing`, the bucket model iobench's layout
+  is built with: a block evicted from the host LRU is appended to the current bucket (a write
+  sequence number; ``_host_insert`` calls :func:`~fcctl.analyzers.tiered.ring_append`);
+  buckets hold ``blocks_per_bucket`` consecutive writes and are recycled first-in first-out
+  when the SSD holds more than the high watermark, down to the low one (a recycle drops
+  whatever sessions' blocks the bucket holds). A block on SSD is not admitted to the host
+  again (no re-admission).
 * Flat: each block has one home, memory or an SSD session-file segment, set once at write time.
 """
 
@@ -25,14 +27,12 @@ from __future__ import annotations
 
 import numpy as np
 from fcctl.analyzers.replay.flatcost import SegmentTable, read_cost
+from fcctl.analyzers.tiered import BucketRing, ring_append
 from numba import njit
 
 CODE_GPU = 0
 CODE_HOST = 1
 CODE_SSD = 2
-
-# smeta slots of the tiered SSD bucket ring
-_NEXT, _OLDEST, _USED, _PEAK, _PER, _HIGH, _LOW, _RING, _WRITTEN, _RECYCLED = range(10)
 
 
 @njit(cache=True)
@@ -61,30 +61,6 @@ def _push_front(b, prev, nxt, lst, w):  # pragma: no cover - numba
         lst[w, 1] = b
     lst[w, 0] = b
     lst[w, 2] += 1
-
-
-@njit(cache=True)
-def _ssd_append(b, s_seq, ring, smeta):  # pragma: no cover - numba
-    seq = smeta[_NEXT]
-    s_seq[b] = seq
-    ring[seq % smeta[_RING]] = b
-    smeta[_NEXT] = seq + 1
-    smeta[_USED] += 1
-    smeta[_WRITTEN] += 1
-    if smeta[_USED] > smeta[_PEAK]:
-        smeta[_PEAK] = smeta[_USED]
-    if smeta[_USED] > smeta[_HIGH]:
-        per = smeta[_PER]
-        while smeta[_USED] > smeta[_LOW] and smeta[_OLDEST] < smeta[_NEXT]:
-            start = smeta[_OLDEST]
-            end = min((start // per + 1) * per, smeta[_NEXT])
-            for q in range(start, end):
-                bb = ring[q % smeta[_RING]]
-                if s_seq[bb] == q:
-                    s_seq[bb] = -1
-                    smeta[_USED] -= 1
-                    smeta[_RECYCLED] += 1
-            smeta[_OLDEST] = end
 
 
 @njit(cache=True)
@@ -265,7 +241,7 @@ def _host_insert(  # pragma: no cover - numba
         _unlink(t, h_prev, h_next, h_lst, 0)
         h_in[t] = 0
         if tiered and s_seq[t] < 0:
-            _ssd_append(t, s_seq, ring, smeta)
+            ring_append(t, s_seq, ring, smeta)
 
 
 @njit(cache=True)
@@ -395,15 +371,16 @@ class FastStore:
         self.h_next = np.full(n, -1, dtype=np.int32)
         self.h_lst = np.array([[-1, -1, 0]], dtype=np.int64)
         self.h_peak = 0
-        self.s_seq = np.full(n, -1, dtype=np.int64)
-        high = int(high_watermark * ssd_blocks)
-        ring = max(1, min(high + 2, total_accesses + 1))
-        self.ring = np.zeros(ring, dtype=np.int32)
-        self.smeta = np.zeros(10, dtype=np.int64)
-        self.smeta[_PER] = max(1, blocks_per_bucket)
-        self.smeta[_HIGH] = high
-        self.smeta[_LOW] = int(low_watermark * ssd_blocks)
-        self.smeta[_RING] = ring
+        # The tiered SSD: analyzers.tiered's bucket ring, appended to from _host_insert.
+        self.ssd = BucketRing(
+            num_keys=n,
+            blocks_per_bucket=max(1, blocks_per_bucket),
+            capacity_blocks=ssd_blocks,
+            high_watermark=high_watermark,
+            low_watermark=low_watermark,
+            max_writes=total_accesses,
+        )
+        self.s_seq = self.ssd.seq_of
         self.m_seg = np.full(n, -1, dtype=np.int32)
         self.s_seg = np.full(n, -1, dtype=np.int32)
         self.s_idx = np.zeros(n, dtype=np.int32)
@@ -434,7 +411,7 @@ class FastStore:
     def host_insert(self, blk: np.ndarray, tiered: bool) -> None:
         _host_insert(
             blk, self.h_in, self.h_prev, self.h_next, self.h_lst, self.host_blocks, tiered,
-            self.s_seq, self.ring, self.smeta,
+            self.ssd.seq_of, self.ssd.ring, self.ssd.meta,
         )  # fmt: skip
         self.h_peak = max(self.h_peak, int(self.h_lst[0, 2]))
 
@@ -444,15 +421,15 @@ class FastStore:
 
     @property
     def ssd_used_blocks(self) -> int:
-        return int(self.smeta[_USED])
+        return self.ssd.used_blocks
 
     @property
     def ssd_peak_blocks(self) -> int:
-        return int(self.smeta[_PEAK])
+        return self.ssd.peak_blocks
 
     @property
     def ssd_recycled_blocks(self) -> int:
-        return int(self.smeta[_RECYCLED])
+        return self.ssd.recycled_blocks
 
     # flat ----------------------------------------------------------------------------------
     def lookup_flat(self, blk: np.ndarray, worker: int) -> tuple[int, int, int, int, np.ndarray]:
