@@ -23,6 +23,9 @@ iobench's table writes ``"-"`` (pass ``missing="-"``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from fcctl.common.units import format_bytes
 
 NA = "n/a"
@@ -111,3 +114,28 @@ def concurrency_label(concurrency: int, ran: int) -> str:
     if ran == concurrency:
         return str(concurrency)
     return f"{concurrency} (ran {ran}: only {ran} sessions)"
+
+
+def iobench_comparison_sentences(comparisons: Mapping[str, Any]) -> list[str]:
+    """iobench's headline comparisons in words, from the JSON form of ``comparisons``.
+
+    The one wording for the terminal table and the HTML page; the numbers stay in the JSON.
+    """
+    lines = []
+    cmds = comparisons.get("eviction_over_flat_read_commands")
+    if cmds is not None:
+        lines.append(
+            f"eviction issues {ratio(cmds['ratio'], '-')} the flat layout's read commands"
+        )
+    for r in comparisons.get("flat_over_eviction_restore_time") or []:
+        lines.append(
+            f"flat restores in {ratio(r['ratio'], '-')} the eviction layout's time "
+            f"at concurrency {r['concurrency']}"
+        )
+    fio = comparisons.get("flat_over_fio_seq")
+    if fio is not None:
+        lines.append(
+            f"flat restore at concurrency {fio['concurrency']} reads at "
+            f"{ratio(fio['ratio'], '-')} fio's best sequential read"
+        )
+    return lines

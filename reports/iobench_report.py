@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import polars as pl
-from fcctl.iobench.result import Comparisons, IobenchResult, Ratio
+from fcctl.iobench.result import Comparisons, IobenchResult
+from fcctl.reports import format as fmt
 
-from fcctl.common.jsonio import write_json, write_json_file
-from fcctl.common.units import format_bytes
+from fcctl.common.jsonio import to_jsonable, write_json, write_json_file
 
 JSON_NAME = "iobench.json"
 
@@ -62,36 +62,7 @@ def runs_frame(result: IobenchResult) -> pl.DataFrame:
 
 def comparison_sentences(comparisons: Comparisons) -> list[str]:
     """The human reading of each headline comparison (the JSON keeps the numbers)."""
-
-    def times(r: Ratio) -> str:
-        return "-" if r.ratio is None else f"{r.ratio:.2f}x"
-
-    lines = []
-    if comparisons.eviction_over_flat_read_commands is not None:
-        v = times(comparisons.eviction_over_flat_read_commands)
-        lines.append(f"eviction issues {v} the flat layout's read commands")
-    for r in comparisons.flat_over_eviction_restore_time:
-        lines.append(
-            f"flat restores in {times(r)} the eviction layout's time at concurrency {r.concurrency}"
-        )
-    if comparisons.flat_over_fio_seq is not None:
-        r = comparisons.flat_over_fio_seq
-        lines.append(
-            f"flat restore at concurrency {r.concurrency} reads at {times(r)} fio's best "
-            "sequential read"
-        )
-    return lines
-
-
-def _rate(x: float | None) -> str:
-    return "-" if x is None else f"{x / 1e9:.2f} GB/s"
-
-
-def concurrency_label(concurrency: int, ran: int) -> str:
-    """``"16"``, or ``"16 (ran 4: only 4 sessions)"`` when fewer sessions than that exist."""
-    if ran == concurrency:
-        return str(concurrency)
-    return f"{concurrency} (ran {ran}: only {ran} sessions)"
+    return fmt.iobench_comparison_sentences(to_jsonable(comparisons))
 
 
 def workload_line(result: IobenchResult) -> str | None:
@@ -123,7 +94,7 @@ def render_table(
     gds = ", GDS " + ("yes" if engine.gds else "no (compat)") if engine.gds_capable else ""
     title = (
         f"iobench: {wl.sessions} sessions, {wl.model} ({wl.layers} layers), "
-        f"{wl.block_tokens}-token pages, {format_bytes(wl.bytes)} per layout; engine "
+        f"{wl.block_tokens}-token pages, {fmt.size_2dp(wl.bytes)} per layout; engine "
         f"{engine.name} (O_DIRECT {'yes' if engine.o_direct else 'no'}{gds})"
     )
     # Fits 80 columns: bytes requested are the same for every run (the workload's size, in the
@@ -138,15 +109,15 @@ def render_table(
             elif r.verified_bytes == r.bytes_requested * r.repeats:
                 verified = "all"  # every requested byte of every repeat
             else:
-                verified = format_bytes(r.verified_bytes)
+                verified = fmt.size_2dp(r.verified_bytes)
             table.add_row(
                 layout,
-                concurrency_label(r.concurrency, r.concurrency_ran),
+                fmt.concurrency_label(r.concurrency, r.concurrency_ran),
                 f"{r.read_commands:,}",
-                f"{r.read_amplification:.3f}",
-                _rate(r.restore_bytes_per_s),
-                f"{r.restore_s.p50:.3f}",
-                f"{r.restore_s.p99:.3f}",
+                fmt.fixed3(r.read_amplification),
+                fmt.rate(r.restore_bytes_per_s, "-"),
+                fmt.fixed3(r.restore_s.p50),
+                fmt.fixed3(r.restore_s.p99),
                 verified,
             )
     console.print(table)
@@ -158,7 +129,7 @@ def render_table(
     fio = result.fio
     if fio.available:
         replay = ", ".join(
-            f"{k} {_rate(v)}" for k, v in fio.replay_bytes_per_s.items() if v is not None
+            f"{k} {fmt.rate(v, '-')}" for k, v in fio.replay_bytes_per_s.items() if v is not None
         )
         # Two lines, so neither wraps mid-phrase at 80 columns.
         # With repeats the figure is the median of each repeat's best job (which job won each
@@ -166,8 +137,8 @@ def render_table(
         rounds = len(fio.rounds)
         which = f"median of {rounds}" if rounds > 1 else fio.best_job
         console.print(
-            f"fio ({fio.ioengine}): best sequential direct read {_rate(fio.seq_read_bytes_per_s)}"
-            f" ({which})"
+            f"fio ({fio.ioengine}): best sequential direct read "
+            f"{fmt.rate(fio.seq_read_bytes_per_s, '-')} ({which})"
         )
         console.print(f"fio replay of each layout's exact reads: {replay or '-'}")
     else:
@@ -258,7 +229,7 @@ def _charts(result: IobenchResult, frame: pl.DataFrame, out: Path) -> list[Path]
     wl = result.workload
     ax.set_title(
         f"Read commands to restore all {wl.sessions} sessions\n"
-        f"({wl.layers} layers, {format_bytes(wl.bytes)} per layout)",
+        f"({wl.layers} layers, {fmt.size_2dp(wl.bytes)} per layout)",
         fontsize=10,
     )
     fig.tight_layout()
