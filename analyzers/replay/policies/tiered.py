@@ -1,8 +1,10 @@
 """``tiered`` (Mooncake-like): host memory in front of SSD buckets, SSD hits staged through host.
 
 * Writes: every new block enters the host LRU at prefill end; the LRU evicts (tail before
-  head) to SSD in eviction order into fixed-size buckets, recycled first-in first-out at the
-  SSD's high watermark (:mod:`fcctl.analyzers.tiered`'s model, in the store).
+  head: ``eviction_order(touch="tail-first")``) to SSD in eviction order into fixed-size
+  buckets, recycled first-in first-out at the SSD's high watermark: the store appends each
+  eviction to :class:`fcctl.analyzers.tiered.BucketRing`, the bucket model iobench's eviction
+  layout is built with.
 * Reads: host hits are copied to the GPU at prefill start. SSD hits are a prefetch: it needs
   host staging space (``min(its bytes, staging_bytes)``, first come first served), reads one
   command per block and layer per rank (the eviction layout, as ``iobench`` reads it) on the

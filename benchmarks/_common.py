@@ -1,0 +1,98 @@
+"""Helpers the benchmark scripts share: child-process timing, the oracleGeneral block stream,
+libCacheSim's LRU run in a child.
+
+Run as ``python3 benchmarks/_common.py _lcs STREAM CAP...`` (libCacheSim child) or
+``python3 benchmarks/_common.py _stream TRACE.parquet DEST`` (write the stream in a child, so the
+parent stays small: a child's ``ru_maxrss`` starts from its forking parent's peak).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+GiB = 1 << 30
+
+
+def run_child(cmd: list[str]) -> tuple[float, float, str]:
+    """(wall s, peak RSS GiB, stdout) of one child process, measured on that child only."""
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, cwd=REPO)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read().decode()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed with exit status {proc.returncode}")
+    return wall, usage.ru_maxrss / 2**20, text  # ru_maxrss is KiB on Linux
+
+
+def write_oracle_general(parquet: Path, dest: Path) -> tuple[int, int]:
+    """Write the access stream as oracleGeneral records; return (accesses, distinct blocks)."""
+    import numpy as np
+    from fcctl.analyzers.readers import read_trace
+    from fcctl.analyzers.stack import flatten_accesses
+
+    acc = flatten_accesses(read_trace(parquet).requests)
+    rec = np.dtype([("t", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])
+    chunk = 8_000_000
+    with dest.open("wb") as f:
+        for s in range(0, acc.num_accesses, chunk):
+            e = min(acc.num_accesses, s + chunk)
+            a = np.zeros(e - s, dtype=rec)
+            a["t"] = np.arange(s, e, dtype=np.uint32)
+            a["id"] = acc.block[s:e].astype(np.uint64) + 1
+            a["size"] = 1
+            a["next"] = -1
+            a.tofile(f)
+    return acc.num_accesses, acc.num_blocks
+
+
+def lcs_worker(stream: str, capacities_blocks: list[int]) -> None:
+    """Child mode: LRU at each capacity over the stream; print JSON of times and hit shares."""
+    import libcachesim as lcs
+
+    out = []
+    for c in capacities_blocks:
+        reader = lcs.TraceReader(
+            stream, lcs.TraceType.ORACLE_GENERAL_TRACE, lcs.ReaderInitParam(ignore_obj_size=False)
+        )
+        cache = lcs.LRU(c)
+        start = time.perf_counter()
+        miss_ratio, _ = cache.process_trace(reader)
+        out.append(
+            {
+                "capacity_blocks": c,
+                "seconds": time.perf_counter() - start,
+                "hit_share": 1.0 - miss_ratio,
+            }
+        )
+    print(json.dumps({"version": getattr(lcs, "__version__", "?"), "runs": out}))
+
+
+def export_stream(parquet: Path, dest: Path) -> tuple[int, int]:
+    """:func:`write_oracle_general` in a child process; (accesses, distinct blocks)."""
+    _, _, text = run_child([sys.executable, __file__, "_stream", str(parquet), str(dest)])
+    doc = json.loads(text)
+    return int(doc["accesses"]), int(doc["blocks"])
+
+
+def lcs_command(stream: Path, capacities_blocks: list[int]) -> list[str]:
+    """The command that runs :func:`lcs_worker` in a child."""
+    return [sys.executable, __file__, "_lcs", str(stream), *[str(c) for c in capacities_blocks]]
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "_lcs":
+        lcs_worker(sys.argv[2], [int(c) for c in sys.argv[3:]])
+    elif sys.argv[1] == "_stream":
+        n_acc, n_blocks = write_oracle_general(Path(sys.argv[2]), Path(sys.argv[3]))
+        print(json.dumps({"accesses": n_acc, "blocks": n_blocks}))
