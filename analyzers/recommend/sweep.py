@@ -44,6 +44,7 @@ independent and deterministic).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import multiprocessing
 import os
@@ -183,17 +184,35 @@ def _run(
         geometry=geometry, hardware=hardware, policies=(cell.policy,), rates=(cell.rate,),
         placement=rule, seed=seed,
     )  # fmt: skip
-    return simulate(w, config, cell.policy, cell.rate)
+    result = simulate(w, config, cell.policy, cell.rate)
+    # A finished simulation is a web of cycles (policy <-> simulation, event callbacks) around
+    # arrays of the trace's size; collect it now, not whenever the cyclic GC next reaches the
+    # oldest generation (measured: worker RSS grew from 1.4 to 4.5 GiB over 50 cells without).
+    gc.collect()
+    return result
 
 
 # One per worker process: the workload built once, then every cell it is given.
 _WORKER: tuple[Workload, KvGeometry, Hardware, int] | None = None
 
 
-def _init_worker(trace: Trace, geometry: KvGeometry, hardware: Hardware, seed: int) -> None:
+class _TraceHolder:
+    """The trace as an initializer argument the parent can let go of once every worker has
+    started: the pool keeps its initializer arguments for its whole life."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace: Trace | None = trace
+
+
+def _init_worker(holder: _TraceHolder, geometry: KvGeometry, hardware: Hardware, seed: int) -> None:
     global _WORKER
+    assert holder.trace is not None, "the trace was released before this worker started"
+    trace = holder.trace
     w = build_workload(trace, geometry, workers_of(geometry, hardware))
-    _WORKER = (w, geometry, hardware, seed)
+    # The simulation reads the trace's frame only for the load schedule (session ids); the
+    # block hashes, flattened into the workload already, are most of its memory.
+    light = dataclasses.replace(trace, requests=trace.requests.drop("hash_ids"))
+    _WORKER = (dataclasses.replace(w, trace=light), geometry, hardware, seed)
 
 
 def _worker_run(cell: Cell) -> PolicyResult:
@@ -219,12 +238,13 @@ class _Runner:
         self._config = config
         self._workload: Workload | None = workload
         self._pool: ProcessPoolExecutor | None = None
+        self._holder = _TraceHolder(trace)
         if config.jobs > 1:
             self._pool = ProcessPoolExecutor(
                 max_workers=config.jobs,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker,
-                initargs=(trace, config.geometry, config.hardware, config.seed),
+                initargs=(self._holder, config.geometry, config.hardware, config.seed),
             )
             self._workload = None  # the workers hold it; the parent keeps only the signals
 
@@ -245,6 +265,9 @@ class _Runner:
                 self.advance()
             return
         futures = {self._pool.submit(_worker_run, cell): key for key, cell in todo.items()}
+        # Each worker was started (the trace pickled to it) by a submit once enough cells wait.
+        if len(futures) >= self._config.jobs:
+            self._holder.trace = None
         for f in as_completed(futures):
             self.results[futures[f]] = f.result()
             self.advance()
@@ -366,7 +389,7 @@ def recommend_thresholds(
     prog = progress or Progress(enabled=False)
     with prog.task("sweeping thresholds", total=total, unit="simulations") as task:
         runner = _Runner(trace, workload, config, signals, lambda: task.advance(1))
-        del workload  # with worker processes only they hold it
+        del workload, trace  # with worker processes only they hold them
         try:
             runner.run(base_cells + grid_cells)
             grid = tuple(

@@ -1,0 +1,181 @@
+"""``--emit``: the package's modules are the core's bytes, MANIFEST is right, the smoke test
+passes with only numpy importable, and the simulator's flat policy decides every placement as
+the emitted ``place()`` does on whole sample traces."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fcctl.analyzers.emit import CORE_DIR, GENERATED, MANIFEST, core_modules, emit_package
+from fcctl.analyzers.readers import read_trace
+from fcctl.analyzers.replay import PRESETS, ReplayConfig, build_workload, simulate, with_values
+from fcctl.layout.geometry import model_geometry
+from fcctl.layout.placement import Placement, PlacementRule, PlacementSignals
+
+from tests.conftest import SAMPLES
+
+SHORT, AGENT = 300, 20_000
+SOURCE = {"trace": "hand-made", "rate_per_s": 1.0, "fcctl_version": "test"}
+
+
+@pytest.fixture(scope="module")
+def emitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("emit") / "pkg"
+    emit_package(out, name="flatcake_store", short_reply_tokens=SHORT, agent_context_tokens=AGENT,
+                 source=SOURCE, toml_text="[thresholds]\nshort_reply_tokens = 300\n")  # fmt: skip
+    return out
+
+
+def test_modules_are_the_cores_bytes_and_manifest_is_right(emitted: Path) -> None:
+    pkg = emitted / "flatcake_store"
+    files = sorted(p.relative_to(pkg).as_posix() for p in pkg.rglob("*") if p.is_file())
+    copied = core_modules()
+    assert files == sorted([*copied, *GENERATED, MANIFEST])
+    # Everything the facade and the smoke test need, and the modules the issue names.
+    for name in (
+        "store.py",
+        "smoke.py",
+        "placement.py",
+        "address.py",
+        "geometry.py",
+        "session_format.py",
+        "session_file.py",
+        "planner.py",
+        "engines/posix.py",
+        "engines/kvikio.py",
+        "staging.py",
+        "reclaim.py",
+        "scheduler.py",
+        "errors.py",
+    ):
+        assert name in copied  # fmt: skip
+    for rel in copied:
+        assert (pkg / rel).read_bytes() == (CORE_DIR / rel).read_bytes(), rel
+    lines = (pkg / MANIFEST).read_text().splitlines()
+    listed = {}
+    for line in lines:
+        digest, rel = line.split("  ", 1)
+        listed[rel] = digest
+    assert sorted(listed) == sorted([*copied, *GENERATED])
+    for rel, digest in listed.items():
+        assert hashlib.sha256((pkg / rel).read_bytes()).hexdigest() == digest, rel
+
+
+def test_generated_thresholds(emitted: Path) -> None:
+    text = (emitted / "flatcake_store" / "thresholds.py").read_text()
+    namespace: dict[str, Any] = {}
+    # thresholds.py imports the package's own placement; run it with the core's in its place.
+    exec(text.replace("from .placement import", "from fcctl.layout.placement import"), namespace)
+    assert namespace["SHORT_REPLY_TOKENS"] == SHORT and namespace["AGENT_CONTEXT_TOKENS"] == AGENT
+    assert namespace["SOURCE"] == SOURCE
+    assert namespace["RULE"] == PlacementRule(SHORT, AGENT)
+    readme = (emitted / "flatcake_store" / "README.md").read_text()
+    for hook in (
+        "get_num_new_matched_tokens",
+        "start_load_kv",
+        "wait_for_layer_load",
+        "save_kv_layer",
+        "HiCacheStorage",
+        "extra_info",
+        "StoragePluginInterface",
+        "host-memory tier",
+        "python -m flatcake_store.smoke",
+    ):
+        assert hook in readme, hook  # fmt: skip
+    assert tomllib.loads((emitted / "flatcake_store" / "thresholds.toml").read_text())
+
+
+_ISOLATED = """
+import sys
+for name in ("polars", "fcctl", "typer"):
+    try:
+        __import__(name)
+    except ImportError:
+        pass
+    else:
+        sys.exit(f"{name} is importable; the isolation is broken")
+import runpy
+runpy.run_module("flatcake_store.smoke", run_name="__main__")
+"""
+
+
+def test_smoke_passes_with_only_numpy(emitted: Path, tmp_path: Path) -> None:
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    numpy_dir = Path(np.__file__).resolve().parent
+    for name in ("numpy", "numpy.libs"):
+        if (numpy_dir.parent / name).exists():
+            (deps / name).symlink_to(numpy_dir.parent / name)
+    script = (
+        f"import sys; sys.path[:] = [{str(emitted)!r}, {str(deps)!r}] + "
+        "[p for p in sys.path if 'site-packages' not in p and 'dist-packages' not in p]; "
+        f"exec(compile({_ISOLATED!r}, 'isolated', 'exec'))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", script], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("smoke: ok (thresholds from thresholds.py: short reply 300")
+    assert not list(tmp_path.glob("flatstore-smoke-*"))  # cleaned up
+
+
+def test_core_smoke_runs_in_process() -> None:
+    from fcctl.layout import smoke
+
+    assert smoke.main() == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordingRule(PlacementRule):
+    """The core's rule, recording every decision the simulator asks of it."""
+
+    log: list[tuple[PlacementSignals, Placement]] = dataclasses.field(
+        default_factory=list, compare=False
+    )
+
+    def place(self, s: PlacementSignals) -> Placement:
+        decision = super().place(s)
+        self.log.append((s, decision))
+        return decision
+
+
+@pytest.mark.parametrize(
+    "sample", ["claude_code_sample.jsonl.gz", "mooncake_conversation_2k.jsonl"]
+)
+def test_simulator_decides_as_the_emitted_place(emitted: Path, sample: str) -> None:
+    sys.path.insert(0, str(emitted))
+    try:
+        placement = importlib.import_module("flatcake_store.placement")
+        thresholds = importlib.import_module("flatcake_store.thresholds")
+    finally:
+        sys.path.remove(str(emitted))
+    assert placement.__file__.startswith(str(emitted))
+    geometry = model_geometry("llama-3.1-8b")
+    # A node small enough that memory fills and every rule decides on these samples.
+    hw = with_values(PRESETS["h200-8x"], {"gpus": 2, "gpu_kv_bytes": 2**30,
+                                          "host_memory_bytes": 4 * 2**30}, "test")  # fmt: skip
+    rule = RecordingRule(SHORT, AGENT)
+    workload = build_workload(read_trace(SAMPLES / sample, None), geometry, 2)
+    config = ReplayConfig(geometry=geometry, hardware=hw, placement=rule)
+    simulate(workload, config, "flat", 1.0)
+    assert len(rule.log) >= workload.sessions
+    reasons = set()
+    for signals, decided in rule.log:
+        theirs = thresholds.RULE.place(placement.PlacementSignals(**dataclasses.asdict(signals)))
+        assert (int(theirs.medium), str(theirs.reason)) == (
+            int(decided.medium),
+            str(decided.reason),
+        )
+        reasons.add(str(decided.reason))
+    assert {"first_turn", "memory_full"} <= reasons or {"first_turn", "short_reply_chat"} <= reasons
+    assert len(reasons) >= 3, reasons

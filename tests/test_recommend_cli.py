@@ -1,0 +1,135 @@
+"""``fcctl recommend-thresholds`` through the CLI runner: human summary, --json keys, --out,
+--emit, bad input one line and exit 2 with nothing written."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from fcctl.cli import app
+from tests.conftest import SAMPLES
+
+runner = CliRunner()
+MOONCAKE = str(SAMPLES / "mooncake_conversation_2k.jsonl")
+# A small node so the placement matters on the 2,000-request sample; a 2x2 grid, two rates.
+SMALL = ["--gpus", "2", "--gpu-kv", "2GiB", "--host-memory", "4GiB", "--ssd", "64GiB",
+         "--rates", "0.5,2", "--short-reply", "128,512", "--agent-context", "4096,16384",
+         "--jobs", "1"]  # fmt: skip
+
+
+def _run(*args: str) -> Any:
+    return runner.invoke(app, ["recommend-thresholds", *args])
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    result = _run(MOONCAKE, *SMALL, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_json_keys_exactly_as_issue_9(doc: dict[str, Any]) -> None:
+    assert list(doc) == ["schema_version", "recommendation", "ideal_hit_share", "rates", "grid",
+                         "misplacement", "hardware", "provenance"]  # fmt: skip
+    assert doc["schema_version"] == 1
+    rec = doc["recommendation"]
+    assert list(rec) == ["short_reply_tokens", "agent_context_tokens", "rate", "gpu_hit_share",
+                         "ttft_s"]  # fmt: skip
+    assert list(rec["ttft_s"]) == ["mean", "p99"] and rec["rate"] == 2.0
+    assert len(doc["grid"]) == 2 * 2 * 2
+    for g in doc["grid"]:
+        assert list(g) == ["short_reply_tokens", "agent_context_tokens", "rate", "gpu_hit_share",
+                           "ttft_s", "ssd_read_bytes"]  # fmt: skip
+    for m in doc["misplacement"]:
+        assert list(m) == ["change", "gpu_hit_share", "ttft_s", "ssd_read_bytes"]
+    assert [r["rate"] for r in doc["rates"]] == [0.5, 2.0]
+    for r in doc["rates"]:
+        assert list(r["policies"]) == ["memory-only", "tiered", "flat", "flat-fcfs"]
+        assert "cancelled_prefetches" in r["policies"]["tiered"]
+    best = max(g["gpu_hit_share"] for g in doc["grid"] if g["rate"] == 2.0)
+    assert rec["gpu_hit_share"] == best
+    assert doc["hardware"]["host_memory_bytes"]["value"] == 4 * 2**30
+    assert doc["provenance"]["fcctl_version"]
+
+
+def test_human_summary() -> None:
+    result = _run(MOONCAKE, *SMALL)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "recommended: short reply <=" in out and "misplacement cost:" in out
+    assert "Placing every short chat on SSD" in out and "at 2 req/s." in out
+    assert "memory-only" in out and "flat-fcfs" in out
+    assert "sessions inferred" in out  # Mooncake has no session ids
+
+
+def test_out_and_emit(tmp_path: Path, doc: dict[str, Any]) -> None:
+    out, emit = tmp_path / "out", tmp_path / "emit"
+    result = _run(MOONCAKE, *SMALL, "--out", str(out), "--emit", str(emit), "--emit-name", "fcs")
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(["recommend.json", "thresholds.toml", "grid.parquet", "rates.parquet",
+                            "misplacement.parquet", "grid_hit_share.png", "grid_ttft_p99.png",
+                            "hit_share.png", "ttft_p99.png"])  # fmt: skip
+    rec = json.loads((out / "recommend.json").read_text())["recommendation"]
+    assert rec == doc["recommendation"]  # same seed, same run
+    toml = tomllib.loads((out / "thresholds.toml").read_text())
+    assert toml["thresholds"] == {"short_reply_tokens": rec["short_reply_tokens"],
+                                  "agent_context_tokens": rec["agent_context_tokens"]}  # fmt: skip
+    assert toml["source"]["rate_per_s"] == 2.0 and toml["source"]["trace"] == MOONCAKE
+    assert pl.read_parquet(out / "grid.parquet").height == 8
+    assert pl.read_parquet(out / "misplacement.parquet").height == 6
+    pkg = emit / "fcs"
+    assert (pkg / "MANIFEST").is_file() and (pkg / "store.py").is_file()
+    assert (pkg / "thresholds.toml").read_text() == (out / "thresholds.toml").read_text()
+    assert (
+        f"SHORT_REPLY_TOKENS = {rec['short_reply_tokens']}" in (pkg / "thresholds.py").read_text()
+    )
+    # Again without --force: refused before any work.
+    again = _run(MOONCAKE, *SMALL, "--emit", str(emit), "--emit-name", "fcs")
+    assert again.exit_code == 2 and "--emit" in again.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rates", "fast"], "--rates: expected comma-separated numbers"),
+        (["--rates", "0,1"], "--rates: each rate must be > 0"),
+        (["--short-reply", "256,abc"], "--short-reply: expected comma-separated whole token"),
+        (["--agent-context", "-5"], "--agent-context: each threshold must be an integer >= 0"),
+        (["--objective", "fastest"], "--objective: must be one of hit, ttft-p99"),
+        (["--target-rate", "-1"], "--rates: each rate must be > 0"),
+        (["--jobs", "0"], "--jobs: must be an integer >= 1"),
+        (["--emit", "x", "--emit-name", "not-a-name"], "--emit-name: must be a Python identifier"),
+        (["--hardware", "h900-8x"], "--hardware: unknown preset"),
+        (["--host-memory", "lots"], "--host-memory"),
+        (["--model", "gpt-9"], "--model: unknown preset"),
+    ],
+)
+def test_bad_flags_one_line_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
+    result = _run(str(SAMPLES / "claude_code_sample.jsonl.gz"), "--jobs", "1", *args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_bad_trace_and_out_dir_one_line_nothing_written(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 1, "input_length": "x"}\n')
+    out = tmp_path / "out"
+    result = _run(str(bad), "--out", str(out))
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+    missing = _run(str(tmp_path / "nope.jsonl"))
+    assert missing.exit_code == 2 and len(missing.stderr.strip().splitlines()) == 1
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "keep.txt").write_text("mine")
+    refused = _run(str(SAMPLES / "claude_code_sample.jsonl.gz"), "--out", str(busy))
+    assert refused.exit_code == 2 and "not empty" in refused.stderr
+    assert [p.name for p in busy.iterdir()] == ["keep.txt"]
