@@ -12,9 +12,14 @@ from the page cache (the posix engine also reads with O_DIRECT).
 
 Two checks. Inside the timed region the engine verifies each flat layer range against the
 CRC-32 the session file stores (``verify`` on the engine; what a real restore pays), unless
-verification is off. After the timed region every byte read into a placement is checked
-against the block pattern (``iobench.pattern``), so the figures are I/O (and checksum) figures,
-not numpy's; a mismatching piece counts in ``mismatched_blocks``.
+verification is off. Into host buffers the check of layer ``l`` runs on a small thread pool
+while layer ``l + 1`` is read (``overlap_checksums``; at most one check in flight per session,
+as a real engine prefetches the next layer while the GPU works on the current one), and a
+session's clock stops only after its last check: the check stays inside the timed region and
+a mismatch still stops the run, naming the file, turn and layer. After the timed region every
+byte read into a placement is checked against the block pattern (``iobench.pattern``), so the
+figures are I/O (and checksum) figures, not numpy's; a mismatching piece counts in
+``mismatched_blocks``.
 
 Memory is bounded by a :class:`BufferPool` of reused destinations, not by the workload: a run
 restores its sessions in waves of ``pool.slots`` sessions (one wave when all fit), each wave
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +43,7 @@ from fcctl.iobench.pattern import mismatched_pieces, piece_keys
 from fcctl.iobench.workload import Workload
 from fcctl.layout.alignment import PAGE_BYTES, align_up
 from fcctl.layout.buffers import aligned_buffer
-from fcctl.layout.engines import ReadEngine, ReadResult
+from fcctl.layout.engines import DeferredVerifyEngine, ReadEngine, ReadResult, Verification
 from fcctl.layout.planner import ReadPlan, plan_reads
 from fcctl.layout.session_file import SessionFile
 
@@ -300,19 +305,59 @@ def run_restore(
     concurrency: int,
     piece_bytes: int,
     drop_cache: Callable[[], None] | None = None,
+    overlap_checksums: bool = True,
 ) -> RunResult:
     """One cold run: per wave of ``pool.slots`` sessions, drop caches, time the concurrent
     restores, then check every byte against the pattern (after that wave's clock stopped).
 
     The run's wall time is the sum of its waves' wall times; with as many buffers as sessions
     (the usual case up to the pool's budget) there is one wave.
+
+    ``overlap_checksums``: where the engine verifies, can check apart from the read
+    (:class:`~fcctl.layout.engines.DeferredVerifyEngine`) and the buffers are host memory, check
+    layer ``l``'s checksums while layer ``l + 1`` is read; ``False`` checks inside each read.
+    Either way the same bytes are checked inside the session's timed region, and the result is
+    the same but for the times.
     """
     seconds = [0.0] * len(restores)
     results: list[list[ReadResult]] = [[] for _ in restores]
     wall = 0.0
     verified = mismatched = 0
     examples: list[str] = []
+    deferred: DeferredVerifyEngine | None = None
+    if (
+        overlap_checksums
+        and isinstance(engine, DeferredVerifyEngine)
+        and engine.verify
+        and all(isinstance(b, np.ndarray) for b in pool.buffers)
+    ):
+        deferred = engine
     pool_exec = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="restore")
+    # One check in flight per session at most, so as many checkers as sessions in flight.
+    checkers = (
+        ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="restore-verify")
+        if deferred is not None
+        else None
+    )
+
+    def restore_overlapped(r: SessionRestore, buf: Any, out: list[ReadResult]) -> None:
+        """Read layer by layer; check layer ``l`` on a checker while layer ``l + 1`` is read."""
+        assert deferred is not None and checkers is not None
+        pending: tuple[ReadResult, Future[Verification]] | None = None
+        try:
+            for layer, plan in enumerate(r.plans):
+                dst = buf[r.layer_base[layer] : r.layer_base[layer] + plan.buffer_bytes]
+                got = deferred.read(plan, dst, verify=False)
+                if pending is not None:
+                    out.append(pending[0].with_verification(pending[1].result()))
+                pending = (got, checkers.submit(deferred.verify_read, plan, dst))
+            if pending is not None:
+                out.append(pending[0].with_verification(pending[1].result()))
+                pending = None
+        finally:
+            if pending is not None:  # a read failed: let its layer's check finish, unreported
+                pending[1].exception()
+
     try:
         for start in range(0, len(restores), pool.slots):
             wave = range(start, min(len(restores), start + pool.slots))
@@ -324,9 +369,12 @@ def run_restore(
             def one(i: int, buf: Any) -> None:
                 r = restores[i]
                 t0 = time.perf_counter()
-                for layer, plan in enumerate(r.plans):
-                    base = r.layer_base[layer]
-                    results[i].append(engine.read(plan, buf[base : base + plan.buffer_bytes]))
+                if deferred is not None:
+                    restore_overlapped(r, buf, results[i])
+                else:
+                    for layer, plan in enumerate(r.plans):
+                        base = r.layer_base[layer]
+                        results[i].append(engine.read(plan, buf[base : base + plan.buffer_bytes]))
                 seconds[i] = time.perf_counter() - t0
 
             t0 = time.perf_counter()
@@ -344,8 +392,12 @@ def run_restore(
     except BaseException:
         # Ctrl-C or a failed read: start no further session, then let the caller clean up.
         pool_exec.shutdown(wait=True, cancel_futures=True)
+        if checkers is not None:
+            checkers.shutdown(wait=True, cancel_futures=True)
         raise
     pool_exec.shutdown(wait=True)
+    if checkers is not None:
+        checkers.shutdown(wait=True)
 
     flat_results = [x for rs in results for x in rs]
     notes = tuple(dict.fromkeys(x.note for x in flat_results if x.note))

@@ -91,3 +91,33 @@ def crc32_parallel(
     for piece, part in zip(pieces[1:], crcs[1:], strict=True):
         crc = crc32_combine(crc, part, piece.nbytes)
     return crc
+
+
+def crc32_many(
+    buffers: Sequence[Any],
+    *,
+    map_fn: Callable[[Callable[[Any], int], Iterable[Any]], Iterable[int]] | None = None,
+    piece_bytes: int = DEFAULT_PIECE_BYTES,
+) -> list[int]:
+    """``[zlib.crc32(b) for b in buffers]``, with the pieces of all buffers in one ``map_fn`` batch.
+
+    :func:`crc32_parallel` spreads one large buffer; a layer of a session file is several ranges
+    of often under one piece (one per turn), which only run side by side when handed over
+    together. Without ``map_fn`` (or for a single piece in all) each is one ``zlib.crc32`` call.
+    """
+    views = [memoryview(b).cast("B") for b in buffers]
+    cuts = [[v[i : i + piece_bytes] for i in range(0, v.nbytes, piece_bytes)] or [v] for v in views]
+    pieces = [piece for c in cuts for piece in c]
+    if map_fn is None or len(pieces) <= 1:
+        crcs = [zlib.crc32(piece) for piece in pieces]
+    else:
+        crcs = list(map_fn(zlib.crc32, pieces))
+    out: list[int] = []
+    at = 0
+    for c in cuts:
+        crc = crcs[at]
+        for piece, part in zip(c[1:], crcs[at + 1 : at + len(c)], strict=True):
+            crc = crc32_combine(crc, part, piece.nbytes)
+        out.append(crc)
+        at += len(c)
+    return out

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from fcctl.errors import cli_errors
+from fcctl.layout.geometry import preset_names
 
 if TYPE_CHECKING:
     from fcctl.iobench.run import RunHooks
@@ -20,6 +21,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 # The file every iobench --out directory holds (the JSON document): --force replaces only a
 # directory that has it, so it never wipes unrelated data.
 OUT_MARKER = "iobench.json"
+# Every preset, for --help (the geometry module imports only numpy).
+_PRESETS = ", ".join(preset_names())
 
 
 def _one_interrupt(func: F) -> F:
@@ -80,13 +83,18 @@ def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
         tokens: Annotated[int, Opt("--tokens", help="Tokens per synthetic session.")] = 1024,
         turns: Annotated[int, Opt("--turns", help="Turns per synthetic session.")] = 4,
         model: Annotated[
-            str, Opt("--model", help="Model preset for the KV geometry.")
+            str, Opt("--model", help=f"KV geometry preset: {_PRESETS}.")
         ] = "llama-3.1-8b",
         model_config: Annotated[
             Path | None, Opt("--model-config", help="Hugging Face config.json instead of a preset.")
         ] = None,
         tp: Annotated[
-            int | None, Opt("--tp", help="Tensor-parallel ranks (sizes are one rank's).")
+            int | None,
+            Opt(
+                "--tp",
+                help="Tensor-parallel ranks of one serving instance (same meaning in every "
+                "command); iobench sizes one rank's KV (a session file holds one rank's).",
+            ),
         ] = None,
         kv_dtype: Annotated[
             str | None, Opt("--kv-dtype", help="KV dtype (bf16, fp8, ...).")

@@ -9,6 +9,10 @@ and its probe (a real read that says whether the engine works here):
     KvikIO ``CuFile.pread`` into GPU or host memory, GDS where the driver really does it
     (:mod:`.kvikio`).
 
+Both also follow :class:`DeferredVerifyEngine`: ``read(plan, out, verify=False)`` then
+``verify_read(plan, out)`` on another thread, so a layer's checksum check can overlap the next
+layer's read.
+
 A short read (the file ends inside a command) is an error when the missing bytes belong to a
 requested extent; bytes past the end of the file that only alignment padding asked for read as
 zeros.
@@ -24,13 +28,21 @@ import numpy as np
 
 from ..buffers import aligned_buffer
 from ..planner import ReadPlan
-from .base import EngineProbe, EngineUnavailable, ReadEngine, ReadResult
+from .base import (
+    DeferredVerifyEngine,
+    EngineProbe,
+    EngineUnavailable,
+    ReadEngine,
+    ReadResult,
+    Verification,
+)
 from .kvikio import KvikioEngine, kvikio_gds_state, probe_kvikio
 from .posix import DEFAULT_THREADS, PosixEngine, drop_file_cache, probe_posix
 
 __all__ = [
     "DEFAULT_THREADS",
     "ENGINES",
+    "DeferredVerifyEngine",
     "EngineEntry",
     "EngineFactory",
     "EngineProbe",
@@ -39,6 +51,7 @@ __all__ = [
     "PosixEngine",
     "ReadEngine",
     "ReadResult",
+    "Verification",
     "drop_file_cache",
     "kvikio_gds_state",
     "open_engine",

@@ -1,8 +1,15 @@
 """What every I/O engine is: the :class:`ReadEngine` protocol, its :class:`ReadResult`, and the
-short-read rule they all apply."""
+short-read rule they all apply.
+
+:class:`DeferredVerifyEngine` is the optional capability of engines whose layer-checksum check
+can run apart from the read: ``read(plan, out, verify=False)`` now, ``verify_read(plan, out)``
+later (on another thread, while the next read is in flight), ``result.with_verification(v)``
+to put the two together. ``posix`` and ``kvikio`` have it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import tempfile
@@ -14,9 +21,12 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..buffers import Destination
-from ..checksum import crc32_parallel
+from ..checksum import crc32_many
 from ..errors import InputError, LayoutError, VerificationError
 from ..planner import Extent, ReadCommand, ReadPlan
+
+# How a note saying why a read's layer checksums were not checked begins (callers match it).
+UNVERIFIED_NOTE = "layer checksums not verified"
 
 
 class EngineUnavailable(InputError):
@@ -51,6 +61,35 @@ class ReadResult:
     def read_bytes_per_s(self) -> float:
         return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
 
+    def with_verification(self, verification: Verification) -> ReadResult:
+        """This read's result with the check :meth:`DeferredVerifyEngine.verify_read` made of its
+        bytes afterwards: ``verified*`` fields from ``verification``, and the note's
+        "not verified" part replaced by the verification's own (empty when verified)."""
+        parts = [p for p in self.note.split("; ") if p and not p.startswith(UNVERIFIED_NOTE)]
+        if verification.note:
+            parts.append(verification.note)
+        return dataclasses.replace(
+            self,
+            note="; ".join(parts),
+            verified=verification.verified,
+            verified_bytes=verification.verified_bytes,
+            verify_seconds=verification.seconds,
+        )
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What a layer-checksum check of one read plan's bytes found (a mismatch raises instead).
+
+    ``verified`` as in :class:`ReadResult`; ``seconds`` is the check's wall time; ``note`` says
+    why it is not ``verified`` where that needs saying (empty otherwise).
+    """
+
+    verified: bool
+    verified_bytes: int
+    seconds: float
+    note: str = ""
+
 
 @runtime_checkable
 class ReadEngine(Protocol):
@@ -62,6 +101,27 @@ class ReadEngine(Protocol):
     def read(self, plan: ReadPlan, out: Destination) -> ReadResult: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class DeferredVerifyEngine(ReadEngine, Protocol):
+    """An engine whose checksum check can run after, and apart from, the read.
+
+    ``verify`` is the engine's default for ``read``; ``read(..., verify=False)`` skips the check
+    for that call, ``verify=True`` forces it. ``verify_read(plan, out)`` checks the bytes an
+    earlier ``read(plan, out, verify=False)`` left in ``out`` (host memory; nothing may write
+    ``out`` in between) and raises :class:`VerificationError` exactly as ``read`` would.
+    Both are thread-safe, and may run at the same time as other reads of the same engine:
+    a caller overlaps the check of layer ``l`` with the read of layer ``l + 1``.
+    """
+
+    verify: bool
+
+    def read(
+        self, plan: ReadPlan, out: Destination, *, verify: bool | None = None
+    ) -> ReadResult: ...
+
+    def verify_read(self, plan: ReadPlan, out: Destination) -> Verification: ...
 
 
 def check_short_read(plan: ReadPlan, cmd: ReadCommand, got_to: int) -> None:
@@ -138,16 +198,16 @@ def verify_placements(
 
     Returns ``(all extents verified, verified bytes, seconds)``. Raises
     :class:`VerificationError` naming the file, the turn and layer (from the tag), the offset
-    and both checksums at the first mismatch: damaged bytes are never handed back as data.
+    and both checksums at the first mismatch (in placement order): damaged bytes are never
+    handed back as data. With ``map_fn``, the pieces of all extents go through it in one batch,
+    so a layer of several small ranges (a session's turns) is checked on several cores too.
     """
     t0 = time.perf_counter()
     checked = 0
-    every = bool(plan.placements)
-    for extent, at in plan.placements:
-        if extent.checksum is None:
-            every = False
-            continue
-        got = crc32_parallel(host[at : at + extent.length], map_fn=map_fn)
+    sums = [e for e, _ in plan.placements if e.checksum is not None]
+    every = bool(plan.placements) and len(sums) == len(plan.placements)
+    views = [host[at : at + e.length] for e, at in plan.placements if e.checksum is not None]
+    for extent, got in zip(sums, crc32_many(views, map_fn=map_fn), strict=True):
         if got != extent.checksum:
             raise VerificationError(
                 f"{extent.file}: {describe_extent(extent)}: layer checksum mismatch at offset "
@@ -163,9 +223,9 @@ def verification_note(verify: bool, verified: bool, where: str = "") -> str:
     if verified:
         return ""
     if not verify:
-        return "layer checksums not verified (verify=False)"
+        return f"{UNVERIFIED_NOTE} (verify=False)"
     if where:
-        return f"layer checksums not verified ({where})"
+        return f"{UNVERIFIED_NOTE} ({where})"
     # Extents without a checksum (single blocks, other files) are the caller's choice: the
     # result says verified=False without a note.
     return ""

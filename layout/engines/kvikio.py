@@ -31,6 +31,7 @@ from ..planner import ReadPlan
 from .base import (
     EngineUnavailable,
     ReadResult,
+    Verification,
     check_short_read,
     probe_file,
     probe_once,
@@ -129,9 +130,12 @@ class KvikioEngine:
                 self._files[path] = f
             return f
 
-    def read(self, plan: ReadPlan, out: Destination) -> ReadResult:
+    def read(self, plan: ReadPlan, out: Destination, *, verify: bool | None = None) -> ReadResult:
+        """Read ``plan`` into ``out``; check host destinations' layer checksums when ``verify``
+        (``None``: the engine's ``verify``)."""
         if self._closed:
             raise LayoutError("kvikio engine: closed")
+        check = self.verify if verify is None else bool(verify)
         flat = (
             device_bytes(out, plan.buffer_bytes)
             if is_cuda(out)
@@ -155,12 +159,10 @@ class KvikioEngine:
                 flat[cmd.buffer_offset + got : cmd.buffer_offset + cmd.length] = 0
         where = "GPU" if is_cuda(out) else "host"
         verified, verified_bytes, verify_s = False, 0, 0.0
-        if self.verify and not is_cuda(out):
+        if check and not is_cuda(out):
             verified, verified_bytes, verify_s = verify_placements(plan, flat)
         note = f"{self.mode_note}; into {where} memory"
-        unverified = verification_note(
-            self.verify, verified, "GPU destination" if is_cuda(out) else ""
-        )
+        unverified = verification_note(check, verified, "GPU destination" if is_cuda(out) else "")
         if unverified:
             note += f"; {unverified}"
         return ReadResult(
@@ -175,6 +177,17 @@ class KvikioEngine:
             verified_bytes=verified_bytes,
             verify_seconds=verify_s,
         )
+
+    def verify_read(self, plan: ReadPlan, out: Destination) -> Verification:
+        """Check the bytes an earlier ``read(plan, out, verify=False)`` left in host ``out``;
+        GPU memory is not checked (as in ``read``) and the result says so."""
+        if self._closed:
+            raise LayoutError("kvikio engine: closed")
+        if is_cuda(out):
+            return Verification(False, 0, 0.0, verification_note(True, False, "GPU destination"))
+        flat = host_bytes(out, plan.buffer_bytes)
+        verified, verified_bytes, seconds = verify_placements(plan, flat)
+        return Verification(verified, verified_bytes, seconds, verification_note(True, verified))
 
     def close(self) -> None:
         if self._closed:

@@ -32,7 +32,9 @@ from ..buffers import (
 from ..errors import LayoutError
 from ..planner import Extent, ReadCommand, ReadPlan, plan_reads
 from .base import (
+    MapFn,
     ReadResult,
+    Verification,
     check_short_read,
     probe_file,
     probe_once,
@@ -78,7 +80,11 @@ class PosixEngine:
     ``verify``: check every extent that carries a checksum (session files' layer ranges) after
     reading it, on the host, before a GPU destination gets the bytes; a mismatch raises
     :class:`VerificationError`. On by default; ``False`` is for callers that check elsewhere.
-    The CRC pieces run on the same thread pool as the reads.
+    ``read(..., verify=...)`` overrides it for one call; :meth:`verify_read` checks a host
+    destination later (see :class:`~.base.DeferredVerifyEngine`).
+    ``checksum_threads``: the CRC pieces' own pool (default ``min(threads, CPUs)``; 1 runs them
+    on the calling thread). Not the read pool: a check queued there would hold up other reads'
+    commands behind CPU work while the disk idles.
     """
 
     name = "posix"
@@ -90,10 +96,18 @@ class PosixEngine:
         o_direct: bool = True,
         drop_cache: bool = True,
         verify: bool = True,
+        checksum_threads: int | None = None,
     ) -> None:
         if not isinstance(threads, int) or threads < 1:
             raise LayoutError(f"posix engine: threads must be an integer >= 1; got {threads!r}")
+        if checksum_threads is None:
+            checksum_threads = min(threads, os.cpu_count() or 1)
+        if not isinstance(checksum_threads, int) or checksum_threads < 1:
+            raise LayoutError(
+                f"posix engine: checksum_threads must be an integer >= 1; got {checksum_threads!r}"
+            )
         self.threads = threads
+        self.checksum_threads = checksum_threads
         self.want_direct = bool(o_direct) and hasattr(os, "O_DIRECT")
         self.drop_cache = drop_cache
         self.verify = bool(verify)
@@ -102,6 +116,11 @@ class PosixEngine:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fc-posix")
+        self._crc_pool = (
+            ThreadPoolExecutor(max_workers=checksum_threads, thread_name_prefix="fc-posix-crc")
+            if checksum_threads > 1
+            else None
+        )
         self._closed = False
 
     # -- files
@@ -227,9 +246,12 @@ class PosixEngine:
             dst[got:] = 0
         return f.direct
 
-    def read(self, plan: ReadPlan, out: Destination) -> ReadResult:
+    def read(self, plan: ReadPlan, out: Destination, *, verify: bool | None = None) -> ReadResult:
+        """Read ``plan`` into ``out``; check its layer checksums when ``verify`` (``None``: the
+        engine's ``verify``) before returning, and before a GPU destination gets the bytes."""
         if self._closed:
             raise LayoutError("posix engine: closed")
+        check = self.verify if verify is None else bool(verify)
         cuda_out = is_cuda(out)
         if cuda_out:
             dev = device_bytes(out, plan.buffer_bytes)
@@ -248,10 +270,9 @@ class PosixEngine:
             direct = list(self._pool.map(lambda c: self._run(plan, c, host), plan.commands))
         seconds = time.perf_counter() - t0
         verified, verified_bytes, verify_s = False, 0, 0.0
-        if self.verify:
+        if check:
             # Before the GPU copy: damaged bytes must not reach the KV cache.
-            pool_map = self._pool.map if self.threads > 1 else None
-            verified, verified_bytes, verify_s = verify_placements(plan, host, pool_map)
+            verified, verified_bytes, verify_s = verify_placements(plan, host, self._map())
         if cuda_out:
             c0 = time.perf_counter()
             copy_host_to_device(dev, host[: plan.buffer_bytes])
@@ -269,7 +290,7 @@ class PosixEngine:
             )
         if cuda_out:
             note = (note + "; " if note else "") + "copied to the GPU through a host buffer"
-        unverified = verification_note(self.verify, verified)
+        unverified = verification_note(check, verified)
         if unverified:
             note = (note + "; " if note else "") + unverified
         return ReadResult(
@@ -285,11 +306,33 @@ class PosixEngine:
             verify_seconds=verify_s,
         )
 
+    def _map(self) -> MapFn | None:
+        return self._crc_pool.map if self._crc_pool is not None else None
+
+    def verify_read(self, plan: ReadPlan, out: Destination) -> Verification:
+        """Check the bytes an earlier ``read(plan, out, verify=False)`` left in host ``out``
+        against the plan's layer checksums, CRC pieces on the engine's checksum pool (so it
+        may run while the next read is in flight). Raises :class:`VerificationError` at a mismatch.
+
+        A GPU ``out`` got its bytes through a per-thread host buffer that later reads reuse:
+        it cannot be checked afterwards (read it with ``verify=True``), and says so.
+        """
+        if self._closed:
+            raise LayoutError("posix engine: closed")
+        if is_cuda(out):
+            why = "GPU destination: posix checks it only inside read"
+            return Verification(False, 0, 0.0, verification_note(True, False, why))
+        host = host_bytes(out, plan.buffer_bytes)
+        verified, verified_bytes, seconds = verify_placements(plan, host, self._map())
+        return Verification(verified, verified_bytes, seconds, verification_note(True, verified))
+
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         self._pool.shutdown(wait=True)
+        if self._crc_pool is not None:
+            self._crc_pool.shutdown(wait=True)
         with self._lock:
             for f in [*self._files.values(), *self._retired]:
                 with contextlib.suppress(OSError):
