@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 from fcctl.analyzers.recommend import RecommendResult, thresholds_toml
 from fcctl.analyzers.recommend.result import Misplacement
+from fcctl.reports import format as fmt
 from rich.console import Console
 from rich.table import Table
 
@@ -23,14 +24,6 @@ from fcctl.common.outdir import atomic_out_dir, check_out_dir
 from fcctl.common.units import format_bytes
 
 OUT_MARKER = "recommend.json"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.2f}%"
-
-
-def _s(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3g}"
 
 
 def _signed_ms(seconds: float) -> str:
@@ -75,7 +68,7 @@ def _grid_table(result: RecommendResult) -> Table:
     agents = sorted({g.agent_context_tokens for g in cells})
     shorts = sorted({g.short_reply_tokens for g in cells})
     t = Table(
-        title=f"flat at {rec.rate:g} req/s: GPU hit share / p99 TTFT s (rows: short-reply "
+        title=f"flat at {rec.rate:g} req/s: GPU hit share / p99 TTFT (rows: short-reply "
         "threshold, columns: agent-context threshold; * = recommended)"
     )
     t.add_column("short \\ agent", justify="right")
@@ -87,19 +80,19 @@ def _grid_table(result: RecommendResult) -> Table:
         for a in agents:
             g = by[(s, a)]
             mark = "*" if (s, a) == (rec.short_reply_tokens, rec.agent_context_tokens) else ""
-            row.append(f"{mark}{_pct(g.gpu_hit_share)} / {_s(g.ttft_s.p99)}")
+            row.append(f"{mark}{fmt.share(g.gpu_hit_share)} / {fmt.seconds(g.ttft_s.p99)}")
         t.add_row(*row)
     return t
 
 
 def _rates_table(result: RecommendResult) -> Table:
     t = Table(title="baselines and the recommendation at every rate (flat, flat-fcfs: recommended)")
-    for col in ("rate/s", "policy", "GPU hit", "TTFT mean s", "p99", "SSD read", "cancelled"):
+    for col in ("rate/s", "policy", "GPU hit", "TTFT mean", "p99", "SSD read", "cancelled"):
         t.add_column(col, justify="left" if col == "policy" else "right")
     for r in result.rates:
         for name, p in r.policies.items():
-            t.add_row(f"{r.rate:g}", name, _pct(p.gpu_hit_share), _s(p.ttft_s.mean),
-                      _s(p.ttft_s.p99), format_bytes(p.ssd_read_bytes),
+            t.add_row(f"{r.rate:g}", name, fmt.share(p.gpu_hit_share), fmt.seconds(p.ttft_s.mean),
+                      fmt.seconds(p.ttft_s.p99), fmt.size(p.ssd_read_bytes),
                       f"{p.cancelled_prefetches:,}")  # fmt: skip
     return t
 
@@ -115,12 +108,12 @@ def render_summary(result: RecommendResult, console: Console) -> None:
     )
     console.print(_grid_table(result))
     console.print(_rates_table(result))
-    console.print(f"ideal hit share (reuse access share): {_pct(result.ideal_hit_share)}")
+    console.print(f"ideal hit share (reuse access share): {fmt.share(result.ideal_hit_share)}")
     console.print(
         f"recommended: short reply <= {rec.short_reply_tokens:,} tokens, agent context > "
         f"{rec.agent_context_tokens:,} tokens (objective {f.objective}, at {rec.rate:g} req/s): "
-        f"GPU hit share {_pct(rec.gpu_hit_share)}, TTFT mean {_s(rec.ttft_s.mean)} s, p99 "
-        f"{_s(rec.ttft_s.p99)} s"
+        f"GPU hit share {fmt.share(rec.gpu_hit_share)}, TTFT mean "
+        f"{fmt.seconds(rec.ttft_s.mean)}, p99 {fmt.seconds(rec.ttft_s.p99)}"
     )
     console.print("misplacement cost:")
     for m in result.misplacement:
