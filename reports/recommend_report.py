@@ -27,7 +27,8 @@ OUT_MARKER = "recommend.json"
 
 
 def _signed_ms(seconds: float) -> str:
-    return f"{1000 * seconds:+,.0f} ms"
+    """``+12 ms`` / ``-3 ms``; a change under half a millisecond is ``+0 ms`` (never ``-0``)."""
+    return f"{round(1000 * seconds):+,d} ms"
 
 
 def misplacement_sentence(result: RecommendResult, m: Misplacement) -> str:

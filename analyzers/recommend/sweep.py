@@ -337,6 +337,24 @@ def _notes(w: Workload) -> tuple[str, ...]:
     return tuple(notes)
 
 
+def _edge_notes(
+    short: int, agent: int, shorts: tuple[int, ...], agents: tuple[int, ...]
+) -> tuple[str, ...]:
+    """A pick on the grid's edge may have a better neighbour outside it: say which way."""
+    notes = []
+    for name, flag, value, grid in (
+        ("short-reply", "--short-reply", short, shorts),
+        ("agent-context", "--agent-context", agent, agents),
+    ):
+        if len(grid) > 1 and value in (grid[0], grid[-1]):
+            side = "largest" if value == grid[-1] else "smallest"
+            notes.append(
+                f"the {name} threshold picked ({value:,}) is the grid's {side}: a wider "
+                f"{flag} grid may find a better one (the misplacement rows try half and double)"
+            )
+    return tuple(notes)
+
+
 def default_jobs() -> int:
     """CPUs this process may run on (the sweep's default worker processes)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -431,6 +449,9 @@ def recommend_thresholds(
         hardware=hardware_document(config.hardware),
         provenance=collect_provenance(started),
         facts=dataclasses.replace(
-            facts, simulations_run=runner.simulated, simulations_reused=runner.reused
+            facts,
+            simulations_run=runner.simulated,
+            simulations_reused=runner.reused,
+            notes=facts.notes + _edge_notes(s, a, shorts, agents),
         ),
     )
