@@ -330,10 +330,30 @@ class BucketRing:
         self.meta[_LOW] = low
         self.meta[_RING] = size
 
-    def append(self, keys: np.ndarray) -> None:
-        """Write ``keys`` in this order (each must not be on SSD already)."""
-        _ring_append_all(np.ascontiguousarray(keys, dtype=np.int64), self.seq_of, self.ring,
-                         self.meta)  # fmt: skip
+    @property
+    def unbounded(self) -> bool:
+        return bool(self.meta[_HIGH] == np.iinfo(np.int64).max)
+
+    def append(self, keys: np.ndarray, *, use_kernel: bool = False) -> None:
+        """Write ``keys`` in this order (each must not be on SSD already).
+
+        An unbounded ring never recycles, so :func:`ring_append` reduces to numbering the
+        writes; that is done in numpy (iobench then never starts numba's compiler, which costs
+        tens of MiB of RSS; ``use_kernel`` forces the kernel, for the test that they agree).
+        """
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        if use_kernel or not self.unbounded:
+            _ring_append_all(keys, self.seq_of, self.ring, self.meta)
+            return
+        start = int(self.meta[_NEXT])
+        seq = np.arange(start, start + keys.shape[0], dtype=np.int64)
+        self.seq_of[keys] = seq
+        self.ring[seq % self.meta[_RING]] = keys
+        n = keys.shape[0]
+        self.meta[_NEXT] += n
+        self.meta[_USED] += n
+        self.meta[_WRITTEN] += n
+        self.meta[_PEAK] = max(self.meta[_PEAK], self.meta[_USED])
 
     def holds(self, keys: np.ndarray) -> np.ndarray:
         """Whether each key is on SSD now (written and not recycled)."""

@@ -179,3 +179,16 @@ def test_place_in_buckets_is_the_unbounded_ring():
     assert ring.recycled_blocks == 0
     for s, where in enumerate(placed.placement):
         assert ring.bucket_slot(np.arange(first[s], first[s + 1])).tolist() == where.tolist()
+
+
+def test_unbounded_ring_numbers_writes_as_the_kernel_does():
+    from fcctl.analyzers.tiered import BucketRing
+
+    keys = np.random.default_rng(3).permutation(50)
+    rings = [BucketRing(num_keys=50, blocks_per_bucket=4) for _ in range(2)]
+    for ring, kernel in zip(rings, (False, True), strict=True):
+        ring.append(keys[:20], use_kernel=kernel)
+        ring.append(keys[20:], use_kernel=kernel)
+    assert rings[0].seq_of.tolist() == rings[1].seq_of.tolist()
+    assert rings[0].ring.tolist() == rings[1].ring.tolist()
+    assert rings[0].meta.tolist() == rings[1].meta.tolist()
