@@ -8,6 +8,12 @@ which Python's ``zlib`` does not expose; it is a few dozen GF(2) multiplications
 below). So a large range is checksummed as pieces on a thread pool (``zlib.crc32`` releases the
 GIL for buffers over 5 KiB) and combined: the result is bit for bit the plain CRC-32, and the
 file format stays the one every other reader already implements.
+
+Where the optional ``isal`` package (Intel ISA-L's zlib-compatible bindings) is installed, its
+CRC-32 gives the same values several times faster (about 11 GB/s on one core here, against
+1.6 GB/s for zlib): one call on the whole range, no pieces, since it keeps the GIL. It is
+imported lazily, at the first checksum, so the core still needs only numpy; without it zlib's
+CRC-32 runs in pieces as above. ``fcctl`` installs it; an emitted package may go without.
 """
 
 from __future__ import annotations
@@ -15,6 +21,32 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+_CRC32: tuple[Callable[..., int], bool] | None = None
+
+
+def _crc32_impl() -> tuple[Callable[..., int], bool]:
+    """The CRC-32 function and whether to split large buffers into pieces for threads."""
+    global _CRC32
+    if _CRC32 is None:
+        try:
+            from isal import isal_zlib  # type: ignore[import-not-found,unused-ignore]
+
+            _CRC32 = (isal_zlib.crc32, False)
+        except ImportError:
+            _CRC32 = (zlib.crc32, True)
+    return _CRC32
+
+
+def crc32_backend() -> str:
+    """``"isal"`` or ``"zlib"``: which CRC-32 this process uses (both give the same values)."""
+    return "zlib" if _crc32_impl()[1] else "isal"
+
+
+def crc32(data: Any, value: int = 0) -> int:
+    """The standard CRC-32 of ``data`` (continuing from ``value``), by the fastest backend."""
+    return _crc32_impl()[0](data, value)
+
 
 # Reflected CRC-32 polynomial (IEEE 802.3), as zlib uses it.
 _POLY = 0xEDB88320
@@ -83,10 +115,11 @@ def crc32_parallel(
     """
     view = memoryview(data).cast("B")
     n = view.nbytes
-    if map_fn is None or n <= piece_bytes:
-        return zlib.crc32(view)
+    fn, split = _crc32_impl()
+    if map_fn is None or n <= piece_bytes or not split:
+        return fn(view)
     pieces: Sequence[memoryview] = [view[i : i + piece_bytes] for i in range(0, n, piece_bytes)]
-    crcs = list(map_fn(zlib.crc32, pieces))
+    crcs = list(map_fn(fn, pieces))
     crc = crcs[0]
     for piece, part in zip(pieces[1:], crcs[1:], strict=True):
         crc = crc32_combine(crc, part, piece.nbytes)
@@ -106,12 +139,15 @@ def crc32_many(
     together. Without ``map_fn`` (or for a single piece in all) each is one ``zlib.crc32`` call.
     """
     views = [memoryview(b).cast("B") for b in buffers]
+    fn, split = _crc32_impl()
+    if not split:
+        return [fn(v) for v in views]
     cuts = [[v[i : i + piece_bytes] for i in range(0, v.nbytes, piece_bytes)] or [v] for v in views]
     pieces = [piece for c in cuts for piece in c]
     if map_fn is None or len(pieces) <= 1:
-        crcs = [zlib.crc32(piece) for piece in pieces]
+        crcs = [fn(piece) for piece in pieces]
     else:
-        crcs = list(map_fn(zlib.crc32, pieces))
+        crcs = list(map_fn(fn, pieces))
     out: list[int] = []
     at = 0
     for c in cuts:

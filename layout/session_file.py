@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from .alignment import align_up
+from .checksum import crc32
 from .errors import CorruptSessionFile, LayoutError, VerificationError
 from .geometry import KvGeometry
 from .planner import DEFAULT_GAP_BYTES, Extent, ReadPlan, plan_reads
@@ -385,7 +386,7 @@ class SessionFile:
             _write_all(fd, rows[layer].data, off)
             if pad:
                 _write_all(fd, pad, off + seg.layer_bytes)
-            checksums.append(zlib.crc32(rows[layer]))
+            checksums.append(crc32(rows[layer]))
         return checksums
 
     def _write_layer_callback(
@@ -397,7 +398,7 @@ class SessionFile:
             scratch[seg.layer_bytes : seg.stride] = 0
             view = scratch.data[: seg.layer_bytes]
             fill(layer, view)
-            checksums.append(zlib.crc32(view))
+            checksums.append(crc32(view))
             _write_all(fd, scratch.data[: seg.stride], seg.layer_offset(layer))
         return checksums
 
@@ -541,7 +542,7 @@ class SessionFile:
         rec = self._turn(turn)
         self._check_layer(layer)
         view = memoryview(data).cast("B")  # type: ignore[arg-type]
-        return view.nbytes == rec.layer_bytes and zlib.crc32(view) == rec.layer_checksums[layer]
+        return view.nbytes == rec.layer_bytes and crc32(view) == rec.layer_checksums[layer]
 
     def check_layer(self, turn: int, layer: int, data: object) -> None:
         """Raise :class:`VerificationError` unless ``data`` is the (turn, layer) range as
@@ -551,7 +552,7 @@ class SessionFile:
         rec = self._turns[turn]
         view = memoryview(data).cast("B")  # type: ignore[arg-type]
         got = (
-            f"crc32 {zlib.crc32(view):#010x}"
+            f"crc32 {crc32(view):#010x}"
             if view.nbytes == rec.layer_bytes
             else f"{view.nbytes} bytes (expected {rec.layer_bytes})"
         )
@@ -775,7 +776,7 @@ def _intact_chain(
         except CorruptSessionFile:
             break  # the end of the chain: pre-allocated zeros or a partial segment
         if at + rec.segment_bytes > size or not all(
-            zlib.crc32(_read_exact(fd, rec.layer_bytes, off)) == rec.layer_checksums[layer]
+            crc32(_read_exact(fd, rec.layer_bytes, off)) == rec.layer_checksums[layer]
             for layer, off in enumerate(rec.layer_offsets)
         ):
             break  # a record written before (some of) its data reached the disk
