@@ -4,6 +4,7 @@ default grid, reuse across the grid, worker processes equal to one process."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -21,8 +22,9 @@ from fcctl.analyzers.recommend import (
     threshold_classes,
 )
 from fcctl.analyzers.recommend.sweep import misplacement_pairs
-from fcctl.analyzers.replay import build_workload
+from fcctl.analyzers.replay import PRESETS, build_workload
 from fcctl.analyzers.schema import Trace
+from fcctl.layout.geometry import model_geometry
 
 from tests.conftest import SAMPLES
 from tests.replay_helpers import BLOCK_TOKENS, TINY, tiny_node, trace_of
@@ -166,3 +168,41 @@ def test_worker_processes_give_the_same_result() -> None:
     )
     assert one.grid == two.grid and one.misplacement == two.misplacement
     assert one.recommendation == two.recommendation and one.rates == two.rates
+
+
+def test_target_rate_and_objective() -> None:
+    config = RecommendConfig(
+        geometry=TINY, hardware=tiny_node(host=120), rates=(2.0,), target_rate=0.5,
+        short_reply_grid=(100, 400), agent_context_grid=(128, 1000), objective="ttft-p99",
+    )  # fmt: skip
+    result = recommend_thresholds(chats_and_agents(), config)
+    assert [r.rate for r in result.rates] == [0.5, 2.0]  # the target rate is added
+    rec = result.recommendation
+    at = [g for g in result.grid if g.rate == 0.5]
+    assert rec.rate == 0.5 and rec.ttft_s.p99 == min(g.ttft_s.p99 or 0 for g in at)
+    assert (rec.short_reply_tokens, rec.agent_context_tokens) == (
+        pick(at, "ttft-p99").short_reply_tokens,
+        pick(at, "ttft-p99").agent_context_tokens,
+    )
+
+
+@pytest.mark.slow
+def test_default_run_on_the_mooncake_synthetic_trace(shared_traces: Path) -> None:
+    """The default grid and rates on a whole public trace: structure and the pick's rule."""
+    trace = read_trace(shared_traces / "mooncake" / "synthetic_trace.jsonl", None)
+    w = build_workload(trace, model_geometry("llama-3.1-8b"), 8)
+    shorts, agents = default_grid(w.input_tokens, w.output_tokens, w.prev_request)
+    result = recommend_thresholds(
+        trace,
+        RecommendConfig(
+            geometry=model_geometry("llama-3.1-8b"), hardware=PRESETS["h200-8x"], jobs=2
+        ),
+    )
+    assert len(result.grid) == len(shorts) * len(agents) * 4
+    rec = result.recommendation
+    at = [g for g in result.grid if g.rate == rec.rate]
+    assert (
+        pick(at, "hit").gpu_hit_share == rec.gpu_hit_share == max(g.gpu_hit_share or 0 for g in at)
+    )
+    for r in result.rates:
+        assert r.policies["flat"].gpu_hit_share <= (result.ideal_hit_share or 1) + 1e-12
