@@ -247,8 +247,8 @@ p = store.place(turn=t, context_tokens=ctx, previous_reply_tokens=prev_reply,
 plan = store.plan_restore(session, history_tokens, now_s=now)
 store.submit(request_id, arrival_s=now, ssd_bytes=plan.ssd_read_bytes, now_s=now)
 for r in store.start_prefetches(now):      # start these SSD restores (window permitting)
-    ...                                    # store.restore(plan, out, now_s=now), or
-                                           # staging.restore_session(plan.ssd_plans, ...) to GPU
+    ...                                    # store.restore(plan, out, now_s=now), or into paged
+                                           # GPU KV: store.restore_to_pages(plan, kv, pages, ...)
 store.prefetch_done(request_id, now)       # when its restore finished
 for r in store.ready(now):                 # prefill these, in this order
     ...
@@ -267,8 +267,8 @@ session id rides in the request's `kv_transfer_params`):
   is deferred while its SSD read runs instead of holding the batch;
 * `update_state_after_alloc` / `build_connector_meta`: the page ids the restore scatters into;
 * worker side, `start_load_kv(forward_context)`: start the layer-by-layer restore
-  (`staging.restore_session(plan.ssd_plans, engine, kv_cache, page_ids)`, GDS with the kvikio
-  engine); `wait_for_layer_load(layer_name)`: wait until that layer is scattered (the
+  (`store.restore_to_pages(plan, kv_cache, page_ids, engine=..., now_s=...)`: SSD turns
+  through the staging window, GDS with the kvikio engine; memory turns copied); `wait_for_layer_load(layer_name)`: wait until that layer is scattered (the
   `on_layer` callback); `save_kv_layer(layer_name, kv_layer, attn_metadata, ...)`: collect the
   new turn's pages of that layer; `wait_for_save()`: `write_turn` with the medium `place`
   chose before prefill.

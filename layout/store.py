@@ -12,9 +12,11 @@ together what the rest of the core defines and fcctl's simulator runs:
   a host array. Each turn gets one 64-bit block address (:mod:`.address`: medium, node, byte
   offset; the offset is into the session's file on SSD, into the store's host arena in
   memory) and never moves.
-* :meth:`FlatStore.plan_restore` / :meth:`FlatStore.restore` bring a session's history back
-  layer by layer: the SSD turns through one read plan per layer (:func:`.planner.plan_reads`:
-  sorted, merged, small gaps read through), the memory turns by copy. A restore covers whole
+* :meth:`FlatStore.plan_restore` / :meth:`FlatStore.restore` (into the caller's buffers) or
+  :meth:`FlatStore.restore_to_pages` (into paged GPU KV through the staging window) bring a
+  session's history back layer by layer: the SSD turns through one read plan per layer
+  (:func:`.planner.plan_reads`: sorted, merged, small gaps read through), the memory turns by
+  copy. A restore covers whole
   turns from the session's start; it stops at the first turn that was reclaimed.
 * :meth:`FlatStore.reclaim` drops whole sessions per medium at the high watermark
   (:class:`.reclaim.SessionReclaimer`), never one being restored.
@@ -48,6 +50,7 @@ from .reclaim import DEFAULT_HIGH_WATERMARK, DEFAULT_LOW_WATERMARK, Reclaimed, S
 from .scheduler import TwoQueueScheduler
 from .session_file import SessionFile
 from .session_format import DEFAULT_EXTENT_BYTES, NAME_BYTES, segment_bytes, turn_blocks
+from .staging import StagingWindow, _kv_view, _torch, restore_session
 
 #: Restores in flight at once: two layer buffers per stream, two streams (FlatCake's window).
 DEFAULT_PREFETCH_SLOTS = 2
@@ -331,8 +334,7 @@ class FlatStore:
         read by ``engine`` (a :class:`.engines.base.ReadEngine`; a posix engine when none is
         given), which checks every layer's CRC-32. Returns the bytes read from SSD.
 
-        For a restore straight into paged GPU KV use :func:`.staging.restore_session` with
-        ``plan.ssd_plans`` (the double-buffered window; torch needed).
+        For a restore straight into paged GPU KV use :meth:`restore_to_pages`.
         """
         self._clock(now_s)
         s = self._session(plan.session, create=False)
@@ -376,6 +378,72 @@ class FlatStore:
                 own_engine.close()
         self.memory.touch(plan.session, now_s)
         return read
+
+    def restore_to_pages(
+        self,
+        plan: RestorePlan,
+        kv_cache: Any,
+        page_ids: Any,
+        *,
+        now_s: float,
+        engine: Any = None,
+        window: StagingWindow | None = None,
+        streams: int = 1,
+        kv_split: bool | None = None,
+    ) -> int:
+        """Restore ``plan`` into an engine's paged KV: block ``i`` of the plan (turn order) goes
+        to page ``page_ids[i]`` of every layer of ``kv_cache`` (a torch tensor,
+        ``[layers, pages, ...]`` or split ``[layers, 2, pages, ...]``, one page = one block at
+        one layer; ``kv_split`` as :func:`.staging.restore_session`). SSD turns stream through
+        the double-buffered staging window (:func:`.staging.restore_session`: GDS with the
+        kvikio engine, posix otherwise); memory turns are copied from host memory. Needs torch.
+        Returns the bytes read from SSD."""
+        self._clock(now_s)
+        s = self._session(plan.session, create=False)
+        torch = _torch()
+        kv, split, page_bytes = _kv_view(torch, kv_cache, kv_split)
+        if page_bytes != self.piece_bytes or kv.shape[0] != self.geometry.layers:
+            raise InputError(
+                f"kv_cache: pages of {self.piece_bytes} bytes over {self.geometry.layers} "
+                f"layers expected; got {page_bytes}-byte pages over {kv.shape[0]} layers",
+                parameter="kv_cache",
+            )
+        pages = torch.as_tensor(page_ids, dtype=torch.long).to(kv.device)
+        blocks = [self.layer_bytes_for(t.tokens) // self.piece_bytes for t in plan.turns]
+        if pages.numel() != sum(blocks):
+            raise InputError(
+                f"page_ids: the plan restores {sum(blocks)} blocks; got {pages.numel()} page ids",
+                parameter="page_ids",
+            )
+        starts = np.concatenate([[0], np.cumsum(blocks)]).tolist()
+        ssd_pages = [pages[starts[i] : starts[i + 1]] for i, t in enumerate(plan.turns)
+                     if t.medium == Medium.SSD]  # fmt: skip
+        own_engine = None
+        self.ssd.begin_read(plan.session, now_s)
+        try:
+            if plan.ssd_plans:
+                if engine is None:
+                    engine = own_engine = PosixEngine(o_direct=False, drop_cache=False)
+                restore_session(plan.ssd_plans, engine, kv_cache, torch.cat(ssd_pages),
+                                window=window, streams=streams, kv_split=kv_split)  # fmt: skip
+            half = page_bytes // 2
+            for i, t in enumerate(plan.turns):
+                if t.medium != Medium.MEMORY:
+                    continue
+                idx = pages[starts[i] : starts[i + 1]]
+                for layer, row in enumerate(s.memory[t.turn]):
+                    src = torch.from_numpy(row).view(-1, page_bytes).to(kv.device)
+                    if split:
+                        kv[layer][0].index_copy_(0, idx, src[:, :half])
+                        kv[layer][1].index_copy_(0, idx, src[:, half:])
+                    else:
+                        kv[layer].index_copy_(0, idx, src)
+        finally:
+            self.ssd.end_read(plan.session, now_s)
+            if own_engine is not None:
+                own_engine.close()
+        self.memory.touch(plan.session, now_s)
+        return plan.ssd_read_bytes
 
     # reclamation ------------------------------------------------------------------------
     def reclaim(self, now_s: float) -> tuple[Reclaimed, ...]:

@@ -123,21 +123,32 @@ def test_memory_write_over_free_is_refused(tmp_path: Path) -> None:
                   now_s=0.0)  # fmt: skip
 
 
-def test_restore_to_the_gpu_window_with_torch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("split", [False, True])
+def test_restore_to_pages_through_the_window_with_torch(tmp_path: Path, split: bool) -> None:
     torch = pytest.importorskip("torch")
-    from fcctl.layout.engines.posix import PosixEngine
-    from fcctl.layout.staging import restore_session
-
     store = _store(tmp_path)
-    data = [_kv(store, 16, 1), _kv(store, 24, 2)]
-    for i, kv in enumerate(data):
-        store.write_turn("s", i, kv, tokens=kv.shape[1] // store.piece_bytes * BLOCK,
-                         medium=Medium.SSD, now_s=float(i))  # fmt: skip
-    plan = store.plan_restore("s", 40, now_s=2.0)
+    media = [Medium.SSD, Medium.MEMORY, Medium.SSD]
+    data = [_kv(store, t, i) for i, t in enumerate((16, 24, 9))]
+    for i, (m, kv) in enumerate(zip(media, data, strict=True)):
+        tokens = (16, 24, 9)[i]
+        store.write_turn("s", i, kv, tokens=tokens, medium=m, now_s=float(i))
+    plan = store.plan_restore("s", 49, now_s=3.0)
     blocks = plan.layer_bytes // store.piece_bytes
-    # Paged KV on the CPU device: (layers, pages, bytes of one block at one layer).
-    kv_cache = torch.zeros((GEOMETRY.layers, blocks, store.piece_bytes), dtype=torch.uint8)
-    with PosixEngine(o_direct=False, drop_cache=False) as engine:
-        restore_session(plan.ssd_plans, engine, kv_cache, torch.arange(blocks), device="cpu")
-    got = kv_cache.reshape(GEOMETRY.layers, -1).numpy()
-    assert np.array_equal(got, np.concatenate(data, axis=1))
+    pages = torch.randperm(blocks + 5)[:blocks]  # scattered page slots
+    piece = store.piece_bytes
+    shape = ((GEOMETRY.layers, 2, blocks + 5, piece // 2) if split
+             else (GEOMETRY.layers, blocks + 5, piece))  # fmt: skip
+    kv_cache = torch.zeros(shape, dtype=torch.uint8)
+    read = store.restore_to_pages(plan, kv_cache, pages, now_s=3.0, kv_split=split)
+    assert read == plan.ssd_read_bytes > 0
+    expected = np.concatenate(data, axis=1).reshape(GEOMETRY.layers, blocks, piece)
+    for i, page in enumerate(pages.tolist()):
+        if split:
+            got = torch.cat([kv_cache[:, 0, page], kv_cache[:, 1, page]], dim=1).numpy()
+        else:
+            got = kv_cache[:, page].numpy()
+        assert np.array_equal(got, expected[:, i]), i
+    with pytest.raises(InputError) as info:
+        store.restore_to_pages(plan, kv_cache, pages[:-1], now_s=3.0, kv_split=split)
+    assert info.value.parameter == "page_ids"
+    store.close(remove=True)

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fcctl.commands import FORMAT_NAMES
 from fcctl.errors import cli_errors
 
+if TYPE_CHECKING:
+    from fcctl.analyzers.replay import Hardware
+
 _FLAGS = {"config_path": "--model-config"}
 
 
-def hardware_from_flags(hardware: str | None, io_profile: Path | None, **sizes: Any) -> Any:
+def hardware_from_flags(hardware: str | None, io_profile: Path | None, **sizes: Any) -> Hardware:
     """The simulated node: preset or hw.toml, then the size and rate flags, then an io-profile
     (the order and the flag names of ``fcctl replay``)."""
     from fcctl.analyzers.replay import apply_io_profile, load_hardware, with_values
