@@ -268,10 +268,11 @@ session id rides in the request's `kv_transfer_params`):
 * `update_state_after_alloc` / `build_connector_meta`: the page ids the restore scatters into;
 * worker side, `start_load_kv(forward_context)`: start the layer-by-layer restore
   (`store.restore_to_pages(plan, kv_cache, page_ids, engine=..., now_s=...)`: SSD turns
-  through the staging window, GDS with the kvikio engine; memory turns copied); `wait_for_layer_load(layer_name)`: wait until that layer is scattered (the
-  `on_layer` callback); `save_kv_layer(layer_name, kv_layer, attn_metadata, ...)`: collect the
-  new turn's pages of that layer; `wait_for_save()`: `write_turn` with the medium `place`
-  chose before prefill.
+  through the staging window, GDS with the kvikio engine; memory turns copied; run it on the
+  connector's own thread); `wait_for_layer_load(layer_name)`: wait until that layer is
+  scattered (its `on_layer(l)` callback); `save_kv_layer(layer_name, kv_layer,
+  attn_metadata, ...)`: collect the new turn's pages of that layer; `wait_for_save()`:
+  `write_turn` with the medium `place` chose before prefill.
 * Cannot deliver: `KVConnectorBase_V1` sees block hashes, not sessions (hence
   `kv_transfer_params`); vLLM's own `OffloadingConnector` stages every secondary tier through
   CPU (direct GPU-storage access is a stated non-goal there), so use this connector interface,

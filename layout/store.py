@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -390,6 +390,7 @@ class FlatStore:
         window: StagingWindow | None = None,
         streams: int = 1,
         kv_split: bool | None = None,
+        on_layer: Callable[[int], None] | None = None,
     ) -> int:
         """Restore ``plan`` into an engine's paged KV: block ``i`` of the plan (turn order) goes
         to page ``page_ids[i]`` of every layer of ``kv_cache`` (a torch tensor,
@@ -397,7 +398,8 @@ class FlatStore:
         one layer; ``kv_split`` as :func:`.staging.restore_session`). SSD turns stream through
         the double-buffered staging window (:func:`.staging.restore_session`: GDS with the
         kvikio engine, posix otherwise); memory turns are copied from host memory. Needs torch.
-        Returns the bytes read from SSD."""
+        ``on_layer(l)`` runs once layer ``l`` is complete in ``kv_cache`` (an engine's
+        per-layer wait). Returns the bytes read from SSD."""
         self._clock(now_s)
         s = self._session(plan.session, create=False)
         torch = _torch()
@@ -421,23 +423,33 @@ class FlatStore:
         own_engine = None
         self.ssd.begin_read(plan.session, now_s)
         try:
-            if plan.ssd_plans:
-                if engine is None:
-                    engine = own_engine = PosixEngine(o_direct=False, drop_cache=False)
-                restore_session(plan.ssd_plans, engine, kv_cache, torch.cat(ssd_pages),
-                                window=window, streams=streams, kv_split=kv_split)  # fmt: skip
+            if plan.ssd_plans and engine is None:
+                engine = own_engine = PosixEngine(o_direct=False, drop_cache=False)
             half = page_bytes // 2
-            for i, t in enumerate(plan.turns):
-                if t.medium != Medium.MEMORY:
-                    continue
-                idx = pages[starts[i] : starts[i + 1]]
-                for layer, row in enumerate(s.memory[t.turn]):
+
+            def copy_memory_turns(layer: int) -> None:
+                # Memory turns' pages of this layer, then the layer is whole.
+                for i, t in enumerate(plan.turns):
+                    if t.medium != Medium.MEMORY:
+                        continue
+                    idx = pages[starts[i] : starts[i + 1]]
+                    row = s.memory[t.turn][layer]
                     src = torch.from_numpy(row).view(-1, page_bytes).to(kv.device)
                     if split:
                         kv[layer][0].index_copy_(0, idx, src[:, :half])
                         kv[layer][1].index_copy_(0, idx, src[:, half:])
                     else:
                         kv[layer].index_copy_(0, idx, src)
+                if on_layer is not None:
+                    on_layer(layer)
+
+            if plan.ssd_plans:
+                restore_session(plan.ssd_plans, engine, kv_cache, torch.cat(ssd_pages),
+                                window=window, streams=streams, kv_split=kv_split,
+                                on_layer=copy_memory_turns)  # fmt: skip
+            else:
+                for layer in range(self.geometry.layers):
+                    copy_memory_turns(layer)
         finally:
             self.ssd.end_read(plan.session, now_s)
             if own_engine is not None:

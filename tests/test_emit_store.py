@@ -139,7 +139,11 @@ def test_restore_to_pages_through_the_window_with_torch(tmp_path: Path, split: b
     shape = ((GEOMETRY.layers, 2, blocks + 5, piece // 2) if split
              else (GEOMETRY.layers, blocks + 5, piece))  # fmt: skip
     kv_cache = torch.zeros(shape, dtype=torch.uint8)
-    read = store.restore_to_pages(plan, kv_cache, pages, now_s=3.0, kv_split=split)
+    done: list[int] = []
+    read = store.restore_to_pages(
+        plan, kv_cache, pages, now_s=3.0, kv_split=split, on_layer=done.append
+    )
+    assert done == list(range(GEOMETRY.layers))
     assert read == plan.ssd_read_bytes > 0
     expected = np.concatenate(data, axis=1).reshape(GEOMETRY.layers, blocks, piece)
     for i, page in enumerate(pages.tolist()):
