@@ -31,8 +31,11 @@ Conventions
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -467,7 +470,56 @@ def _cfg_windows(cfg: dict[str, Any], path: str, layers: int, model_type: str) -
     return (windowed, window) if windowed else (0, 0)
 
 
-def geometry_from_hf_config(path: str | Path) -> KvGeometry:
+# A real config.json is a few KiB (the largest multimodal ones tens of KiB): 4 MiB is far above
+# any, and keeps a mistaken path (a checkpoint, /dev/zero) from being read into memory.
+MAX_CONFIG_BYTES = 4 * 2**20
+
+
+def _shown(p: Path) -> str:
+    text = str(p)
+    return repr(text) if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text) else text
+
+
+def _read_config_bytes(p: Path, max_bytes: int) -> bytes:
+    """The file's bytes: only a regular file, at most ``max_bytes``, never blocking on a FIFO."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise LayoutError(f"{_shown(p)}: model config not found") from None
+    except OSError as e:
+        raise LayoutError(f"{_shown(p)}: cannot read model config: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            m = st.st_mode
+            kind = (
+                "a directory" if stat.S_ISDIR(m)
+                else "a FIFO" if stat.S_ISFIFO(m)
+                else "a device" if stat.S_ISCHR(m) or stat.S_ISBLK(m)
+                else "a socket" if stat.S_ISSOCK(m)
+                else "not a regular file"
+            )  # fmt: skip
+            raise LayoutError(f"{_shown(p)}: model config must be a regular file; this is {kind}")
+        if st.st_size > max_bytes:
+            raise LayoutError(
+                f"{_shown(p)}: model config is {st.st_size} bytes, over the {max_bytes}-byte "
+                "limit for a config.json (is this the model's config.json?)"
+            )
+        data = os.read(fd, max_bytes + 1)
+        if len(data) > max_bytes:  # grew while read
+            raise LayoutError(f"{_shown(p)}: model config is over the {max_bytes}-byte limit")
+        return data
+    except OSError as e:
+        if e.errno == errno.EISDIR:
+            raise LayoutError(f"{_shown(p)}: model config must be a regular file") from None
+        raise LayoutError(f"{_shown(p)}: cannot read model config: {e.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def geometry_from_hf_config(
+    path: str | Path, *, max_bytes: int = MAX_CONFIG_BYTES
+) -> KvGeometry:
     """Read layers, KV heads, head dim, MLA latent, dtype and sliding windows from a Hugging
     Face config.json.
 
@@ -478,34 +530,34 @@ def geometry_from_hf_config(path: str | Path) -> KvGeometry:
     size is refused with the field named.
     """
     p = Path(path)
+    where = _shown(p)
+    data = _read_config_bytes(p, max_bytes)
     try:
-        raw = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise LayoutError(f"{p}: model config not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise LayoutError(f"{p}: cannot read model config: {e}") from None
+        raw = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise LayoutError(f"{where}: model config is not UTF-8 text: {e.reason}") from None
     except json.JSONDecodeError as e:
-        raise LayoutError(f"{p}:{e.lineno}: model config is not valid JSON: {e.msg}") from None
+        raise LayoutError(f"{where}:{e.lineno}: model config is not valid JSON: {e.msg}") from None
     if not isinstance(raw, dict):
-        raise LayoutError(f"{p}: model config must be a JSON object; got {type(raw).__name__}")
+        raise LayoutError(f"{where}: model config must be a JSON object; got {type(raw).__name__}")
     text_config = raw.get("text_config")
     cfg: dict[str, Any] = text_config if isinstance(text_config, dict) else raw
-    layers = _cfg_int(cfg, str(p), "num_hidden_layers")
-    dbytes = _cfg_dtype_bytes(cfg, raw, str(p))
+    layers = _cfg_int(cfg, where, "num_hidden_layers")
+    dbytes = _cfg_dtype_bytes(cfg, raw, where)
     name = str(raw.get("_name_or_path") or raw.get("model_type") or p.stem)
     model_type = str(cfg.get("model_type") or raw.get("model_type") or "")
-    windowed, window = _cfg_windows(cfg, str(p), layers, model_type)
+    windowed, window = _cfg_windows(cfg, where, layers, model_type)
     hidden = cfg.get("hidden_size")
     heads_field = cfg.get("num_attention_heads")
     info = ModelInfo(
-        source=str(p),
+        source=where,
         model_type=model_type,
         hidden_size=hidden if isinstance(hidden, int) else 0,
         attention_heads=heads_field if isinstance(heads_field, int) else 0,
     )
     if cfg.get("kv_lora_rank"):
-        latent = _cfg_int(cfg, str(p), "kv_lora_rank") + _cfg_int(
-            cfg, str(p), "qk_rope_head_dim", 0
+        latent = _cfg_int(cfg, where, "kv_lora_rank") + _cfg_int(
+            cfg, where, "qk_rope_head_dim", 0
         )
         return KvGeometry(
             name,
@@ -524,10 +576,10 @@ def geometry_from_hf_config(path: str | Path) -> KvGeometry:
     if head_dim is None:
         hidden_size = _cfg_int(cfg, str(p), "hidden_size")
         if heads == 0:
-            raise LayoutError(f"{p}: field 'num_attention_heads': must be > 0; got 0")
+            raise LayoutError(f"{where}: field 'num_attention_heads': must be > 0; got 0")
         head_dim = hidden_size // heads
     elif not isinstance(head_dim, int) or head_dim < 1:
-        raise LayoutError(f"{p}: field 'head_dim': must be a positive integer; got {head_dim!r}")
+        raise LayoutError(f"{where}: field 'head_dim': must be a positive integer; got {head_dim!r}")
     return KvGeometry(
         name,
         layers=layers,

@@ -339,3 +339,31 @@ def test_hf_config_summary_names_the_model(tmp_path: Path) -> None:
     assert g.info is not None and g.info.source == str(tmp_path / "config.json")
     d = g.to_dict()
     assert (d["hidden_size"], d["attention_heads"], d["model_type"]) == (2048, 8, "llama")
+
+
+def test_model_config_only_regular_files_of_bounded_size(tmp_path: Path) -> None:
+    import os
+
+    from fcctl.layout.geometry import geometry_from_hf_config
+
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="must be a regular file; this is a FIFO"):
+        geometry_from_hf_config(fifo)  # no hang: opened non-blocking, refused by type
+    with pytest.raises(InputError, match="this is a device"):
+        geometry_from_hf_config("/dev/zero")  # never read: it would never end
+    with pytest.raises(InputError, match="this is a directory"):
+        geometry_from_hf_config(tmp_path)
+    (tmp_path / "dangling.json").symlink_to(tmp_path / "missing.json")
+    with pytest.raises(InputError, match="model config not found"):
+        geometry_from_hf_config(tmp_path / "dangling.json")
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:
+        f.truncate(5 * 2**20)  # sparse: costs no disk
+    with pytest.raises(InputError, match="over the 4194304-byte limit"):
+        geometry_from_hf_config(big)
+    weird = tmp_path / "bad\nname.json"
+    weird.write_text("{")
+    with pytest.raises(InputError) as e:
+        geometry_from_hf_config(weird)
+    assert "\n" not in str(e.value) and "bad\\nname.json" in str(e.value)
