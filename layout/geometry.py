@@ -579,7 +579,9 @@ def geometry_from_hf_config(
             raise LayoutError(f"{where}: field 'num_attention_heads': must be > 0; got 0")
         head_dim = hidden_size // heads
     elif not isinstance(head_dim, int) or head_dim < 1:
-        raise LayoutError(f"{where}: field 'head_dim': must be a positive integer; got {head_dim!r}")
+        raise LayoutError(
+            f"{where}: field 'head_dim': must be a positive integer; got {head_dim!r}"
+        )
     return KvGeometry(
         name,
         layers=layers,
