@@ -570,11 +570,11 @@ def geometry_from_hf_config(
             window_tokens=window,
             info=info,
         )
-    heads = _cfg_int(cfg, str(p), "num_attention_heads")
-    kv_heads = _cfg_int(cfg, str(p), "num_key_value_heads", heads)
+    heads = _cfg_int(cfg, where, "num_attention_heads")
+    kv_heads = _cfg_int(cfg, where, "num_key_value_heads", heads)
     head_dim = cfg.get("head_dim")
     if head_dim is None:
-        hidden_size = _cfg_int(cfg, str(p), "hidden_size")
+        hidden_size = _cfg_int(cfg, where, "hidden_size")
         if heads == 0:
             raise LayoutError(f"{where}: field 'num_attention_heads': must be > 0; got 0")
         head_dim = hidden_size // heads
