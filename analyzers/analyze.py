@@ -33,6 +33,7 @@ from typing import Literal
 
 import numpy as np
 import polars as pl
+
 from fcctl.analyzers.memory_tier import (
     DEFAULT_MEMORY_CAPACITIES_BYTES,
     MemoryTierPoint,
@@ -68,11 +69,10 @@ from fcctl.analyzers.verdict import (
     Verdict,
     decide,
 )
-from fcctl.layout.geometry import KvGeometry
-
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
 from fcctl.common.provenance import Provenance, collect_provenance, utc_now
+from fcctl.layout.geometry import KvGeometry
 
 SCHEMA_VERSION = 1
 NO_HASHES_NOTE = (

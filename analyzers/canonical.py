@@ -15,11 +15,11 @@ import tempfile
 from pathlib import Path
 
 import polars as pl
+
 from fcctl.analyzers.readers import read_trace
 from fcctl.analyzers.readers.parquet import PARQUET_MAGIC
 from fcctl.analyzers.schema import COLUMNS, Trace
 from fcctl.analyzers.trace_metadata import METADATA_KEY, trace_metadata
-
 from fcctl.common.errors import FcctlInputError, RunFailed
 from fcctl.common.paths import display_path
 

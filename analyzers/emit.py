@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import fcctl.layout
-
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.outdir import atomic_out_dir
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+
 from fcctl.analyzers.stack import (
     ReusePass,
     log2_histogram_from_counts,

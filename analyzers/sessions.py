@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
+from numba import njit
+
 from fcctl.analyzers.reuse import Percentiles
 from fcctl.analyzers.stack import Accesses
-from numba import njit
 
 
 @njit(cache=True)

@@ -65,14 +65,14 @@ from typing import Literal
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from numba import njit
+
 from fcctl.analyzers.stack import (
     flatten_accesses,
     percentiles_from_counts,
     percentiles_from_weighted,
     reuse_pass,
 )
-from numba import njit
-
 from fcctl.common.errors import FcctlInputError
 
 HASH_SPACE = 1 << 64

@@ -58,10 +58,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from fcctl.analyzers.schema import COLUMNS, SCHEMA, SourceTrace, Trace
-from fcctl.analyzers.trace_metadata import trace_metadata
 from numba import njit
 
+from fcctl.analyzers.schema import COLUMNS, SCHEMA, SourceTrace, Trace
+from fcctl.analyzers.trace_metadata import trace_metadata
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.jsonio import dumps
 from fcctl.common.outdir import atomic_out_dir

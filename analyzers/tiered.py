@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from fcctl.analyzers.turns import TurnSchedule
 from numba import njit
 
+from fcctl.analyzers.turns import TurnSchedule
 from fcctl.common.errors import FcctlInputError
 
 DEFAULT_BUCKET_BYTES = 256 * 2**20

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fcctl.analyzers.memory_tier import MemoryTierPoint
-
 from fcctl.common.units import format_bytes
 
 GiB = 1 << 30

@@ -38,6 +38,7 @@ def run_child(cmd: list[str]) -> tuple[float, float, str]:
 def write_oracle_general(parquet: Path, dest: Path) -> tuple[int, int]:
     """Write the access stream as oracleGeneral records; return (accesses, distinct blocks)."""
     import numpy as np
+
     from fcctl.analyzers.readers import read_trace
     from fcctl.analyzers.stack import flatten_accesses
 

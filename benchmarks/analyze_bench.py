@@ -50,9 +50,8 @@ def main() -> None:
     )
     args = ap.parse_args()
 
-    from fcctl.layout.geometry import model_geometry
-
     from fcctl.common.units import format_bytes, parse_size_list
+    from fcctl.layout.geometry import model_geometry
 
     caps = parse_size_list(args.memory, what="--memory")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="analyze-bench-"))

@@ -27,12 +27,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from fcctl.common.jsonio import write_json_file  # noqa: E402
+from fcctl.common.units import parse_int_list, parse_size  # noqa: E402
 from fcctl.iobench.config import IobenchConfig  # noqa: E402
 from fcctl.iobench.run import run_iobench  # noqa: E402
 from fcctl.reports.iobench_report import render_table  # noqa: E402
-
-from fcctl.common.jsonio import write_json_file  # noqa: E402
-from fcctl.common.units import parse_int_list, parse_size  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

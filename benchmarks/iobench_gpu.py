@@ -17,12 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fcctl.common.jsonio import to_jsonable, write_json_file
+from fcctl.common.units import parse_int_list
 from fcctl.iobench.config import IobenchConfig
 from fcctl.iobench.run import run_iobench
 from fcctl.layout.engines import probe_engine
-
-from fcctl.common.jsonio import to_jsonable, write_json_file
-from fcctl.common.units import parse_int_list
 
 
 def main() -> int:

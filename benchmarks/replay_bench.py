@@ -119,9 +119,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from fcctl.analyzers.replay import PRESETS
-    from fcctl.layout.geometry import model_geometry
-
     from fcctl.common.units import format_bytes
+    from fcctl.layout.geometry import model_geometry
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="replay-bench-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from fcctl.analyzers.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES
 from fcctl.analyzers.readers import read_trace
 from fcctl.analyzers.shards import block_ids, sampled_stack, shards_error

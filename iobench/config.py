@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fcctl.analyzers.tiered import DEFAULT_BUCKET_BYTES
-from fcctl.layout.alignment import PAGE_BYTES
-
 from fcctl.common.errors import FcctlInputError
+from fcctl.layout.alignment import PAGE_BYTES
 
 GiB = 2**30
 # Every layout iobench knows, in the order runs and JSON list them (the registry is

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from fcctl.analyzers.tiered import DEFAULT_BUCKET_BYTES, BucketPlacement, place_in_buckets
 from fcctl.iobench.pattern import fill_pieces, piece_keys
 from fcctl.iobench.workload import Workload

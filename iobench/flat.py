@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from fcctl.iobench.pattern import fill_pieces, piece_keys
 from fcctl.iobench.workload import Workload
 from fcctl.layout.alignment import align_up

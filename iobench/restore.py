@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from fcctl.iobench.config import RESTORE_BUFFER_BUDGET_BYTES
 from fcctl.iobench.eviction import EvictionLayout
 from fcctl.iobench.flat import FlatLayout

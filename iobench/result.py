@@ -12,11 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fcctl.common.provenance import Provenance
 from fcctl.iobench.config import LAYOUT_NAMES
 from fcctl.iobench.errors import VerificationFailed
 from fcctl.iobench.restore import RunResult
-
-from fcctl.common.provenance import Provenance
 
 SCHEMA_VERSION = 1
 NOT_JSON = {"json": False}

@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.progress import Progress
+from fcctl.common.provenance import collect_provenance, utc_now
 from fcctl.iobench import fio as fio_mod
 from fcctl.iobench.config import IobenchConfig
 from fcctl.iobench.errors import BenchFailed
@@ -61,10 +64,6 @@ from fcctl.iobench.workload import Workload, load_trace_workload, synthetic_work
 from fcctl.layout.engines import ReadEngine
 from fcctl.layout.errors import LayoutError
 from fcctl.layout.geometry import model_geometry
-
-from fcctl.common.errors import FcctlInputError
-from fcctl.common.progress import Progress
-from fcctl.common.provenance import collect_provenance, utc_now
 
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
 

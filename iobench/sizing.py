@@ -18,15 +18,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.units import format_bytes
 from fcctl.iobench.config import IobenchConfig
 from fcctl.iobench.restore import pool_slots
 from fcctl.iobench.workload import Workload
 from fcctl.layout.alignment import PAGE_BYTES
 from fcctl.layout.geometry import KvGeometry
 from fcctl.layout.session_format import DATA_START, file_bytes
-
-from fcctl.common.errors import FcctlInputError
-from fcctl.common.units import format_bytes
 
 # Bytes of Python objects per item, about twice the measured figures (module docstring).
 SESSION_BYTES = 2_000  # schedule entry, restore object, per-session lists

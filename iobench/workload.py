@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fcctl.analyzers.turns import SessionTurns, TurnSchedule, synthetic_turns, trace_turns
-from fcctl.layout.geometry import KvGeometry
-
 from fcctl.common.errors import FcctlInputError
+from fcctl.layout.geometry import KvGeometry
 
 if TYPE_CHECKING:
     import polars as pl

@@ -20,17 +20,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import polars as pl
-from fcctl.reports import format as fmt
 
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
+from fcctl.reports import format as fmt
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
     from fcctl.analyzers.analyze import AnalysisResult
     from fcctl.analyzers.reuse import Percentiles, ReuseMetrics
     from fcctl.analyzers.sessions import SessionMetrics
-    from rich.console import Console
-    from rich.table import Table
 
 #: The file every analyze ``--out`` directory holds (what ``--force`` looks for).
 OUT_MARKER = "analysis.json"

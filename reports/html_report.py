@@ -23,14 +23,13 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from fcctl.reports import format as fmt
-from fcctl.reports import svg
-from fcctl.reports.report_inputs import Input, Node, ReportInputError, read_inputs
-
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.paths import display_path
 from fcctl.common.provenance import utc_now
 from fcctl.common.version import fcctl_version
+from fcctl.reports import format as fmt
+from fcctl.reports import svg
+from fcctl.reports.report_inputs import Input, Node, ReportInputError, read_inputs
 
 #: Section ids in page order; the tests and the decision paragraph's links use them.
 SECTIONS = ("decision", "trace", "reuse", "storage", "replay", "recommendation", "provenance")

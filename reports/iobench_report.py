@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import polars as pl
-from fcctl.iobench.result import Comparisons, IobenchResult
-from fcctl.reports import format as fmt
 
 from fcctl.common.jsonio import to_jsonable, write_json, write_json_file
+from fcctl.iobench.result import Comparisons, IobenchResult
+from fcctl.reports import format as fmt
 
 JSON_NAME = "iobench.json"
 

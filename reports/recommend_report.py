@@ -13,15 +13,15 @@ import sys
 from pathlib import Path
 
 import polars as pl
-from fcctl.analyzers.recommend import RecommendResult, thresholds_toml
-from fcctl.analyzers.recommend.result import Misplacement
-from fcctl.reports import format as fmt
 from rich.console import Console
 from rich.table import Table
 
+from fcctl.analyzers.recommend import RecommendResult, thresholds_toml
+from fcctl.analyzers.recommend.result import Misplacement
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
 from fcctl.common.units import format_bytes
+from fcctl.reports import format as fmt
 
 OUT_MARKER = "recommend.json"
 
@@ -175,6 +175,7 @@ def tables(result: RecommendResult) -> dict[str, pl.DataFrame]:
 
 def _charts(result: RecommendResult, d: Path) -> list[str]:
     import numpy as np
+
     from fcctl.reports.charts import _pyplot, _save
 
     plt = _pyplot()

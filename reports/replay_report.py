@@ -8,10 +8,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fcctl.analyzers.replay.result import ReplayResult
 from rich.console import Console
 from rich.table import Table
 
+from fcctl.analyzers.replay.result import ReplayResult
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
 from fcctl.common.units import format_bytes

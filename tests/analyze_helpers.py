@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
+
 from fcctl.analyzers.schema import SCHEMA, Trace
 from fcctl.layout.geometry import KvGeometry
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from fcctl.layout.geometry import KvGeometry
 from fcctl.layout.session_file import SessionFile
 

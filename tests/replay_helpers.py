@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 from analyze_helpers import make_trace
+
 from fcctl.analyzers.replay import PRESETS, Hardware, with_values
 from fcctl.analyzers.schema import Trace
 from fcctl.layout.geometry import KvGeometry

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
 from fcctl.layout.address import (
     MAX_NODE,
     MAX_OFFSET,
@@ -16,9 +20,6 @@ from fcctl.layout.address import (
     encode_addresses,
 )
 from fcctl.layout.errors import InputError, LayoutError
-from hypothesis import given
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 
 media = st.sampled_from([MEDIUM_MEMORY, MEDIUM_SSD])
 nodes = st.integers(0, MAX_NODE)

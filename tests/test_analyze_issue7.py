@@ -19,12 +19,12 @@ from typing import Any
 
 import polars as pl
 import pytest
-from fcctl.analyzers.analyze import VerdictThresholds, analyze_trace
-from fcctl.layout.geometry import preset_names
 from typer.testing import CliRunner
 
+from fcctl.analyzers.analyze import VerdictThresholds, analyze_trace
 from fcctl.cli import app
 from fcctl.common.jsonio import to_jsonable
+from fcctl.layout.geometry import preset_names
 from tests.analyze_helpers import TEN_BYTES_PER_TOKEN, example_trace, make_trace
 from tests.analyze_helpers import one_line_exit_2 as _one_line_exit_2
 from tests.conftest import SAMPLES
@@ -370,9 +370,8 @@ def test_library_warnings_become_one_line() -> None:
 
 
 def test_sliding_window_model_is_refused_not_counted_as_global() -> None:
-    from fcctl.layout.geometry import KvGeometry
-
     from fcctl.common.errors import FcctlInputError
+    from fcctl.layout.geometry import KvGeometry
 
     windowed = KvGeometry(
         "gemma-like", layers=2, kv_heads=1, head_dim=4, windowed_layers=1, window_tokens=8

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+
 from fcctl.layout.checksum import crc32, crc32_backend, crc32_many, crc32_parallel
 
 DATA = np.random.default_rng(7).integers(0, 256, 9 * 2**20 + 123, dtype=np.uint8)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fcctl.layout.errors import InputError, LayoutError
 
 from fcctl.common.errors import FcctlInputError, RunFailed
 from fcctl.common.jsonio import dumps, to_jsonable, write_json, write_json_file
@@ -20,6 +19,7 @@ from fcctl.common.progress import Progress
 from fcctl.common.provenance import collect_provenance, utc_now
 from fcctl.common.version import fcctl_version
 from fcctl.errors import exit_status_of, input_error_message
+from fcctl.layout.errors import InputError, LayoutError
 
 
 @dataclass(frozen=True)

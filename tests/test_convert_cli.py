@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from fcctl.analyzers.canonical import traces_equal
-from fcctl.analyzers.readers import read_trace
 from typer.testing import CliRunner
 
+from fcctl.analyzers.canonical import traces_equal
+from fcctl.analyzers.readers import read_trace
 from fcctl.cli import app
 from tests.conftest import SAMPLES
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from layout_helpers import PAGED, PAGED_BLOCK_TOKENS, write_session
+
 from fcctl.layout.buffers import aligned_buffer
 from fcctl.layout.checksum import crc32_many
 from fcctl.layout.engines import (
@@ -24,7 +26,6 @@ from fcctl.layout.engines import (
 )
 from fcctl.layout.errors import VerificationError
 from fcctl.layout.session_file import SessionFile
-from layout_helpers import PAGED, PAGED_BLOCK_TOKENS, write_session
 
 
 def _session(tmp_path: Path) -> Path:

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from fcctl.analyzers.emit import CORE_DIR, GENERATED, MANIFEST, core_modules, emit_package
 from fcctl.analyzers.readers import read_trace
 from fcctl.analyzers.replay import PRESETS, ReplayConfig, build_workload, simulate, with_values
 from fcctl.layout.geometry import model_geometry
 from fcctl.layout.placement import Placement, PlacementRule, PlacementSignals
-
 from tests.conftest import SAMPLES
 
 SHORT, AGENT = 300, 20_000

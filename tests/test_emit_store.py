@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from fcctl.layout import FlatStore, KvGeometry
 from fcctl.layout.address import MEDIUM_MEMORY, MEDIUM_SSD, decode_address
 from fcctl.layout.errors import InputError

@@ -4,6 +4,7 @@ import json
 import os
 
 import pytest
+
 from fcctl.iobench import fio
 
 MiB = 2**20
@@ -101,7 +102,6 @@ def test_fio_round_names_each_phase_as_it_starts(tmp_path, fio_bin):
     from fcctl.iobench.fio_reference import fio_round, fio_setup
     from fcctl.iobench.flat import write_flat_layout
     from fcctl.iobench.restore import flat_restores
-
     from tests.iobench_helpers import tiny_workload
 
     wl = tiny_workload(sessions=2, blocks=8, turns=2)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from fcctl.layout.errors import InputError
 from fcctl.layout.geometry import (
     MODEL_PRESETS,

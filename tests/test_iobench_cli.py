@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 import typer
-from fcctl.iobench.restore import run_restore
-from fcctl.iobench.run import RunHooks
 from typer.testing import CliRunner
 
 from fcctl.cli import app
 from fcctl.commands.iobench import register
+from fcctl.iobench.restore import run_restore
+from fcctl.iobench.run import RunHooks
 from tests.conftest import REPO, SAMPLES
 from tests.iobench_helpers import tiny_model_config, wait_for_restores
 

@@ -6,7 +6,6 @@ from fcctl.iobench.eviction import write_eviction_layout
 from fcctl.iobench.flat import session_file_bytes, write_flat_layout
 from fcctl.iobench.workload import Workload
 from fcctl.layout.session_file import SessionFile
-
 from tests.iobench_helpers import TINY, tiny_workload
 
 

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fcctl.iobench.pattern import check_piece_bytes, fill_pieces, mismatched_pieces, piece_keys
 
 from fcctl.common.errors import FcctlInputError
+from fcctl.iobench.pattern import check_piece_bytes, fill_pieces, mismatched_pieces, piece_keys
 
 PIECE = 4096
 

@@ -6,6 +6,9 @@ import io
 import json
 
 import pytest
+
+from fcctl.common.jsonio import dumps
+from fcctl.common.provenance import collect_provenance
 from fcctl.iobench.restore import RunResult
 from fcctl.iobench.result import (
     SCHEMA_VERSION,
@@ -20,9 +23,6 @@ from fcctl.iobench.result import (
     summarize,
 )
 from fcctl.reports.iobench_report import render_table, runs_frame
-
-from fcctl.common.jsonio import dumps
-from fcctl.common.provenance import collect_provenance
 
 GB = 1e9
 

@@ -6,6 +6,7 @@ import time
 from dataclasses import replace
 
 import pytest
+
 from fcctl.iobench.eviction import write_eviction_layout
 from fcctl.iobench.flat import write_flat_layout
 from fcctl.iobench.restore import (
@@ -18,7 +19,6 @@ from fcctl.iobench.restore import (
 )
 from fcctl.layout.engines import DeferredVerifyEngine, PosixEngine, drop_file_cache
 from fcctl.layout.errors import VerificationError
-
 from tests.iobench_helpers import tiny_workload
 
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from fcctl.iobench.safety import GiB, margin_bytes, prepare_workspace
 
 from fcctl.common.errors import FcctlInputError
+from fcctl.iobench.safety import GiB, margin_bytes, prepare_workspace
 
 
 def test_margin_is_the_larger_of_1gib_and_5_percent():

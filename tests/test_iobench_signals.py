@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-from fcctl.iobench.run import RunHooks
-from fcctl.iobench.safety import LOCK_NAME, PREFIX
 from typer.testing import CliRunner
 
 from fcctl.cli import app
+from fcctl.iobench.run import RunHooks
+from fcctl.iobench.safety import LOCK_NAME, PREFIX
 from tests.conftest import REPO
 from tests.iobench_helpers import tiny_model_config, wait_for_restores
 from tests.test_iobench_cli import _app_with, _small_args, _start_iobench

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from fcctl.iobench.workload import synthetic_workload, trace_workload
 
 from fcctl.common.errors import FcctlInputError
+from fcctl.iobench.workload import synthetic_workload, trace_workload
 from tests.conftest import SAMPLES
 from tests.iobench_helpers import TINY, trace_frame
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from layout_helpers import PAGED, PAGED_BLOCK_TOKENS, write_session
+
 from fcctl.layout.buffers import aligned_buffer
 from fcctl.layout.engines import (
     ENGINES,
@@ -23,7 +25,6 @@ from fcctl.layout.engines import (
 from fcctl.layout.errors import InputError, LayoutError
 from fcctl.layout.planner import Extent, plan_reads
 from fcctl.layout.session_file import SessionFile
-from layout_helpers import PAGED, PAGED_BLOCK_TOKENS, write_session
 
 
 def _random_file(path: Path, nbytes: int, seed: int = 0) -> bytes:

@@ -12,8 +12,8 @@ import zlib
 from pathlib import Path
 
 import pytest
-from fcctl.layout.geometry import model_geometry
 
+from fcctl.layout.geometry import model_geometry
 from tests.layout_helpers import PAGED, SMALL, write_session
 
 

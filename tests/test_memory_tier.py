@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from fcctl.analyzers.analyze import analyze_trace
 from fcctl.analyzers.memory_tier import (
     DEFAULT_MEMORY_CAPACITIES_BYTES,
@@ -9,9 +12,6 @@ from fcctl.analyzers.memory_tier import (
     reference_lru_hit_share,
 )
 from fcctl.analyzers.stack import flatten_accesses, reuse_pass
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from tests.analyze_helpers import TEN_BYTES_PER_TOKEN, example_trace, make_trace
 
 

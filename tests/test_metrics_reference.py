@@ -273,9 +273,8 @@ def _analyze_doc(path: Path, caps: list[int], chunk_accesses: int | None, *flags
         return json.loads(res.stdout)
     from fcctl.analyzers.analyze import analyze_trace
     from fcctl.analyzers.readers import read_trace
-    from fcctl.layout.geometry import model_geometry
-
     from fcctl.common.jsonio import to_jsonable
+    from fcctl.layout.geometry import model_geometry
 
     assert not flags, "flags go through the CLI only"
     result = analyze_trace(

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from typer.testing import CliRunner
+
 from fcctl.analyzers.canonical import write_canonical
 from fcctl.analyzers.readers import TraceFormatError, read_trace
 from fcctl.analyzers.trace_metadata import METADATA_KEY, trace_metadata
-from typer.testing import CliRunner
-
 from fcctl.cli import app
 from tests.conftest import SAMPLES
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from fcctl.layout.errors import LayoutError
-from fcctl.layout.planner import DEFAULT_GAP_BYTES, Extent, ReadCommand, plan_reads
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from fcctl.layout.errors import LayoutError
+from fcctl.layout.planner import DEFAULT_GAP_BYTES, Extent, ReadCommand, plan_reads
 
 KiB = 1024
 MiB = 1024 * KiB

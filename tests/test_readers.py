@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+
 from fcctl.analyzers.canonical import read_canonical, traces_equal, write_canonical
 from fcctl.analyzers.readers import FORMATS, detect_format, read_trace
 from fcctl.analyzers.readers.claude_code import LOCAL_ID_BITS, namespace_base
 from fcctl.analyzers.schema import SCHEMA, SourceTrace
-
 from tests.conftest import SAMPLES
 
 

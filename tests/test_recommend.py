@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+
 from fcctl.analyzers.readers import read_trace
 from fcctl.analyzers.recommend import (
     ALL_MEMORY_TOKENS,
@@ -25,7 +26,6 @@ from fcctl.analyzers.recommend.sweep import misplacement_pairs
 from fcctl.analyzers.replay import PRESETS, build_workload
 from fcctl.analyzers.schema import Trace
 from fcctl.layout.geometry import model_geometry
-
 from tests.conftest import SAMPLES
 from tests.replay_helpers import BLOCK_TOKENS, TINY, tiny_node, trace_of
 

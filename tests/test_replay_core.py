@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from fcctl.layout.errors import InputError
 from fcctl.layout.placement import Medium, PlacementRule, PlacementSignals, Reason
 from fcctl.layout.reclaim import SessionReclaimer

@@ -4,12 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fcctl.analyzers.replay import POLICIES, ReplayConfig, build_workload, simulate
-from fcctl.analyzers.replay.store import FastStore
-from fcctl.analyzers.tiered import eviction_order, place_in_buckets
-from fcctl.analyzers.turns import synthetic_turns
-from fcctl.layout.placement import PlacementRule
-from fcctl.layout.session_format import record_bytes, segment_bytes
 from replay_helpers import (
     BLOCK_BYTES,
     TINY,
@@ -19,7 +13,13 @@ from replay_helpers import (
     trace_of,
 )
 
+from fcctl.analyzers.replay import POLICIES, ReplayConfig, build_workload, simulate
+from fcctl.analyzers.replay.store import FastStore
+from fcctl.analyzers.tiered import eviction_order, place_in_buckets
+from fcctl.analyzers.turns import synthetic_turns
 from fcctl.common.jsonio import to_jsonable
+from fcctl.layout.placement import PlacementRule
+from fcctl.layout.session_format import record_bytes, segment_bytes
 
 RULE = PlacementRule(short_reply_tokens=200, agent_context_tokens=64)
 TRACES = [random_session_trace(s) for s in range(4)] + [random_time_trace(s) for s in range(4)]

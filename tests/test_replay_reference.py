@@ -4,13 +4,13 @@ small random traces, for every policy and every metric and per-request figure.""
 from __future__ import annotations
 
 import pytest
+from replay_helpers import TINY, random_session_trace, random_time_trace, tiny_node
+
 from fcctl.analyzers.replay import POLICIES, ReplayConfig, build_workload, simulate
 from fcctl.analyzers.replay.reference import ReferenceStore
 from fcctl.analyzers.replay.store import FastStore
-from fcctl.layout.placement import PlacementRule
-from replay_helpers import TINY, random_session_trace, random_time_trace, tiny_node
-
 from fcctl.common.jsonio import to_jsonable
+from fcctl.layout.placement import PlacementRule
 
 NODES = {
     "tight": tiny_node(),

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fcctl.reports.html_report import SECTIONS
 from report_helpers import (
     RECOMMEND_DOC,
     REPLAY_DOC,
@@ -25,6 +24,8 @@ from report_helpers import (
     fcctl,
     report_samples_fixture,  # noqa: F401 - the session fixture report_samples
 )
+
+from fcctl.reports.html_report import SECTIONS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None:

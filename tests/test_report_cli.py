@@ -9,10 +9,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fcctl.reports import format as fmt
-from fcctl.reports import svg
-from fcctl.reports.html_report import SECTIONS
-from fcctl.reports.report_inputs import read_input
 from report_helpers import (
     RECOMMEND_DOC,
     REPLAY_DOC,
@@ -22,6 +18,11 @@ from report_helpers import (
     report_samples_fixture,  # noqa: F401 - the session fixture report_samples
     terminal_rows,
 )
+
+from fcctl.reports import format as fmt
+from fcctl.reports import svg
+from fcctl.reports.html_report import SECTIONS
+from fcctl.reports.report_inputs import read_input
 
 
 def _report(tmp_path: Path, *inputs: Path | str, name: str = "r.html") -> tuple[int, str, Path]:

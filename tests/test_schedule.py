@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
+
 from fcctl.analyzers.schedule import (
     interleave,
     schedule_by_concurrency,
@@ -12,7 +13,6 @@ from fcctl.analyzers.schedule import (
     session_durations_s,
 )
 from fcctl.analyzers.schema import SCHEMA, Trace
-
 from fcctl.common.errors import FcctlInputError
 
 

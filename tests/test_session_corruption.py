@@ -21,11 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from layout_helpers import SMALL, turn_bytes, write_session
+
 from fcctl.layout.engines.posix import PosixEngine
 from fcctl.layout.errors import CorruptSessionFile, VerificationError
 from fcctl.layout.session_file import SessionFile
 from fcctl.layout.session_format import SLOT_BYTES
-from layout_helpers import SMALL, turn_bytes, write_session
 
 REPO = Path(__file__).resolve().parents[1]
 TURNS = [10, 6, 33]

@@ -14,6 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from layout_helpers import (
+    PAGED,
+    PAGED_BLOCK_TOKENS,
+    SMALL,
+    SMALL_BLOCK_TOKENS,
+    turn_bytes,
+    write_session,
+)
+
 from fcctl.layout.errors import CorruptSessionFile, LayoutError, VerificationError
 from fcctl.layout.planner import Extent, plan_reads
 from fcctl.layout.session_file import SessionFile
@@ -23,14 +32,6 @@ from fcctl.layout.session_format import (
     file_bytes,
     fit_name,
     segment_bytes,
-)
-from layout_helpers import (
-    PAGED,
-    PAGED_BLOCK_TOKENS,
-    SMALL,
-    SMALL_BLOCK_TOKENS,
-    turn_bytes,
-    write_session,
 )
 
 REPO = Path(__file__).resolve().parents[1]

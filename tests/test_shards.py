@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from fcctl.analyzers.memory_tier import reference_lru_hit_share
 from fcctl.analyzers.shards import (
     HASH_SPACE,
@@ -17,7 +18,6 @@ from fcctl.analyzers.shards import (
 )
 from fcctl.analyzers.stack import percentiles_from_counts, stack_distances
 from fcctl.analyzers.synth import PROFILES, generate
-
 from fcctl.common.errors import FcctlInputError
 
 

@@ -3,6 +3,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from fcctl.analyzers.stack import (
     _dense_ids,
     flatten_accesses,
@@ -13,9 +16,6 @@ from fcctl.analyzers.stack import (
     reuse_pass,
     stack_distances,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from tests.analyze_helpers import example_trace, make_trace
 
 

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from layout_helpers import PAGED, PAGED_BLOCK_TOKENS, SMALL, blocks_by_layer, write_session
+
 from fcctl.layout.engines import PosixEngine, ReadResult, open_engine, probe_engine
 from fcctl.layout.errors import LayoutError, VerificationError
 from fcctl.layout.planner import plan_reads
 from fcctl.layout.session_file import SessionFile
-from layout_helpers import PAGED, PAGED_BLOCK_TOKENS, SMALL, blocks_by_layer, write_session
 
 torch = pytest.importorskip("torch")
 

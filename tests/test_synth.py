@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from typer.testing import CliRunner
+
 from fcctl.analyzers.readers import read_trace
 from fcctl.analyzers.schema import SCHEMA
 from fcctl.analyzers.synth import (
@@ -22,8 +24,6 @@ from fcctl.analyzers.synth import (
     write_synth,
 )
 from fcctl.analyzers.trace_metadata import METADATA_KEY, parse_trace_metadata
-from typer.testing import CliRunner
-
 from fcctl.cli import app
 from fcctl.commands.synth import PROFILE_NAMES
 from fcctl.common.errors import FcctlInputError

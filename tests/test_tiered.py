@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from fcctl.analyzers.tiered import (
     DEFAULT_MEMORY_TIER_FRACTION,
     SessionCut,
@@ -11,7 +12,6 @@ from fcctl.analyzers.tiered import (
     place_in_buckets,
 )
 from fcctl.analyzers.turns import SessionTurns, TurnSchedule, synthetic_turns
-
 from fcctl.common.errors import FcctlInputError
 
 # s0 appends 2 pages then 1; s1 appends 1 then 1; turns interleave s0, s1, s0, s1.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+
 from fcctl.analyzers.turns import (
     SessionTurns,
     choose_sessions,
@@ -13,7 +14,6 @@ from fcctl.analyzers.turns import (
     token_growth,
     trace_turns,
 )
-
 from fcctl.common.errors import FcctlInputError
 from tests.iobench_helpers import trace_frame
 

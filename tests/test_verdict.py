@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from fcctl.analyzers.memory_tier import MemoryTierPoint
 from fcctl.analyzers.verdict import (
     CHECK_REQUEST_KV_P90,
@@ -16,7 +17,6 @@ from fcctl.analyzers.verdict import (
     decide,
     reference_point,
 )
-
 from fcctl.common.jsonio import to_jsonable
 
 GiB = 1 << 30

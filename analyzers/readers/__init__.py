@@ -29,7 +29,6 @@ from fcctl.analyzers.readers.claude_code import ClaudeCodeReader
 from fcctl.analyzers.readers.mooncake import MooncakeReader
 from fcctl.analyzers.readers.parquet import ParquetReader
 from fcctl.analyzers.schema import Trace
-
 from fcctl.common.progress import Progress
 
 __all__ = [

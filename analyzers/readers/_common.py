@@ -21,8 +21,8 @@ from typing import IO, Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from fcctl.analyzers.schema import SCHEMA
 
+from fcctl.analyzers.schema import SCHEMA
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.paths import display_path
 from fcctl.common.progress import Progress, Task

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+
 from fcctl.analyzers.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
     build_frame,
@@ -23,7 +24,6 @@ from fcctl.analyzers.readers._common import (
     stable_time_order,
 )
 from fcctl.analyzers.schema import Trace
-
 from fcctl.common.progress import Progress
 
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+
 from fcctl.analyzers.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
     HashIdBuffer,
@@ -55,7 +56,6 @@ from fcctl.analyzers.readers._common import (
     show,
 )
 from fcctl.analyzers.schema import Trace
-
 from fcctl.common.progress import Progress
 
 LOCAL_ID_BITS = 40

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from fcctl.analyzers.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
     HashIdBuffer,
@@ -22,7 +23,6 @@ from fcctl.analyzers.readers._common import (
     stable_time_order,
 )
 from fcctl.analyzers.schema import Trace
-
 from fcctl.common.progress import Progress
 
 BLOCK_SIZE_TOKENS = 512

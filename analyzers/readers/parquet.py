@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+
 from fcctl.analyzers.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
     TraceFormatError,
@@ -54,7 +55,6 @@ from fcctl.analyzers.trace_metadata import (
     TraceMetadataError,
     parse_trace_metadata,
 )
-
 from fcctl.common.progress import Progress
 
 PARQUET_MAGIC = b"PAR1"

@@ -23,9 +23,9 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from fcctl.layout.placement import DEFAULT_AGENT_CONTEXT_TOKENS, DEFAULT_SHORT_REPLY_TOKENS
 
 from fcctl.common.errors import FcctlInputError
+from fcctl.layout.placement import DEFAULT_AGENT_CONTEXT_TOKENS, DEFAULT_SHORT_REPLY_TOKENS
 
 GRID_PERCENTILES: tuple[float, ...] = (10.0, 25.0, 50.0, 75.0, 90.0)
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fcctl.analyzers.replay.result import RateResult
-
 from fcctl.common.provenance import Provenance
 
 SCHEMA_VERSION = 1

@@ -53,6 +53,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 import numpy as np
+
 from fcctl.analyzers.recommend.grid import check_grid, default_grid
 from fcctl.analyzers.recommend.result import (
     CHANGES,
@@ -77,12 +78,11 @@ from fcctl.analyzers.replay import (
 from fcctl.analyzers.replay.hardware import hardware_document
 from fcctl.analyzers.replay.run import DEFAULT_SEED, check_rates, workers_of
 from fcctl.analyzers.schema import Trace
-from fcctl.layout.geometry import KvGeometry
-from fcctl.layout.placement import PlacementRule
-
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
 from fcctl.common.provenance import collect_provenance, utc_now
+from fcctl.layout.geometry import KvGeometry
+from fcctl.layout.placement import PlacementRule
 
 OBJECTIVES: tuple[str, ...] = ("hit", "ttft-p99")
 #: Both thresholds for "every session in memory": above any token count a trace holds.

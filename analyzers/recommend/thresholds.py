@@ -12,7 +12,6 @@ import json
 from typing import Any
 
 from fcctl.analyzers.recommend.result import RecommendResult
-
 from fcctl.common.version import fcctl_version
 
 

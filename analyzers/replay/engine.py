@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
+
 from fcctl.analyzers.replay.hardware import Hardware
 from fcctl.analyzers.replay.timemodel import EventQueue, PsLink, prefill_s
 from fcctl.analyzers.replay.workload import Workload

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+
 from fcctl.layout.alignment import PAGE_BYTES
 from fcctl.layout.planner import DEFAULT_GAP_BYTES, Extent, plan_reads
 

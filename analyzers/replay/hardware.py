@@ -50,10 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from fcctl.analyzers.tiered import DEFAULT_BUCKET_BYTES
-from fcctl.layout.reclaim import DEFAULT_HIGH_WATERMARK, DEFAULT_LOW_WATERMARK
-
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.units import parse_size
+from fcctl.layout.reclaim import DEFAULT_HIGH_WATERMARK, DEFAULT_LOW_WATERMARK
 
 GB = 10**9
 GiB = 2**30

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
+
 from fcctl.analyzers.replay.flatcost import ALIGN, GAP_BYTES, SegmentTable
 from fcctl.analyzers.replay.store import CODE_GPU, CODE_HOST, CODE_SSD
 from fcctl.layout.planner import Extent, plan_reads

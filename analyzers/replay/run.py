@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from fcctl.analyzers.replay.engine import Simulation
 from fcctl.analyzers.replay.hardware import Hardware, hardware_document
 from fcctl.analyzers.replay.policies import DEFAULT_POLICIES, POLICIES
@@ -24,12 +25,11 @@ from fcctl.analyzers.replay.result import (
 from fcctl.analyzers.replay.store import FastStore
 from fcctl.analyzers.replay.workload import Workload, build_workload
 from fcctl.analyzers.schema import Trace
-from fcctl.layout.geometry import KvGeometry
-from fcctl.layout.placement import PlacementRule
-
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
 from fcctl.common.provenance import collect_provenance, utc_now
+from fcctl.layout.geometry import KvGeometry
+from fcctl.layout.placement import PlacementRule
 
 DEFAULT_RATES: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0)
 DEFAULT_SEED = 0

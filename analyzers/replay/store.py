@@ -26,9 +26,10 @@ Rules both follow:
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
+
 from fcctl.analyzers.replay.flatcost import SegmentTable, read_cost
 from fcctl.analyzers.tiered import BucketRing, ring_append
-from numba import njit
 
 CODE_GPU = 0
 CODE_HOST = 1

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+
 from fcctl.analyzers.schedule import (
     natural_rate_per_s,
     schedule_by_rate,
@@ -31,9 +32,8 @@ from fcctl.analyzers.schedule import (
 from fcctl.analyzers.schema import Trace
 from fcctl.analyzers.sessions import infer_sessions
 from fcctl.analyzers.stack import flatten_accesses
-from fcctl.layout.geometry import KvGeometry
-
 from fcctl.common.errors import FcctlInputError
+from fcctl.layout.geometry import KvGeometry
 
 
 @dataclass(frozen=True, eq=False)

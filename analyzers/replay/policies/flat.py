@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
 from fcctl.analyzers.replay.engine import Simulation
 from fcctl.analyzers.replay.flatcost import SegmentTable
 from fcctl.layout.placement import Medium, PlacementRule, PlacementSignals

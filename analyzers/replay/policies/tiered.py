@@ -23,6 +23,7 @@ from collections import deque
 from typing import Any
 
 import numpy as np
+
 from fcctl.analyzers.replay.engine import ArrivalQueue, Simulation
 from fcctl.analyzers.replay.store import CODE_GPU, CODE_HOST, CODE_SSD
 
