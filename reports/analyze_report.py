@@ -216,17 +216,9 @@ def render_summary(result: AnalysisResult, console: Console) -> None:
 
 def print_summary(result: AnalysisResult) -> None:
     """Render the summary on stdout; piped output loses rich's padding at the line ends."""
-    import sys
+    from fcctl.reports.console import print_rendered
 
-    from rich.console import Console
-
-    console = Console()
-    if console.is_terminal:
-        render_summary(result, console)
-        return
-    with console.capture() as captured:
-        render_summary(result, console)
-    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    print_rendered(lambda console: render_summary(result, console))
 
 
 def _write_files(result: AnalysisResult, d: Path) -> list[str]:

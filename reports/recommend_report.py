@@ -9,7 +9,6 @@ when charts are written (Agg backend, via ``reports.charts``).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -22,6 +21,7 @@ from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
 from fcctl.common.units import format_bytes
 from fcctl.reports import format as fmt
+from fcctl.reports.console import print_rendered
 
 OUT_MARKER = "recommend.json"
 
@@ -125,14 +125,7 @@ def render_summary(result: RecommendResult, console: Console) -> None:
 
 def print_summary(result: RecommendResult) -> None:
     """The summary on stdout; piped output gets whole lines without rich's padding."""
-    console = Console()
-    if console.is_terminal:
-        render_summary(result, console)
-        return
-    console = Console(width=160)
-    with console.capture() as captured:
-        render_summary(result, console)
-    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    print_rendered(lambda console: render_summary(result, console), width=160)
 
 
 def check_recommend_out_dir(out: Path, *, force: bool) -> None:

@@ -5,7 +5,6 @@ matplotlib is imported only when charts are written (Agg backend, via ``reports.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -15,6 +14,7 @@ from fcctl.analyzers.replay.result import ReplayResult
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
 from fcctl.common.units import format_bytes
+from fcctl.reports.console import print_rendered
 
 OUT_MARKER = "replay.json"
 
@@ -66,14 +66,8 @@ def render_summary(result: ReplayResult, console: Console) -> None:
 
 def print_summary(result: ReplayResult) -> None:
     """The summary on stdout; piped output loses rich's padding at the line ends."""
-    console = Console()
-    if console.is_terminal:
-        render_summary(result, console)
-        return
-    console = Console(width=150)  # a pipe: the whole table, one line per row
-    with console.capture() as captured:
-        render_summary(result, console)
-    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    # A pipe: the whole table, one line per row.
+    print_rendered(lambda console: render_summary(result, console), width=150)
 
 
 def check_replay_out_dir(out: Path, *, force: bool) -> None:

@@ -9,9 +9,16 @@ from typing import Annotated
 
 import typer
 
-from fcctl.commands import FORMAT_NAMES
+from fcctl.commands.options import (
+    FormatOpt,
+    JsonOpt,
+    KvDtypeOpt,
+    MaxLineBytesOpt,
+    ModelConfigOpt,
+    ModelOpt,
+    print_result,
+)
 from fcctl.errors import cli_errors
-from fcctl.layout.geometry import preset_names
 
 # Library parameters whose names are not the flag's (``kv_dtype`` -> ``--kv-dtype`` is the rule).
 _FLAGS = {
@@ -36,29 +43,14 @@ def _library_warnings_note(caught: list[warnings.WarningMessage]) -> str | None:
     return f"fcctl: note: a library warned: {first.category.__name__}: {text}{more}"
 
 
-#: Every preset, for --help (the geometry module is light: no numpy, no torch).
-_PRESETS = ", ".join(preset_names())
-
-
 def register(app: typer.Typer) -> None:
     @app.command("analyze")
     @cli_errors(flags=_FLAGS)
     def analyze(
         trace: Annotated[Path, typer.Argument(help="Trace file (or Claude Code directory).")],
-        format: Annotated[
-            str | None,
-            typer.Option(
-                "--format", help=f"Input format ({', '.join(FORMAT_NAMES)}); detected if omitted."
-            ),
-        ] = None,
-        model: Annotated[
-            str,
-            typer.Option("--model", help=f"KV geometry preset: {_PRESETS}."),
-        ] = "llama-3.1-8b",
-        model_config: Annotated[
-            Path | None,
-            typer.Option("--model-config", help="Hugging Face config.json (overrides --model)."),
-        ] = None,
+        format: FormatOpt = None,
+        model: ModelOpt = "llama-3.1-8b",
+        model_config: ModelConfigOpt = None,
         tp: Annotated[
             int | None,
             typer.Option(
@@ -68,9 +60,7 @@ def register(app: typer.Typer) -> None:
                 "shared memory or SSD tier holds (an MLA latent once). [default: 1]",
             ),
         ] = None,
-        kv_dtype: Annotated[
-            str | None, typer.Option("--kv-dtype", help="KV dtype: bf16, fp16, fp8, fp32.")
-        ] = None,
+        kv_dtype: KvDtypeOpt = None,
         memory: Annotated[
             str | None,
             typer.Option(
@@ -115,16 +105,8 @@ def register(app: typer.Typer) -> None:
                 "below this (the smallest if all are larger).",
             ),
         ] = "256GiB",
-        max_line_bytes: Annotated[
-            str,
-            typer.Option(
-                "--max-line-bytes",
-                help="Longest line (or trace_NNNN.json file) read; a longer one is an error.",
-            ),
-        ] = "64MiB",
-        as_json: Annotated[
-            bool, typer.Option("--json", help="Print one JSON document on stdout.")
-        ] = False,
+        max_line_bytes: MaxLineBytesOpt = "64MiB",
+        as_json: JsonOpt = False,
         out: Annotated[
             Path | None,
             typer.Option(
@@ -142,7 +124,6 @@ def register(app: typer.Typer) -> None:
         """Measure block reuse, reuse distances, session KV sizes and memory-tier hit shares."""
         from fcctl.analyzers.analyze import VerdictThresholds, analyze_trace, check_schedule_args
         from fcctl.analyzers.readers import read_trace
-        from fcctl.common.jsonio import write_json
         from fcctl.common.paths import display_path
         from fcctl.common.progress import Progress
         from fcctl.common.signals import interrupts_raise
@@ -186,10 +167,7 @@ def register(app: typer.Typer) -> None:
             if out is not None:
                 names = write_out_dir(result, out, force=force)
                 print(f"wrote {display_path(out)}: {', '.join(names)}", file=sys.stderr)
-            if as_json:
-                write_json(result, sys.stdout)
-            else:
-                print_summary(result)
+            print_result(result, as_json=as_json, print_summary=print_summary)
         note = _library_warnings_note(list(caught))
         if note:
             print(note, file=sys.stderr)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from fcctl.commands import FORMAT_NAMES
+from fcctl.commands.options import FormatOpt, MaxLineBytesOpt
 from fcctl.errors import cli_errors
 
 
@@ -19,26 +19,14 @@ def register(app: typer.Typer) -> None:
     def convert(
         trace: Annotated[Path, typer.Argument(help="Trace file (or Claude Code directory).")],
         out: Annotated[Path, typer.Option("-o", "--out", help="Output canonical Parquet file.")],
-        format: Annotated[
-            str | None,
-            typer.Option(
-                "--format",
-                help=f"Input format ({', '.join(FORMAT_NAMES)}); detected from content if omitted.",
-            ),
-        ] = None,
+        format: FormatOpt = None,
         force: Annotated[
             bool,
             typer.Option(
                 "--force", help="Replace an existing -o file (only an earlier convert output)."
             ),
         ] = False,
-        max_line_bytes: Annotated[
-            str,
-            typer.Option(
-                "--max-line-bytes",
-                help="Longest line (or trace_NNNN.json file) read; a longer one is an error.",
-            ),
-        ] = "64MiB",
+        max_line_bytes: MaxLineBytesOpt = "64MiB",
     ) -> None:
         """Convert a trace to the canonical Parquet table (one row per request)."""
         from fcctl.analyzers.canonical import check_output_file, write_canonical

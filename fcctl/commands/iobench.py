@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from fcctl.commands.options import FormatOpt, JsonOpt, KvDtypeOpt, ModelConfigOpt, ModelOpt
 from fcctl.errors import cli_errors
-from fcctl.layout.geometry import preset_names
 
 if TYPE_CHECKING:
     from fcctl.iobench.run import RunHooks
@@ -21,8 +21,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 # The file every iobench --out directory holds (the JSON document): --force replaces only a
 # directory that has it, so it never wipes unrelated data.
 OUT_MARKER = "iobench.json"
-# Every preset, for --help (the geometry module imports only numpy).
-_PRESETS = ", ".join(preset_names())
 
 
 def _one_interrupt(func: F) -> F:
@@ -64,9 +62,7 @@ def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
         trace: Annotated[
             Path | None, Opt("--trace", help="Take sessions and turns from this trace.")
         ] = None,
-        trace_format: Annotated[
-            str | None, Opt("--format", help="Trace format (detected if omitted).")
-        ] = None,
+        trace_format: FormatOpt = None,
         scale: Annotated[
             float, Opt("--scale", help="Multiply trace token counts (then fit --size-limit).")
         ] = 1.0,
@@ -82,12 +78,8 @@ def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
         ] = 16,
         tokens: Annotated[int, Opt("--tokens", help="Tokens per synthetic session.")] = 1024,
         turns: Annotated[int, Opt("--turns", help="Turns per synthetic session.")] = 4,
-        model: Annotated[
-            str, Opt("--model", help=f"KV geometry preset: {_PRESETS}.")
-        ] = "llama-3.1-8b",
-        model_config: Annotated[
-            Path | None, Opt("--model-config", help="Hugging Face config.json instead of a preset.")
-        ] = None,
+        model: ModelOpt = "llama-3.1-8b",
+        model_config: ModelConfigOpt = None,
         tp: Annotated[
             int | None,
             Opt(
@@ -96,9 +88,7 @@ def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
                 "command); iobench sizes one rank's KV (a session file holds one rank's).",
             ),
         ] = None,
-        kv_dtype: Annotated[
-            str | None, Opt("--kv-dtype", help="KV dtype (bf16, fp8, ...).")
-        ] = None,
+        kv_dtype: KvDtypeOpt = None,
         block_tokens: Annotated[int, Opt("--block-tokens", help="Tokens per KV page.")] = 16,
         bucket_size: Annotated[
             str, Opt("--bucket-size", help="Eviction bucket file size.")
@@ -149,7 +139,7 @@ def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
                 help="Free space to leave on the --dir filesystem (default: max(1GiB, 5%)).",
             ),
         ] = None,
-        json_out: Annotated[bool, Opt("--json", help="Print one JSON document to stdout.")] = False,
+        json_out: JsonOpt = False,
         out: Annotated[
             Path | None,
             Opt(

@@ -5,36 +5,34 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
-from fcctl.commands import FORMAT_NAMES
+from fcctl.commands.options import (
+    FormatOpt,
+    GpuKvOpt,
+    GpusOpt,
+    HardwareOpt,
+    HostMemoryOpt,
+    IoProfileOpt,
+    JsonOpt,
+    KvDtypeOpt,
+    ModelConfigOpt,
+    ModelOpt,
+    PrefillTokensPerSOpt,
+    RatesOpt,
+    ScheduleSeedOpt,
+    SsdOpt,
+    StagingOpt,
+    TpOpt,
+    hardware_from_flags,
+    parse_rates,
+    print_result,
+)
 from fcctl.errors import cli_errors
 
-if TYPE_CHECKING:
-    from fcctl.analyzers.replay import Hardware
-
 _FLAGS = {"config_path": "--model-config"}
-
-
-def hardware_from_flags(hardware: str | None, io_profile: Path | None, **sizes: Any) -> Hardware:
-    """The simulated node: preset or hw.toml, then the size and rate flags, then an io-profile
-    (the order and the flag names of ``fcctl replay``)."""
-    from fcctl.analyzers.replay import apply_io_profile, load_hardware, with_values
-    from fcctl.common.units import parse_size
-
-    hw = load_hardware(hardware)
-    for key, value in sizes.items():
-        if value is None:
-            continue
-        flag = f"--{key.replace('_bytes', '').replace('_', '-')}"
-        if key.endswith("_bytes"):
-            value = parse_size(value, what=flag)
-        hw = with_values(hw, {key: value}, flag)
-    if io_profile is not None:
-        hw = apply_io_profile(hw, io_profile)
-    return hw
 
 
 def register(app: typer.Typer) -> None:
@@ -42,15 +40,8 @@ def register(app: typer.Typer) -> None:
     @cli_errors(flags=_FLAGS)
     def recommend_thresholds(
         trace: Annotated[Path, typer.Argument(help="Trace file (anything analyze reads).")],
-        format: Annotated[
-            str | None,
-            typer.Option(
-                "--format", help=f"Input format ({', '.join(FORMAT_NAMES)}); detected if omitted."
-            ),
-        ] = None,
-        rates: Annotated[
-            str, typer.Option("--rates", help="Comma-separated request rates (requests/s).")
-        ] = "0.1,0.25,0.5,1.0",
+        format: FormatOpt = None,
+        rates: RatesOpt = "0.1,0.25,0.5,1.0",
         short_reply: Annotated[
             str | None,
             typer.Option(
@@ -78,55 +69,24 @@ def register(app: typer.Typer) -> None:
             float | None,
             typer.Option("--target-rate", help="Rate the pick is made at [the highest rate]."),
         ] = None,
-        model: Annotated[
-            str, typer.Option("--model", help="KV geometry preset (as analyze).")
-        ] = "llama-3.1-8b",
-        model_config: Annotated[
-            Path | None,
-            typer.Option("--model-config", help="Hugging Face config.json (overrides --model)."),
-        ] = None,
-        tp: Annotated[
-            int | None, typer.Option("--tp", help="Tensor-parallel GPUs per serving instance.")
-        ] = None,
-        kv_dtype: Annotated[
-            str | None, typer.Option("--kv-dtype", help="KV dtype: bf16, fp16, fp8, fp32.")
-        ] = None,
-        hardware: Annotated[
-            str | None,
-            typer.Option(
-                "--hardware", help="Preset (h100-8x, h200-8x, b200-8x) or hw.toml [h200-8x]."
-            ),
-        ] = None,
-        gpus: Annotated[int | None, typer.Option("--gpus", help="GPUs on the node.")] = None,
-        gpu_kv: Annotated[
-            str | None, typer.Option("--gpu-kv", help="GPU KV-cache bytes per GPU, e.g. 40GiB.")
-        ] = None,
-        host_memory: Annotated[
-            str | None, typer.Option("--host-memory", help="Host memory for KV per node.")
-        ] = None,
-        ssd: Annotated[str | None, typer.Option("--ssd", help="SSD for KV per node.")] = None,
-        staging: Annotated[
-            str | None,
-            typer.Option("--staging", help="Host staging buffer per node (tiered)."),
-        ] = None,
-        prefill_tokens_per_s: Annotated[
-            float | None,
-            typer.Option(
-                "--prefill-tokens-per-s", help="Prefill rate instead of the fitted model."
-            ),
-        ] = None,
-        io_profile: Annotated[
-            Path | None,
-            typer.Option("--io-profile", help="`fcctl iobench --json` document: SSD figures."),
-        ] = None,
-        seed: Annotated[int, typer.Option("--seed", help="Seed of the session schedule.")] = 0,
+        model: ModelOpt = "llama-3.1-8b",
+        model_config: ModelConfigOpt = None,
+        tp: TpOpt = None,
+        kv_dtype: KvDtypeOpt = None,
+        hardware: HardwareOpt = None,
+        gpus: GpusOpt = None,
+        gpu_kv: GpuKvOpt = None,
+        host_memory: HostMemoryOpt = None,
+        ssd: SsdOpt = None,
+        staging: StagingOpt = None,
+        prefill_tokens_per_s: PrefillTokensPerSOpt = None,
+        io_profile: IoProfileOpt = None,
+        seed: ScheduleSeedOpt = 0,
         jobs: Annotated[
             int | None,
             typer.Option("--jobs", help="Simulations run in parallel processes [CPUs available]."),
         ] = None,
-        as_json: Annotated[
-            bool, typer.Option("--json", help="Print one JSON document on stdout.")
-        ] = False,
+        as_json: JsonOpt = False,
         out: Annotated[
             Path | None,
             typer.Option(
@@ -158,8 +118,6 @@ def register(app: typer.Typer) -> None:
             thresholds_source,
             thresholds_toml,
         )
-        from fcctl.common.errors import FcctlInputError
-        from fcctl.common.jsonio import write_json
         from fcctl.common.outdir import check_out_dir
         from fcctl.common.progress import Progress
         from fcctl.layout.geometry import model_geometry
@@ -174,12 +132,7 @@ def register(app: typer.Typer) -> None:
             hardware, io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv, host_memory_bytes=host_memory,
             ssd_bytes=ssd, staging_bytes=staging, prefill_tokens_per_s=prefill_tokens_per_s,
         )  # fmt: skip
-        try:
-            rate_list = tuple(float(x) for x in rates.split(","))
-        except ValueError:
-            raise FcctlInputError(
-                f"--rates: expected comma-separated numbers like 0.1,0.5; got {rates!r}"
-            ) from None
+        rate_list = parse_rates(rates)
         # Every output path is checked before the sweep, so a bad one costs nothing.
         if out is not None:
             check_recommend_out_dir(out, force=force)
@@ -223,7 +176,4 @@ def register(app: typer.Typer) -> None:
                 f"{', '.join(emitted.generated)}, {MANIFEST} (check: python -m {emit_name}.smoke)",
                 file=sys.stderr,
             )
-        if as_json:
-            write_json(result, sys.stdout)
-        else:
-            print_summary(result)
+        print_result(result, as_json=as_json, print_summary=print_summary)

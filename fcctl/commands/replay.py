@@ -8,7 +8,27 @@ from typing import Annotated
 
 import typer
 
-from fcctl.commands import FORMAT_NAMES
+from fcctl.commands.options import (
+    FormatOpt,
+    GpuKvOpt,
+    GpusOpt,
+    HardwareOpt,
+    HostMemoryOpt,
+    IoProfileOpt,
+    JsonOpt,
+    KvDtypeOpt,
+    ModelConfigOpt,
+    ModelOpt,
+    PrefillTokensPerSOpt,
+    RatesOpt,
+    ScheduleSeedOpt,
+    SsdOpt,
+    StagingOpt,
+    TpOpt,
+    hardware_from_flags,
+    parse_rates,
+    print_result,
+)
 from fcctl.errors import cli_errors
 
 # Library parameters whose flag is not simply --name-with-dashes.
@@ -24,50 +44,22 @@ def register(app: typer.Typer) -> None:
     @cli_errors(flags=_FLAGS)
     def replay(
         trace: Annotated[Path, typer.Argument(help="Trace file (anything analyze reads).")],
-        format: Annotated[
-            str | None,
-            typer.Option(
-                "--format", help=f"Input format ({', '.join(FORMAT_NAMES)}); detected if omitted."
-            ),
-        ] = None,
+        format: FormatOpt = None,
         policies: Annotated[
             str,
             typer.Option("--policies", help="Comma-separated policies to replay."),
         ] = "memory-only,tiered,flat,flat-fcfs",
-        rates: Annotated[
-            str, typer.Option("--rates", help="Comma-separated request rates (requests/s).")
-        ] = "0.1,0.25,0.5,1.0",
-        model: Annotated[
-            str, typer.Option("--model", help="KV geometry preset (as analyze).")
-        ] = "llama-3.1-8b",
-        model_config: Annotated[
-            Path | None,
-            typer.Option("--model-config", help="Hugging Face config.json (overrides --model)."),
-        ] = None,
-        tp: Annotated[
-            int | None, typer.Option("--tp", help="Tensor-parallel GPUs per serving instance.")
-        ] = None,
-        kv_dtype: Annotated[
-            str | None, typer.Option("--kv-dtype", help="KV dtype: bf16, fp16, fp8, fp32.")
-        ] = None,
-        hardware: Annotated[
-            str | None,
-            typer.Option(
-                "--hardware", help="Preset (h100-8x, h200-8x, b200-8x) or hw.toml [h200-8x]."
-            ),
-        ] = None,
-        gpus: Annotated[int | None, typer.Option("--gpus", help="GPUs on the node.")] = None,
-        gpu_kv: Annotated[
-            str | None, typer.Option("--gpu-kv", help="GPU KV-cache bytes per GPU, e.g. 40GiB.")
-        ] = None,
-        host_memory: Annotated[
-            str | None, typer.Option("--host-memory", help="Host memory for KV per node.")
-        ] = None,
-        ssd: Annotated[str | None, typer.Option("--ssd", help="SSD for KV per node.")] = None,
-        staging: Annotated[
-            str | None,
-            typer.Option("--staging", help="Host staging buffer per node (tiered)."),
-        ] = None,
+        rates: RatesOpt = "0.1,0.25,0.5,1.0",
+        model: ModelOpt = "llama-3.1-8b",
+        model_config: ModelConfigOpt = None,
+        tp: TpOpt = None,
+        kv_dtype: KvDtypeOpt = None,
+        hardware: HardwareOpt = None,
+        gpus: GpusOpt = None,
+        gpu_kv: GpuKvOpt = None,
+        host_memory: HostMemoryOpt = None,
+        ssd: SsdOpt = None,
+        staging: StagingOpt = None,
         short_reply: Annotated[
             int | None,
             typer.Option("--short-reply", help="Placement: a reply of at most this is short."),
@@ -76,20 +68,10 @@ def register(app: typer.Typer) -> None:
             int | None,
             typer.Option("--agent-context", help="Placement: a context above this goes to SSD."),
         ] = None,
-        prefill_tokens_per_s: Annotated[
-            float | None,
-            typer.Option(
-                "--prefill-tokens-per-s", help="Prefill rate instead of the fitted model."
-            ),
-        ] = None,
-        io_profile: Annotated[
-            Path | None,
-            typer.Option("--io-profile", help="`fcctl iobench --json` document: SSD figures."),
-        ] = None,
-        seed: Annotated[int, typer.Option("--seed", help="Seed of the session schedule.")] = 0,
-        as_json: Annotated[
-            bool, typer.Option("--json", help="Print one JSON document on stdout.")
-        ] = False,
+        prefill_tokens_per_s: PrefillTokensPerSOpt = None,
+        io_profile: IoProfileOpt = None,
+        seed: ScheduleSeedOpt = 0,
+        as_json: JsonOpt = False,
         out: Annotated[
             Path | None,
             typer.Option("--out", help="Write replay.json, per-request Parquet and PNG charts."),
@@ -100,52 +82,24 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Replay a trace under load: reused KV delivered to the GPU, TTFT, SSD traffic."""
         from fcctl.analyzers.readers import read_trace
-        from fcctl.analyzers.replay import (
-            ReplayConfig,
-            apply_io_profile,
-            load_hardware,
-            replay_trace,
-            with_values,
-        )
-        from fcctl.common.errors import FcctlInputError
-        from fcctl.common.jsonio import write_json
+        from fcctl.analyzers.replay import ReplayConfig, replay_trace
         from fcctl.common.progress import Progress
-        from fcctl.common.units import parse_size
         from fcctl.layout.geometry import model_geometry
         from fcctl.layout.placement import PlacementRule
         from fcctl.reports.replay_report import check_replay_out_dir, print_summary, write_out_dir
 
         geometry = model_geometry(model, config_path=model_config, tp=tp, kv_dtype=kv_dtype)
-        hw = load_hardware(hardware)
-        flags = {
-            "gpus": gpus,
-            "gpu_kv_bytes": None if gpu_kv is None else parse_size(gpu_kv, what="--gpu-kv"),
-            "host_memory_bytes": None
-            if host_memory is None
-            else parse_size(host_memory, what="--host-memory"),
-            "ssd_bytes": None if ssd is None else parse_size(ssd, what="--ssd"),
-            "staging_bytes": None if staging is None else parse_size(staging, what="--staging"),
-            "prefill_tokens_per_s": prefill_tokens_per_s,
-        }
-        for key, value in flags.items():
-            if value is not None:
-                hw = with_values(
-                    hw, {key: value}, f"--{key.replace('_bytes', '').replace('_', '-')}"
-                )
-        if io_profile is not None:
-            hw = apply_io_profile(hw, io_profile)
+        hw = hardware_from_flags(
+            hardware, io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv, host_memory_bytes=host_memory,
+            ssd_bytes=ssd, staging_bytes=staging, prefill_tokens_per_s=prefill_tokens_per_s,
+        )  # fmt: skip
         rule_args = {}
         if short_reply is not None:
             rule_args["short_reply_tokens"] = short_reply
         if agent_context is not None:
             rule_args["agent_context_tokens"] = agent_context
         rule = PlacementRule(**rule_args)
-        try:
-            rate_list = tuple(float(x) for x in rates.split(","))
-        except ValueError:
-            raise FcctlInputError(
-                f"--rates: expected comma-separated numbers like 0.1,0.5; got {rates!r}"
-            ) from None
+        rate_list = parse_rates(rates)
         names = tuple(p.strip() for p in policies.split(",") if p.strip())
         if out is not None:
             check_replay_out_dir(out, force=force)
@@ -159,7 +113,4 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             written = write_out_dir(result, out, force=force)
             print(f"wrote {out}: {', '.join(written)}", file=sys.stderr)
-        if as_json:
-            write_json(result, sys.stdout)
-        else:
-            print_summary(result)
+        print_result(result, as_json=as_json, print_summary=print_summary)

@@ -1,0 +1,130 @@
+"""Options declared alike by several commands: one ``Annotated`` alias each, and the helpers
+that turn them into library values.
+
+A flag whose help says something different per command on purpose (``--tp``: analyze reports
+the node total, iobench sizes one rank; ``--out`` and ``--force``: each names its own files)
+stays declared in its command. Only typer and light fcctl modules are imported here, so that
+`fcctl --help` stays quick (tests/test_cli_imports.py); the helpers import the rest when called.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from fcctl.commands import FORMAT_NAMES
+from fcctl.layout.geometry import preset_names
+
+if TYPE_CHECKING:
+    from fcctl.analyzers.replay import Hardware
+
+#: Every preset, for --help (the geometry module is light: no numpy, no torch).
+_PRESETS = ", ".join(preset_names())
+
+# --- the trace and the model (analyze, convert, replay, recommend-thresholds, iobench) ----------
+
+FormatOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--format", help=f"Input format ({', '.join(FORMAT_NAMES)}); detected if omitted."
+    ),
+]
+ModelOpt = Annotated[str, typer.Option("--model", help=f"KV geometry preset: {_PRESETS}.")]
+ModelConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--model-config", help="Hugging Face config.json (overrides --model)."),
+]
+KvDtypeOpt = Annotated[
+    str | None, typer.Option("--kv-dtype", help="KV dtype: bf16, fp16, fp8, fp32.")
+]
+MaxLineBytesOpt = Annotated[
+    str,
+    typer.Option(
+        "--max-line-bytes",
+        help="Longest line (or trace_NNNN.json file) read; a longer one is an error.",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+# --- the simulated node (replay, recommend-thresholds) -------------------------------------------
+
+RatesOpt = Annotated[
+    str, typer.Option("--rates", help="Comma-separated request rates (requests/s).")
+]
+#: analyze and iobench declare their own --tp: their KV bytes are per node and per rank.
+TpOpt = Annotated[
+    int | None, typer.Option("--tp", help="Tensor-parallel GPUs per serving instance.")
+]
+HardwareOpt = Annotated[
+    str | None,
+    typer.Option("--hardware", help="Preset (h100-8x, h200-8x, b200-8x) or hw.toml [h200-8x]."),
+]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", help="GPUs on the node.")]
+GpuKvOpt = Annotated[
+    str | None, typer.Option("--gpu-kv", help="GPU KV-cache bytes per GPU, e.g. 40GiB.")
+]
+HostMemoryOpt = Annotated[
+    str | None, typer.Option("--host-memory", help="Host memory for KV per node.")
+]
+SsdOpt = Annotated[str | None, typer.Option("--ssd", help="SSD for KV per node.")]
+StagingOpt = Annotated[
+    str | None, typer.Option("--staging", help="Host staging buffer per node (tiered).")
+]
+PrefillTokensPerSOpt = Annotated[
+    float | None,
+    typer.Option("--prefill-tokens-per-s", help="Prefill rate instead of the fitted model."),
+]
+IoProfileOpt = Annotated[
+    Path | None,
+    typer.Option("--io-profile", help="`fcctl iobench --json` document: SSD figures."),
+]
+ScheduleSeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the session schedule.")]
+
+
+def hardware_from_flags(hardware: str | None, io_profile: Path | None, **sizes: Any) -> Hardware:
+    """The simulated node: preset or hw.toml, then the size and rate flags, then an io-profile.
+
+    ``sizes`` are library field names (``gpus``, ``gpu_kv_bytes``, ...); a ``*_bytes`` value is
+    a size string such as ``40GiB``; the flag in a message is the name without ``_bytes``, with
+    dashes; ``None`` leaves the preset's value.
+    """
+    from fcctl.analyzers.replay import apply_io_profile, load_hardware, with_values
+    from fcctl.common.units import parse_size
+
+    hw = load_hardware(hardware)
+    for key, value in sizes.items():
+        if value is None:
+            continue
+        flag = f"--{key.replace('_bytes', '').replace('_', '-')}"
+        if key.endswith("_bytes"):
+            value = parse_size(value, what=flag)
+        hw = with_values(hw, {key: value}, flag)
+    if io_profile is not None:
+        hw = apply_io_profile(hw, io_profile)
+    return hw
+
+
+def parse_rates(rates: str) -> tuple[float, ...]:
+    """``--rates`` as numbers; anything else is an input error naming the flag."""
+    from fcctl.common.errors import FcctlInputError
+
+    try:
+        return tuple(float(x) for x in rates.split(","))
+    except ValueError:
+        raise FcctlInputError(
+            f"--rates: expected comma-separated numbers like 0.1,0.5; got {rates!r}"
+        ) from None
+
+
+def print_result(result: Any, *, as_json: bool, print_summary: Callable[[Any], None]) -> None:
+    """The result on stdout: the ``--json`` document, or the command's summary."""
+    if as_json:
+        from fcctl.common.jsonio import write_json
+
+        write_json(result, sys.stdout)
+    else:
+        print_summary(result)
