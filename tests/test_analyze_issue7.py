@@ -311,7 +311,7 @@ def test_canonical_parquet_names_the_file_read_and_its_source(tmp_path: Path) ->
 # --- §4 SIGTERM during --out, library warnings ---------------------------------------------
 
 
-def test_sigterm_during_out_removes_the_temporary_directory(tmp_path: Path) -> None:
+def _sigterm_while_writing(tmp_path: Path) -> tuple[int, str]:
     out = tmp_path / "report"
     proc = subprocess.Popen(
         [sys.executable, "-m", "fcctl", "analyze", str(CLAUDE), "--out", str(out)],
@@ -330,9 +330,23 @@ def test_sigterm_during_out_removes_the_temporary_directory(tmp_path: Path) -> N
         pytest.fail("the run ended (or hung) before its temporary directory appeared")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143, err
-    assert "interrupted by SIGTERM" in err and "Traceback" not in err
-    assert list(tmp_path.iterdir()) == []  # no target, no temporary sibling
+    return proc.returncode, err
+
+
+def test_sigterm_during_out_removes_the_temporary_directory(tmp_path: Path) -> None:
+    for attempt in range(3):
+        d = tmp_path / str(attempt)
+        d.mkdir()
+        rc, err = _sigterm_while_writing(d)
+        if rc == 0 and (d / "report" / "analysis.json").is_file():
+            # On a loaded machine the poll can see the directory only as it is renamed into
+            # place: the run finished before the signal, which tests nothing; try again.
+            continue
+        assert rc == 143, err
+        assert "interrupted by SIGTERM" in err and "Traceback" not in err
+        assert list(d.iterdir()) == []  # no target, no temporary sibling
+        return
+    pytest.fail("three runs finished before SIGTERM reached them")
 
 
 def test_trace_name_the_chart_font_lacks_gives_a_quiet_stderr(tmp_path: Path) -> None:
