@@ -25,13 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _common import REPO, lcs_worker, run_child, write_oracle_general
+from _common import REPO, lcs_worker, prepare, run_child
 
 DEFAULT_TRACE = REPO.parent / "shared/traces/weka_kv_cache_tester/claude_code_traces.jsonl.gz"
 
@@ -61,17 +59,7 @@ def main() -> None:
     fcctl = [sys.executable, "-m", "fcctl"]
 
     print(f"trace: {args.trace}\nworkdir: {work}", flush=True)
-    t = time.perf_counter()
-    subprocess.run(
-        [*fcctl, "convert", str(args.trace), "-o", str(parquet)],
-        check=True,
-        cwd=REPO,
-        stderr=subprocess.DEVNULL,
-    )
-    convert_s = time.perf_counter() - t
-    t = time.perf_counter()
-    n_acc, n_blocks = write_oracle_general(parquet, stream)
-    stream_s = time.perf_counter() - t
+    convert_s, stream_s, n_acc, n_blocks = prepare(args.trace, parquet, stream)
     print(
         f"prepared: convert to Parquet {convert_s:.1f} s; oracleGeneral stream of {n_acc:,} "
         f"accesses ({n_blocks:,} blocks, {format_bytes(stream.stat().st_size)}) {stream_s:.1f} s",

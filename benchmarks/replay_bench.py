@@ -29,14 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, export_stream, lcs_command, run_child
+from _common import REPO, lcs_command, prepare, run_child
 
 TRACES = REPO.parent / "shared/traces"
 CLAUDE = TRACES / "weka_kv_cache_tester/claude_code_traces.jsonl.gz"
@@ -127,18 +126,9 @@ def main() -> None:
     parquet, stream = work / "trace.parquet", work / "stream.oracleGeneral"
     fcctl = [sys.executable, "-m", "fcctl"]
     print(f"trace: {args.trace}\nworkdir: {work}", flush=True)
-    t = time.perf_counter()
-    if not parquet.exists():
-        subprocess.run(
-            [*fcctl, "convert", str(args.trace), "-o", str(parquet)],
-            check=True,
-            cwd=REPO,
-            stderr=subprocess.DEVNULL,
-        )
-    convert_s = time.perf_counter() - t
-    t = time.perf_counter()
-    n_acc, n_blocks = export_stream(parquet, stream)
-    stream_s = time.perf_counter() - t
+    convert_s, stream_s, n_acc, n_blocks = prepare(
+        args.trace, parquet, stream, reuse_parquet=True
+    )
     print(
         f"prepared: convert to Parquet {convert_s:.1f} s; oracleGeneral stream of {n_acc:,} "
         f"accesses ({n_blocks:,} blocks) {stream_s:.1f} s",
