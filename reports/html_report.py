@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fcctl.common.errors import FcctlInputError
+from fcctl.common.outdir import write_text_atomic
 from fcctl.common.paths import display_path
 from fcctl.common.provenance import utc_now
 from fcctl.common.version import fcctl_version
@@ -1268,17 +1268,7 @@ def check_output(out: Path, *, force: bool) -> None:
 
 def write_page(html: str, out: Path) -> None:
     """A temporary sibling, then a rename: a reader never sees half a page."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.absolute().parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(out, html)
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,13 @@ import enum
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from typing import IO, Any
 
 import numpy as np
+
+from fcctl.common.outdir import write_text_atomic
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -72,16 +73,4 @@ def write_json(obj: Any, file: IO[str]) -> None:
 
 def write_json_file(obj: Any, path: str | os.PathLike[str]) -> None:
     """Write ``path`` atomically: a temporary sibling, then a rename; never half a document."""
-    path = Path(path)
-    text = dumps(obj) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, dumps(obj) + "\n")

@@ -62,6 +62,23 @@ def _umask() -> int:
     return mask
 
 
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``path`` through a temporary sibling and a rename: never half a file.
+
+    The file gets the mode a plain ``open(path, "w")`` would (``mkstemp`` makes 0600).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.absolute().parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 @contextmanager
 def atomic_out_dir(
     out: Path, *, force: bool, marker: str, command: str, flag: str = "--out"
