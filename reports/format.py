@@ -87,6 +87,16 @@ def fixed3(v: float | None, missing: str = NA) -> str:
     return missing if v is None else f"{v:.3f}"
 
 
+def sig3(v: float | None, missing: str = NA) -> str:
+    """Three significant digits, no unit (the replay table's seconds columns): ``0.0638``."""
+    return missing if v is None else f"{v:.3g}"
+
+
+def fixed2(v: float | None, missing: str = NA) -> str:
+    """Two places (the replay table's read amplification): ``1.00``."""
+    return missing if v is None else f"{v:.2f}"
+
+
 def seconds(v: float | None, missing: str = NA) -> str:
     """A duration with 3 significant digits, in ms below 1 s: ``45.4 ms``, ``1.23 s``, ``123 s``."""
     if v is None:

@@ -13,18 +13,10 @@ from rich.table import Table
 from fcctl.analyzers.replay.result import ReplayResult
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
-from fcctl.common.units import format_bytes
+from fcctl.reports import format as fmt
 from fcctl.reports.console import print_rendered
 
 OUT_MARKER = "replay.json"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.2f}%"
-
-
-def _s(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3g}"
 
 
 def _table(result: ReplayResult) -> Table:
@@ -37,14 +29,14 @@ def _table(result: ReplayResult) -> Table:
             t.add_row(
                 f"{rate.rate:g}",
                 name,
-                _pct(p.gpu_hit_share),
-                _s(p.ttft_s.mean),
-                _s(p.ttft_s.p50),
-                _s(p.ttft_s.p99),
-                format_bytes(p.ssd_read_bytes),
-                "-" if p.read_amplification is None else f"{p.read_amplification:.2f}",
-                _s(p.prefetch_s.mean),
-                _s(p.prefetch_s.p99),
+                fmt.share(p.gpu_hit_share, "-"),
+                fmt.sig3(p.ttft_s.mean, "-"),
+                fmt.sig3(p.ttft_s.p50, "-"),
+                fmt.sig3(p.ttft_s.p99, "-"),
+                fmt.size_2dp(p.ssd_read_bytes),
+                fmt.fixed2(p.read_amplification, "-"),
+                fmt.sig3(p.prefetch_s.mean, "-"),
+                fmt.sig3(p.prefetch_s.p99, "-"),
                 f"{p.cancelled_prefetches:,}",
                 f"{p.recomputed_tokens:,}",
             )
@@ -56,9 +48,10 @@ def render_summary(result: ReplayResult, console: Console) -> None:
     console.print(
         f"trace {tr.path} ({tr.format}): {tr.requests:,} requests, {tr.block_accesses:,} block "
         f"accesses; {result.workers} workers on {result.hardware['name']}; model "
-        f"{result.kv.model}, {format_bytes(result.kv.block_bytes)} per block"
+        f"{result.kv.model}, {fmt.size_2dp(result.kv.block_bytes)} per block"
     )
-    console.print(f"ideal hit share (reuse access share): {_pct(result.ideal_hit_share)}")
+    ideal = fmt.share(result.ideal_hit_share, "-")
+    console.print(f"ideal hit share (reuse access share): {ideal}")
     console.print(_table(result))
     for note in result.notes:
         console.print(f"note: {note}")
