@@ -48,6 +48,7 @@ Part 0 alone is a valid canonical file for ``fcctl analyze``; later parts start 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -61,14 +62,17 @@ import pyarrow as pa
 from numba import njit
 
 from fcctl.analyzers.schema import COLUMNS, SCHEMA, SourceTrace, Trace
-from fcctl.analyzers.trace_metadata import trace_metadata
+from fcctl.analyzers.trace_metadata import (
+    PartitionMetadata,
+    partition_metadata,
+    trace_metadata,
+)
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.jsonio import dumps
 from fcctl.common.outdir import atomic_out_dir
 from fcctl.common.version import fcctl_version
 
 MANIFEST = "synth.json"
-PARTITION_KEY = "fcctl.partition"
 SYNTH_FORMAT = "synth"
 SCHEMA_VERSION = 1
 DEFAULT_BLOCK_SIZE_TOKENS = 64
@@ -611,6 +615,8 @@ def write_synth(
         f"synth:{prof.name}?requests={requests}&sessions={sessions}&seed={seed}"
         f"&block_size_tokens={block_size_tokens}"
     )
+    # The same arguments give the same bytes, so the id is the arguments' digest.
+    dataset_id = hashlib.sha256(spec.encode()).hexdigest()[:32]
     parts: list[SynthPart] = []
     accesses = 0
     last_ts = 0.0
@@ -642,14 +648,18 @@ def write_synth(
                 converted_from=SourceTrace(path=spec, format=SYNTH_FORMAT),
             )
             metadata = trace_metadata(trace)
-            metadata[PARTITION_KEY] = json.dumps(
-                {
-                    "partition": i,
-                    "first_request_index": first,
-                    "requests": frame.height,
-                    "block_accesses": n_blocks,
-                    "dataset_requests": requests,
-                }
+            metadata.update(
+                partition_metadata(
+                    PartitionMetadata(
+                        dataset_id=dataset_id,
+                        partition=i,
+                        partition_by="request-range",
+                        key=None,
+                        requests=frame.height,
+                        block_accesses=n_blocks,
+                        dataset_requests=requests,
+                    )
+                )
             )
             path = tmp / name
             frame.write_parquet(path, compression="zstd", metadata=metadata)

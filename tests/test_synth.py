@@ -17,13 +17,17 @@ from fcctl.analyzers.schema import SCHEMA
 from fcctl.analyzers.synth import (
     AGENT,
     MANIFEST,
-    PARTITION_KEY,
     PROFILES,
     Profile,
     generate,
     write_synth,
 )
-from fcctl.analyzers.trace_metadata import METADATA_KEY, parse_trace_metadata
+from fcctl.analyzers.trace_metadata import (
+    METADATA_KEY,
+    PARTITION_KEY,
+    parse_partition_metadata,
+    parse_trace_metadata,
+)
 from fcctl.cli import app
 from fcctl.commands.synth import PROFILE_NAMES
 from fcctl.common.errors import FcctlInputError
@@ -60,8 +64,11 @@ def test_parts_are_canonical_and_deterministic(tmp_path: Path) -> None:
         info = parse_trace_metadata(meta[METADATA_KEY])
         assert info.order == "time" and info.has_hashes and info.has_sessions
         assert info.block_size_tokens == 64 and info.format == "synth"
-        part = json.loads(meta[PARTITION_KEY])
-        assert part["partition"] == i and part["first_request_index"] == p.first_request_index
+        part = parse_partition_metadata(meta[PARTITION_KEY])
+        assert part.partition == i and part.partition_by == "request-range"
+        assert part.requests == p.requests and part.dataset_requests == 3000
+        assert part.block_accesses == p.block_accesses
+        assert len({part.dataset_id}) == 1 and part.dataset_id
     manifest = json.loads((tmp_path / "a" / MANIFEST).read_text())
     assert manifest["requests"] == 3000 and manifest["block_accesses"] == a.block_accesses
     assert a.block_accesses == int(whole["hash_ids"].list.len().sum())
