@@ -1,7 +1,8 @@
 """The canonical trace as a Parquet file: what ``fcctl convert`` writes.
 
-The table is :data:`analyzers.schema.SCHEMA`, rows in analysis order. What the reader knew
-about the trace goes in the Parquet file's key-value metadata
+The table is :data:`analyzers.schema.SCHEMA` (plus the optional columns the trace has, such
+as ``type``), rows in analysis order. What the reader knew about the trace goes in the Parquet
+file's key-value metadata
 (:mod:`fcctl.analyzers.trace_metadata`, shared with the reader), so that
 reading the file back (the ``"parquet"`` reader) gives a :class:`Trace` equal to the one
 written (:func:`traces_equal`), including the source ``path`` and ``format``.
@@ -18,7 +19,7 @@ import polars as pl
 
 from fcctl.analyzers.readers import read_trace
 from fcctl.analyzers.readers.parquet import PARQUET_MAGIC
-from fcctl.analyzers.schema import COLUMNS, Trace
+from fcctl.analyzers.schema import Trace, table_columns
 from fcctl.analyzers.trace_metadata import METADATA_KEY, trace_metadata
 from fcctl.common.errors import FcctlInputError, RunFailed
 from fcctl.common.paths import display_path
@@ -109,7 +110,7 @@ def write_canonical(trace: Trace, path: str | Path, *, force: bool = False) -> N
         ) from None
     os.close(fd)
     try:
-        trace.requests.select(COLUMNS).write_parquet(
+        trace.requests.select(table_columns(trace.requests.columns)).write_parquet(
             tmp_name, compression="zstd", metadata=trace_metadata(trace)
         )
         # A full disk may show only when the data reach it (delayed allocation): sync first.

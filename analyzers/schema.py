@@ -18,6 +18,16 @@ hash_ids             List(UInt64),   prefix block hashes in prompt order; null w
                      null            carries none (Azure)
 ===================  ==============  ===========================================================
 
+Optional columns (:data:`OPTIONAL_COLUMNS`), present only when the source format has them;
+every analysis works without them, and a table holds each in every row or not at all:
+
+===================  ==============  ===========================================================
+column               dtype           meaning
+===================  ==============  ===========================================================
+type                 String, null    the request's kind as the trace labels it (Bailian/Qwen
+                                     ``type``: text, search, image, file, thinking, coder, ...)
+===================  ==============  ===========================================================
+
 Analysis order: requests by timestamp (stable) for ``order == "time"``; for ``order ==
 "session"`` (per-session clocks, Claude Code) sessions in file order, requests within a session
 by time.
@@ -25,6 +35,7 @@ by time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -42,6 +53,17 @@ SCHEMA: dict[str, pl.DataType] = {
     "hash_ids": pl.List(pl.UInt64()),
 }
 COLUMNS: tuple[str, ...] = tuple(SCHEMA)
+OPTIONAL_COLUMNS: dict[str, pl.DataType] = {"type": pl.String()}
+
+
+def table_columns(columns: Iterable[str]) -> list[str]:
+    """The columns of a canonical table: :data:`COLUMNS`, then the optional ones in ``columns``.
+
+    ``columns`` is a frame's column names; the result is the order they are written in.
+    """
+    present = set(columns)
+    return [*COLUMNS, *(name for name in OPTIONAL_COLUMNS if name in present)]
+
 
 Order = Literal["time", "session"]
 

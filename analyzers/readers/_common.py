@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from fcctl.analyzers.schema import SCHEMA
+from fcctl.analyzers.schema import OPTIONAL_COLUMNS, SCHEMA
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.paths import display_path
 from fcctl.common.progress import Progress, Task
@@ -541,8 +541,13 @@ def build_frame(
     session_id: pl.Series | list[str | None] | None = None,
     turn: np.ndarray | list[int | None] | None = None,
     parent_request: np.ndarray | list[int | None] | None = None,
+    request_type: pl.Series | list[str | None] | None = None,
 ) -> pl.DataFrame:
-    """The canonical table, rows already in analysis order; ``request_index`` is 0..n-1."""
+    """The canonical table, rows already in analysis order; ``request_index`` is 0..n-1.
+
+    ``request_type`` (the trace's own label of each request) becomes the optional ``type``
+    column; without it the table has only the nine canonical columns.
+    """
     n = len(timestamp_s)
     columns = {
         "request_index": pl.Series(np.arange(n, dtype=np.int64)),
@@ -557,7 +562,10 @@ def build_frame(
         ),
         "hash_ids": hash_ids,
     }
-    return pl.DataFrame([columns[name].cast(dtype).alias(name) for name, dtype in SCHEMA.items()])
+    if request_type is not None:
+        columns["type"] = pl.Series(request_type)
+    schema = {**SCHEMA, **{k: v for k, v in OPTIONAL_COLUMNS.items() if k in columns}}
+    return pl.DataFrame([columns[name].cast(dtype).alias(name) for name, dtype in schema.items()])
 
 
 def gather_segments(

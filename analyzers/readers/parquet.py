@@ -1,7 +1,9 @@
 """Canonical Parquet, as written by :func:`analyzers.canonical.write_canonical`.
 
 A Parquet file is input like any other, so it is checked like any other: exactly the canonical
-columns with compatible dtypes (cast to the schema), then every value rule the readers
+columns with compatible dtypes (cast to the schema), plus optionally the columns of
+``OPTIONAL_COLUMNS`` (``type``: String, Categorical or all-null, nulls allowed; any other extra
+column is an error), then every value rule the readers
 enforce, each violation one line naming the file, the row (0-based, as polars and pyarrow
 number rows: the ``request_index`` of a canonical file) and the column:
 
@@ -48,7 +50,7 @@ from fcctl.analyzers.readers._common import (
     show,
     stable_time_order,
 )
-from fcctl.analyzers.schema import SCHEMA, SourceTrace, Trace
+from fcctl.analyzers.schema import OPTIONAL_COLUMNS, SCHEMA, SourceTrace, Trace
 from fcctl.analyzers.trace_metadata import (
     METADATA_KEY,
     TraceMetadata,
@@ -372,13 +374,13 @@ class ParquetReader:
     @staticmethod
     def _conform(path: Path, frame: pl.DataFrame) -> pl.DataFrame:
         """Check the columns are exactly the canonical ones with compatible dtypes; cast."""
-        extra = [c for c in frame.columns if c not in SCHEMA]
+        extra = [c for c in frame.columns if c not in SCHEMA and c not in OPTIONAL_COLUMNS]
         if extra:
             raise fail(
                 path,
                 None,
                 f"unexpected column(s) {', '.join(map(repr, extra))}: a canonical table has "
-                f"exactly {', '.join(SCHEMA)}",
+                f"exactly {', '.join(SCHEMA)} (and optionally {', '.join(OPTIONAL_COLUMNS)})",
             )
         columns = []
         for name, dtype in SCHEMA.items():
@@ -401,6 +403,9 @@ class ParquetReader:
                 columns.append(frame[name].cast(dtype, strict=True))
             except pl.exceptions.PolarsError:
                 raise ParquetReader._uncastable(path, frame[name], dtype) from None
+        for name, dtype in OPTIONAL_COLUMNS.items():
+            if name in frame.columns:
+                columns.append(_optional_text(path, frame[name], dtype))
         return pl.DataFrame(columns)
 
     @staticmethod
@@ -436,6 +441,14 @@ class ParquetReader:
             return parse_trace_metadata(raw)
         except TraceMetadataError as e:
             raise fail(path, None, f"metadata {METADATA_KEY!r}: {e}") from None
+
+
+def _optional_text(path: Path, column: pl.Series, dtype: pl.DataType) -> pl.Series:
+    """An optional text column (``type``): String, Categorical, Enum or all-null; nulls allowed."""
+    got = column.dtype
+    if not (got == pl.String() or got == pl.Null() or isinstance(got, pl.Categorical | pl.Enum)):
+        raise fail(path, None, f"column {column.name!r} must be {dtype} (nullable); got {got}")
+    return column.cast(dtype)
 
 
 def _arrow_chunks(array: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
