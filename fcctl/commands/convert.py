@@ -18,7 +18,12 @@ def register(app: typer.Typer) -> None:
     @cli_errors
     def convert(
         trace: Annotated[Path, typer.Argument(help="Trace file (or Claude Code directory).")],
-        out: Annotated[Path, typer.Option("-o", "--out", help="Output canonical Parquet file.")],
+        out: Annotated[
+            Path,
+            typer.Option(
+                "-o", "--out", help="Output Parquet file (directory with --partition-by)."
+            ),
+        ],
         format: FormatOpt = None,
         force: Annotated[
             bool,
@@ -27,9 +32,24 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         max_line_bytes: MaxLineBytesOpt = "64MiB",
+        partition_by: Annotated[
+            str | None,
+            typer.Option(
+                "--partition-by", help="Write parts by day or session-hash (docs/scale.md)."
+            ),
+        ] = None,
+        partitions: Annotated[
+            int | None,
+            typer.Option("--partitions", help="session-hash buckets, 1..65536 [default: 16]."),
+        ] = None,
     ) -> None:
         """Convert a trace to the canonical Parquet table (one row per request)."""
         from fcctl.analyzers.canonical import check_output_file, write_canonical
+        from fcctl.analyzers.partitioned import (
+            check_dataset_out,
+            check_partition_args,
+            write_partitioned,
+        )
         from fcctl.analyzers.readers import read_trace
         from fcctl.common.paths import display_path
         from fcctl.common.progress import Progress
@@ -38,17 +58,36 @@ def register(app: typer.Typer) -> None:
         start = time.perf_counter()
         limit = parse_size(max_line_bytes, what="--max-line-bytes")
         # A typo in -o should fail before minutes of parsing.
-        check_output_file(out, force=force, source=trace)
+        if partition_by is None:
+            check_partition_args(None, partitions)
+            check_output_file(out, force=force, source=trace)
+        else:
+            check_dataset_out(
+                out, by=partition_by, partitions=partitions, force=force, source=trace
+            )
         with Progress(enabled=True) as progress:
             parsed = read_trace(trace, format, progress=progress, max_line_bytes=limit)
-        write_canonical(parsed, out, force=force)
+        written = ""
+        if partition_by is None:
+            write_canonical(parsed, out, force=force)
+        else:
+            with Progress(enabled=True) as progress:
+                result = write_partitioned(
+                    parsed,
+                    out,
+                    by=partition_by,
+                    partitions=partitions,
+                    force=force,
+                    progress=progress,
+                )
+            written = f" in {len(result.parts)} part(s) by {partition_by}"
         requests = parsed.requests
         sessions = requests["session_id"].drop_nulls().n_unique() if parsed.has_sessions else None
         blocks = int(requests["hash_ids"].list.len().sum() or 0) if parsed.has_hashes else None
         print(
             f"wrote {display_path(out)}: {parsed.format}, {requests.height:,} requests, "
             f"{'no' if sessions is None else f'{sessions:,}'} sessions, "
-            f"{'no' if blocks is None else f'{blocks:,}'} block accesses "
+            f"{'no' if blocks is None else f'{blocks:,}'} block accesses{written} "
             f"({time.perf_counter() - start:.1f} s)",
             file=sys.stderr,
         )
