@@ -69,7 +69,7 @@ _DAY_DIGITS = 5
 
 
 @dataclass(frozen=True)
-class DatasetPart:
+class PartFile:
     """One written part: path relative to the dataset directory, its partition and counts."""
 
     file: str
@@ -99,7 +99,7 @@ class PartitionedResult:
     block_accesses: int
     max_part_rows: int
     max_part_accesses: int
-    parts: tuple[DatasetPart, ...]
+    parts: tuple[PartFile, ...]
 
 
 def session_bucket(session_id: str, partitions: int) -> int:
@@ -135,12 +135,11 @@ def check_partition_args(by: str | None, partitions: int | None) -> int | None:
         return None
     if partitions is None:
         return DEFAULT_PARTITIONS
-    if isinstance(partitions, bool) or not isinstance(partitions, int):
-        raise FcctlInputError(
-            f"partitions: must be an integer 1..{MAX_PARTITIONS}; got {partitions!r}",
-            parameter="partitions",
-        )
-    if not 1 <= partitions <= MAX_PARTITIONS:
+    if (
+        isinstance(partitions, bool)
+        or not isinstance(partitions, int)
+        or not 1 <= partitions <= MAX_PARTITIONS
+    ):
         raise FcctlInputError(
             f"partitions: must be an integer 1..{MAX_PARTITIONS}; got {partitions!r}",
             parameter="partitions",
@@ -275,7 +274,7 @@ def write_partitioned(
     bounds = [*starts.tolist(), frame.height]
     dataset_id = uuid.uuid4().hex
     trace_meta = trace_metadata(trace)
-    parts: list[DatasetPart] = []
+    parts: list[PartFile] = []
     out = Path(out_dir)
     with (
         atomic_out_dir(out, force=force, marker=MANIFEST, command=_COMMAND, flag="-o") as tmp,
@@ -308,13 +307,8 @@ def write_partitioned(
                 )
                 size = _write_part(part_frame, tmp / name, out / name, trace_meta, meta)
                 parts.append(
-                    DatasetPart(
-                        name,
-                        meta.partition,
-                        meta.key or "",
-                        meta.requests,
-                        meta.block_accesses,
-                        size,
+                    PartFile(
+                        name, meta.partition, str(key), meta.requests, meta.block_accesses, size
                     )
                 )
                 task.advance(part_frame.height)

@@ -90,6 +90,7 @@ def check_dataset(out: Path, original: Trace, by: str) -> dict:
     ("src", "flags"),
     [
         (MOONCAKE, ["--partition-by", "day"]),
+        (SAMPLES / "azure_conv_1k.csv", ["--partition-by", "day"]),  # no hashes
         (BAILIAN, ["--partition-by", "day"]),
         (BAILIAN, ["--partition-by", "session-hash", "--partitions", "4"]),
         (CLAUDE, ["--partition-by", "session-hash"]),
