@@ -88,6 +88,8 @@ class NoteCode(enum.StrEnum):
     TRACE = "trace"  # the reader's own note about the file
     PER_SESSION_CLOCKS = "per_session_clocks"
     SEQUENTIAL_SESSIONS = "sequential_sessions"
+    SAMPLED = "sampled"  # issue #10: figures estimated from a SHARDS sample
+    NO_INFERRED_SESSIONS = "no_inferred_sessions"  # bounded analysis without session ids
     SCHEDULED_SESSIONS = "scheduled_sessions"
     NO_HASHES = "no_hashes"
     INFERRED_SESSIONS = "inferred_sessions"
@@ -168,6 +170,68 @@ class TraceSummary:
     has_hashes: bool = field(metadata=_NOT_JSON)
     schedule: ScheduleSummary
     converted_from: ConvertedFrom | None = None
+    # Issue #10: whether any figure is estimated from a sample, the rate, and how (null when
+    # every figure is exact); the dataset's files when a directory or glob was read.
+    sampled: bool = False
+    sample_rate: float | None = None
+    sampling: Sampling | None = None
+    dataset: DatasetSummary | None = None
+
+
+@dataclass(frozen=True)
+class ErrorBound:
+    """The error measured for a sampling rate (docs/analyze.md), stated as the figures' bound.
+
+    ``hit_share_mean_abs_pp`` / ``hit_share_max_abs_pp``: mean and max absolute error of the
+    LRU hit curve over capacities, percentage points; ``stack_percentile_rel``: the largest
+    relative error of the stack-distance p50/p90/p99; ``measured_on``: the traces and the
+    rate of the measurement (the largest error over them is stated). None where the rate was
+    not measured.
+    """
+
+    hit_share_mean_abs_pp: float | None
+    hit_share_max_abs_pp: float | None
+    stack_percentile_rel: float | None
+    measured_on: str
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The JSON ``trace.sampling`` object: how the sampled figures were estimated.
+
+    ``method``: ``"shards-fixed-rate"`` (SHARDS, Waldspurger et al., FAST'15: the accesses to
+    blocks whose splitmix64 hash is under ``rate`` x 2^64, distances scaled by 1 / rate).
+    ``exact_below_blocks``: LRU capacities of at most this many blocks are counted exactly (a
+    bounded-depth pass over every access), so ``memory_tier`` points at or below it are exact
+    (their ``sampled`` is false). ``sampled_figures`` / ``exact_figures`` name the JSON keys
+    estimated from the sample and those computed exactly. ``memory_budget_bytes`` is the
+    budget the rate was chosen for; ``block_passes`` how many hash-partitioned exact passes
+    the block figures took.
+    """
+
+    method: str
+    rate: float
+    exact_below_blocks: int
+    sampled_accesses: int
+    sampled_blocks: int
+    memory_budget_bytes: int
+    block_passes: int
+    sampled_figures: tuple[str, ...]
+    exact_figures: tuple[str, ...]
+    error_bound: ErrorBound
+
+
+@dataclass(frozen=True)
+class DatasetSummary:
+    """The JSON ``trace.dataset`` object: a directory or glob of Parquet files read as one.
+
+    ``mode``: ``"partitioned"`` (one dataset's parts, ordered by their global request_index)
+    or ``"assembled"`` (separately converted traces, ordered as docs/scale.md says).
+    """
+
+    mode: str
+    files: int
+    traces: int
 
 
 @dataclass(frozen=True)
@@ -691,6 +755,37 @@ def analyze_trace(
         capacities_bytes=caps,
     )
     schedule_summary = _schedule_summary(original_order, schedule, durations, sessions)
+    return assemble_result(
+        trace,
+        geometry=geometry,
+        requests=requests,
+        blocks=blocks,
+        points=points,
+        schedule_summary=schedule_summary,
+        thresholds=thresholds or VerdictThresholds(),
+        started=started,
+    )
+
+
+def assemble_result(
+    trace: Trace,
+    *,
+    geometry: KvGeometry,
+    requests: _RequestFigures,
+    blocks: _BlockFigures | None,
+    points: tuple[MemoryTierPoint, ...],
+    schedule_summary: ScheduleSummary,
+    thresholds: VerdictThresholds,
+    started: str,
+    sampling: Sampling | None = None,
+    dataset: DatasetSummary | None = None,
+    extra_notes: Sequence[Note] = (),
+) -> AnalysisResult:
+    """The :class:`AnalysisResult` of measured figures (the exact and the bounded analyses)."""
+    block_tokens = int(trace.block_size_tokens)
+    block_bytes = geometry.bytes_per_block(block_tokens) if block_tokens > 0 else None
+    reuse = blocks.reuse if blocks else None
+    sessions = blocks.sessions if blocks else None
     return AnalysisResult(
         trace=TraceSummary(
             path=trace.path,
@@ -706,6 +801,10 @@ def analyze_trace(
             has_hashes=trace.has_hashes,
             schedule=schedule_summary,
             converted_from=_converted_from(trace),
+            sampled=sampling is not None,
+            sample_rate=sampling.rate if sampling is not None else None,
+            sampling=sampling,
+            dataset=dataset,
         ),
         kv=KvSummary(
             model=geometry.name,
@@ -721,11 +820,9 @@ def analyze_trace(
         reuse_distance=reuse.distances() if reuse else ReuseDistances(),
         sessions=sessions,
         memory_tier=points,
-        verdict=_verdict(
-            points, blocks, requests.sizes, schedule_summary, thresholds or VerdictThresholds()
-        ),
+        verdict=_verdict(points, blocks, requests.sizes, schedule_summary, thresholds),
         request_sizes=requests.sizes,
-        note_details=_notes(trace, blocks, schedule_summary),
+        note_details=_notes(trace, blocks, schedule_summary) + tuple(extra_notes),
         reuse=reuse,
         tables=AnalysisTables(
             requests=_requests_table(requests, blocks, geometry.bytes_per_token),

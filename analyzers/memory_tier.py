@@ -36,6 +36,8 @@ class MemoryTierPoint:
     lru_hit_share: float | None
     share_of_ideal: float | None
     ssd_reuse_share: float | None
+    # Issue #10: estimated from a SHARDS sample (capacity above the exact head), not counted.
+    sampled: bool = False
 
 
 class HitCounter:

@@ -191,15 +191,44 @@ def session_metrics(
     bytes_per_token: int,
 ) -> SessionMetrics:
     """Sessions from ids (``has_sessions``) or inferred from prefix chains."""
-    input_tokens = requests.get_column("input_tokens").to_numpy()
-    ts = requests.get_column("timestamp_s").to_numpy()
     if has_sessions:
         session, ids, n = session_index_from_ids(requests.get_column("session_id"))
-        parent = None
     else:
-        session, parent, n = infer_sessions(acc, input_tokens, block_size_tokens)
+        input_tokens = requests.get_column("input_tokens").to_numpy()
+        session, _, n = infer_sessions(acc, input_tokens, block_size_tokens)
         ids = [f"inferred-{i}" for i in range(n)]
     distinct = distinct_blocks_per_session(acc, session, n)
+    return session_summary(
+        requests,
+        session,
+        ids,
+        n,
+        distinct,
+        block_size_tokens=block_size_tokens,
+        bytes_per_token=bytes_per_token,
+        inferred=not has_sessions,
+    )
+
+
+def session_summary(
+    requests: pl.DataFrame,
+    session: np.ndarray,
+    ids: list[str],
+    n: int,
+    distinct: np.ndarray,
+    *,
+    block_size_tokens: int,
+    bytes_per_token: int,
+    inferred: bool,
+) -> SessionMetrics:
+    """The per-session figures, given each request's session and each session's distinct blocks.
+
+    ``session``: dense session index per request; ``ids``: the ``n`` sessions' ids;
+    ``distinct``: distinct blocks per session (however counted: one pass, or summed over
+    hash buckets of blocks, which partition the (session, block) pairs).
+    """
+    input_tokens = requests.get_column("input_tokens").to_numpy()
+    ts = requests.get_column("timestamp_s").to_numpy()
     turns = np.bincount(session, minlength=n).astype(np.int64)
     max_input = np.zeros(n, dtype=np.int64)
     np.maximum.at(max_input, session, input_tokens.astype(np.int64))
@@ -222,10 +251,9 @@ def session_metrics(
             "last_timestamp_s": last_ts,
         }
     )
-    del parent
     return SessionMetrics(
         count=n,
-        inferred=not has_sessions,
+        inferred=inferred,
         kv_bytes=Summary.of(kv_bytes.astype(np.float64)),
         max_context_bytes=Summary.of(max_context_bytes.astype(np.float64)),
         turns=Percentiles.of(turns),

@@ -57,6 +57,7 @@ docs/analyze.md, "Sampled stack distances (SHARDS)").
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -356,6 +357,13 @@ class SampledStack:
     stack_count: np.ndarray
     exact_below_blocks: int
     head_count: np.ndarray
+    #: The stream's distinct blocks when known exactly (the bounded analysis counts them);
+    #: None: estimated as ``sampled_blocks / rate``.
+    distinct_blocks: int | None = None
+
+    def with_distinct_blocks(self, distinct_blocks: int) -> SampledStack:
+        """This result with the stream's exact distinct-block count (a better estimator)."""
+        return dataclasses.replace(self, distinct_blocks=int(distinct_blocks))
 
     @property
     def sampled_reaccesses(self) -> int:
@@ -368,7 +376,9 @@ class SampledStack:
 
     @property
     def estimated_blocks(self) -> float:
-        """Distinct blocks of the whole stream, estimated as ``sampled_blocks / rate``."""
+        """Distinct blocks of the whole stream: exact when known, else ``sampled_blocks / rate``."""
+        if self.distinct_blocks is not None:
+            return float(self.distinct_blocks)
         return self.sampled_blocks / self.rate
 
     @property
@@ -412,6 +422,23 @@ class SampledStack:
     def hit_curve(self, capacities_blocks: Sequence[int] | np.ndarray) -> np.ndarray:
         """:meth:`lru_hit_share` at every capacity (float64 array, shares 0..1)."""
         return np.array([self.lru_hit_share(int(c)) for c in capacities_blocks], dtype=np.float64)
+
+    def distribution(self) -> tuple[np.ndarray, np.ndarray]:
+        """The estimated stack-distance distribution: (distance in blocks, weight) arrays.
+
+        Exact distances below K weigh their counts; a sampled distance ``d' / rate`` at or above
+        K weighs its sampled count times the tail weight (float64 weights, in re-accesses).
+        """
+        if self.method == "exact":
+            return np.arange(self.stack_count.shape[0], dtype=np.float64), self.stack_count * 1.0
+        k = self.exact_below_blocks
+        d = np.arange(self.stack_count.shape[0], dtype=np.float64) / self.rate
+        tail = d >= k
+        _, weight = self._tail()
+        values = np.concatenate([np.arange(k, dtype=np.float64), d[tail]])
+        weights = np.concatenate([self.head_count[:k] * 1.0, self.stack_count[tail] * weight])
+        keep = weights > 0
+        return values[keep], weights[keep]
 
     def percentiles(self, qs: Sequence[float] = (50, 90, 99)) -> list[float | None]:
         """Estimated stack-distance percentiles (blocks) over all re-accesses; None if none."""

@@ -53,8 +53,11 @@ from fcctl.analyzers.readers._common import (
 from fcctl.analyzers.schema import OPTIONAL_COLUMNS, SCHEMA, SourceTrace, Trace
 from fcctl.analyzers.trace_metadata import (
     METADATA_KEY,
+    PARTITION_KEY,
+    PartitionMetadata,
     TraceMetadata,
     TraceMetadataError,
+    parse_partition_metadata,
     parse_trace_metadata,
 )
 from fcctl.common.progress import Progress
@@ -123,6 +126,13 @@ class ParquetReader:
             raise _row_error(path, row or 0, "request_index", "must not be null")
         bad = _first(index.to_numpy() != np.arange(frame.height))
         if bad is not None:
+            if PARTITION_KEY in metadata:
+                raise fail(
+                    path,
+                    None,
+                    "is one part of a partitioned dataset (its request_index values are the "
+                    "dataset's); analyze the dataset's directory instead",
+                )
             raise _row_error(
                 path, bad, "request_index", f"must be 0..n-1 in row order; got {index[bad]!r}"
             )
@@ -139,6 +149,102 @@ class ParquetReader:
             notes=info.notes,
             converted_from=SourceTrace(path=info.path, format=info.format),
         )
+
+    def read_part(
+        self, path: Path
+    ) -> tuple[pl.DataFrame, TraceMetadata, PartitionMetadata | None, dict[str, str]]:
+        """One file of a dataset: its checked table, trace metadata, part metadata, raw metadata.
+
+        A file with :data:`PARTITION_KEY` metadata is a *part*: its ``request_index`` values are
+        the dataset's (strictly increasing, 0 <= index < ``dataset_requests``), its row count
+        and block accesses must be the metadata's, and every per-file rule of the module
+        docstring holds except those about the whole dataset (indices 0..n-1, the parent of an
+        order-``session`` row), which :mod:`fcctl.analyzers.dataset` checks. A file without
+        it is read as a whole trace (:meth:`read`), so its metadata may also be absent; then
+        the returned :class:`TraceMetadata` is what :meth:`read` inferred.
+        """
+        size = check_file(path, "Parquet file")
+        try:
+            metadata = pl.read_parquet_metadata(path)
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise fail(
+                path, None, f"unreadable Parquet ({' '.join(str(e).split())[:160]})"
+            ) from None
+        raw_part = metadata.get(PARTITION_KEY)
+        if raw_part is None:
+            trace = self.read(path, Progress(enabled=False))
+            source = trace.source
+            info = TraceMetadata(
+                path=source.path,
+                format=source.format,
+                order=trace.order,
+                has_hashes=trace.has_hashes,
+                has_sessions=trace.has_sessions,
+                block_size_tokens=trace.block_size_tokens,
+                notes=trace.notes,
+            )
+            return trace.requests, info, None, metadata
+        try:
+            part = parse_partition_metadata(raw_part)
+        except TraceMetadataError as e:
+            raise fail(path, None, f"metadata {PARTITION_KEY!r}: {e}") from None
+        info = self._info(path, metadata.get(METADATA_KEY))
+        if info is None:
+            raise fail(path, None, f"has {PARTITION_KEY!r} metadata but no {METADATA_KEY!r}")
+        try:
+            frame = pl.read_parquet(path)
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise fail(
+                path, None, f"unreadable Parquet ({' '.join(str(e).split())[:160]})"
+            ) from None
+        del size
+        if frame.height == 0:
+            raise fail(path, None, "the table has no rows (no requests)")
+        frame = self._conform(path, frame)
+        index = frame["request_index"]
+        if index.null_count():
+            raise _row_error(
+                path, _first(index.is_null()) or 0, "request_index", "must not be null"
+            )
+        values = index.to_numpy()
+        bad = _first((values < 0) | (values >= part.dataset_requests))
+        if bad is not None:
+            raise _row_error(
+                path,
+                bad,
+                "request_index",
+                f"must be in 0..{part.dataset_requests - 1} (the dataset's requests, as the "
+                f"{PARTITION_KEY!r} metadata says); got {int(values[bad])!r}",
+            )
+        bad = _first(values[1:] <= values[:-1])
+        if bad is not None:
+            raise _row_error(
+                path,
+                bad + 1,
+                "request_index",
+                f"must increase from row to row in a dataset part; got {int(values[bad + 1])!r} "
+                f"after {int(values[bad])!r}",
+            )
+        if frame.height != part.requests:
+            raise fail(
+                path,
+                None,
+                f"metadata {PARTITION_KEY!r} says {part.requests} requests; the table has "
+                f"{frame.height} rows",
+            )
+        has_hashes, has_sessions, block_size = self._check_values(
+            path, frame, dataset_requests=part.dataset_requests
+        )
+        self._check_metadata(path, frame, info, has_hashes, has_sessions, block_size, part=True)
+        accesses = int(frame["hash_ids"].list.len().sum() or 0)
+        if accesses != part.block_accesses:
+            raise fail(
+                path,
+                None,
+                f"metadata {PARTITION_KEY!r} says {part.block_accesses} block accesses; the "
+                f"table's hash_ids hold {accesses}",
+            )
+        return frame, info, part, metadata
 
     @staticmethod
     def _renumber(path: Path, frame: pl.DataFrame) -> pl.DataFrame:
@@ -186,10 +292,14 @@ class ParquetReader:
         )
 
     @staticmethod
-    def _check_values(path: Path, frame: pl.DataFrame) -> tuple[bool, bool, int]:
+    def _check_values(
+        path: Path, frame: pl.DataFrame, *, dataset_requests: int | None = None
+    ) -> tuple[bool, bool, int]:
         """The value rules of the module docstring; returns what the table holds.
 
-        ``(has_hashes, has_sessions, block_size_tokens)`` as seen in the columns.
+        ``(has_hashes, has_sessions, block_size_tokens)`` as seen in the columns. For a part of
+        a dataset (``dataset_requests`` given), ``parent_request`` names a request of the whole
+        dataset: 0 <= parent < dataset_requests and not the row's own ``request_index``.
         """
         n = frame.height
         for name in NOT_NULL:
@@ -242,17 +352,23 @@ class ParquetReader:
         parents = frame["parent_request"]
         if parents.null_count() < n:
             values = parents.fill_null(-1).to_numpy()
-            own = np.arange(n, dtype=np.int64)
+            limit = n if dataset_requests is None else dataset_requests
+            own = (
+                np.arange(n, dtype=np.int64)
+                if dataset_requests is None
+                else frame["request_index"].to_numpy()
+            )
             bad = _first(
-                parents.is_not_null().to_numpy() & ((values < 0) | (values >= n) | (values == own))
+                parents.is_not_null().to_numpy()
+                & ((values < 0) | (values >= limit) | (values == own))
             )
             if bad is not None:
                 raise _row_error(
                     path,
                     bad,
                     "parent_request",
-                    f"must be the request_index of another row (0 <= parent_request < {n}, "
-                    f"not {bad} itself); got {int(values[bad])!r}",
+                    f"must be the request_index of another request (0 <= parent_request < "
+                    f"{limit}, not {int(own[bad])} itself); got {int(values[bad])!r}",
                 )
         return has_hashes, has_sessions, block_size
 
@@ -279,8 +395,14 @@ class ParquetReader:
         has_hashes: bool,
         has_sessions: bool,
         block_size: int,
+        *,
+        part: bool = False,
     ) -> None:
-        """The metadata says what the table holds, and the rows are in its stated order."""
+        """The metadata says what the table holds, and the rows are in its stated order.
+
+        For a ``part`` of a dataset the parents of an order-``session`` table may be in another
+        part: that rule is the dataset's (:mod:`fcctl.analyzers.dataset`) to check.
+        """
         meta = f"metadata {METADATA_KEY!r}"
         if info.has_hashes != has_hashes:
             held = "holds block ids" if has_hashes else "is null in every row"
@@ -343,6 +465,19 @@ class ParquetReader:
                         "each session's rows together)",
                     )
                 seen.add(value)
+        within = ts[1:] < ts[:-1]
+        within[starts[1:] - 1] = False  # a new session may start at any clock
+        bad = _first(within)
+        if bad is not None:
+            raise _row_error(
+                path,
+                bad + 1,
+                "timestamp_s",
+                f"must not decrease within a session in a table of order 'session'; got "
+                f"{ts[bad + 1]!r} after {ts[bad]!r}",
+            )
+        if part:
+            return
         parents = frame["parent_request"].fill_null(-1).to_numpy()
         own = np.arange(frame.height, dtype=np.int64)
         session_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, frame.height)))
@@ -358,17 +493,6 @@ class ParquetReader:
                 "parent_request",
                 f"must name an earlier row of the same session in a table of order 'session'; "
                 f"got {int(parents[bad])!r}",
-            )
-        within = ts[1:] < ts[:-1]
-        within[starts[1:] - 1] = False  # a new session may start at any clock
-        bad = _first(within)
-        if bad is not None:
-            raise _row_error(
-                path,
-                bad + 1,
-                "timestamp_s",
-                f"must not decrease within a session in a table of order 'session'; got "
-                f"{ts[bad + 1]!r} after {ts[bad]!r}",
             )
 
     @staticmethod

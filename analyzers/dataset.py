@@ -1,0 +1,623 @@
+"""Partitioned datasets: a directory or glob of canonical Parquet files read as one trace.
+
+``fcctl analyze DIR_OR_GLOB`` reads every ``*.parquet`` file under a directory (recursively,
+hive-style ``key=value/`` folders welcome) or every file a glob names, in sorted path order, as
+one trace. Two kinds of input, decided from the files' metadata:
+
+* **A partitioned dataset** (``fcctl convert -o DIR --partition-by``, ``fcctl synth``): every
+  file carries :data:`~fcctl.analyzers.trace_metadata.PARTITION_KEY` metadata with the same
+  ``dataset_id``, the same trace metadata, and the *global* ``request_index``. The parts'
+  indices together must be exactly 0..N-1 (N = ``dataset_requests``; a missing or repeated
+  index is an error naming the part), and the analysis order is ``request_index``: the figures
+  are exactly those of the single file the dataset was cut from.
+* **An assembled dataset**: files converted separately (each a whole canonical trace, with
+  0..n-1 indices), and complete partitioned datasets among them, are *units*, in order of their
+  first file's path. Units must agree on ``has_hashes``, ``has_sessions`` and
+  ``block_size_tokens`` (block ids are assumed to be one namespace). When every unit is of
+  order ``time`` the requests are ordered by timestamp, then unit, then index (a stable merge:
+  a log cut into daily files reassembles into one timeline); when every unit has per-session
+  clocks (order ``session``, Claude Code) the units are concatenated in order, since their
+  clocks cannot be compared, and a session id may then appear in one unit only. Mixing the two
+  orders is an error. ``parent_request`` is renumbered into the assembled order.
+
+Every file is checked as :mod:`fcctl.analyzers.readers.parquet` checks one file; the rules that
+concern the whole dataset (indices 0..N-1; in order ``time`` timestamps non-decreasing in
+analysis order; in order ``session`` each session's requests together, time non-decreasing
+within it, each parent an earlier request of the same session) are checked here, and a
+violation names the part file and its row.
+
+:func:`open_dataset` reads the files once and keeps the *request table* (every canonical column
+but the block ids, plus each request's block count): O(requests) memory, about 100 bytes a
+request. The block ids are read again when needed, file by file: :meth:`Dataset.load_trace`
+(the whole trace in memory, for the exact analysis) or :meth:`Dataset.iter_blocks` (the access
+stream in analysis order, in chunks, for the bounded passes of :mod:`fcctl.analyzers.bounded`),
+which merges the files by analysis position so that memory holds one batch per file.
+"""
+
+from __future__ import annotations
+
+import glob as globlib
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+
+from fcctl.analyzers.readers._common import TraceFormatError, check_file, fail, missing
+from fcctl.analyzers.readers.parquet import ParquetReader
+from fcctl.analyzers.schema import Order, SourceTrace, Trace, table_columns
+from fcctl.analyzers.trace_metadata import PartitionMetadata, TraceMetadata
+from fcctl.common.paths import display_path
+from fcctl.common.progress import Progress
+
+DATASET_FORMAT = "parquet-dataset"
+GLOB_CHARS = frozenset("*?[")
+#: Rows of one file read per batch by :meth:`Dataset.iter_blocks` (at most; fewer when the
+#: rows are long, so that one batch holds about ``batch_accesses`` block ids).
+DEFAULT_BATCH_ACCESSES = 1 << 22
+
+Mode = Literal["partitioned", "assembled"]
+
+
+def is_dataset_spec(spec: str | Path) -> bool:
+    """Whether ``spec`` names a dataset: a glob pattern, or a directory holding Parquet files.
+
+    A directory of Claude Code ``trace_*.json`` files is a trace, not a dataset.
+    """
+    text = str(spec)
+    path = Path(text)
+    if not path.exists() and GLOB_CHARS & set(text):
+        return True
+    if path.is_dir():
+        return not any(path.glob("trace_*.json")) and any(path.rglob("*.parquet"))
+    return False
+
+
+def dataset_files(spec: str | Path) -> list[Path]:
+    """The Parquet files of ``spec`` (directory: ``**/*.parquet``; else a glob), sorted by path.
+
+    Hidden files and folders (names starting with ``.`` or ``_``, such as Spark's
+    ``_SUCCESS`` or a temporary ``.fcctl-*``) are skipped. Every file must be a regular file.
+    """
+    text = str(spec)
+    path = Path(text)
+    if path.is_dir():
+        found = [
+            p
+            for p in path.rglob("*.parquet")
+            if not any(part.startswith((".", "_")) for part in p.relative_to(path).parts)
+        ]
+        if not found:
+            raise fail(path, None, "directory holds no *.parquet files (a dataset's parts)")
+    elif GLOB_CHARS & set(text):
+        found = [Path(p) for p in globlib.glob(text, recursive=True)]
+        if not found:
+            raise TraceFormatError(f"{text}: the pattern matches no file")
+    else:
+        raise missing(path) if not path.exists() else fail(path, None, "is not a dataset")
+    files = sorted(found)
+    for f in files:
+        check_file(f, "Parquet file")
+    return files
+
+
+@dataclass(frozen=True, eq=False)
+class DatasetPart:
+    """One file: its path, rows and block accesses, and each row's analysis position."""
+
+    path: Path
+    rows: int
+    block_accesses: int
+    rank: np.ndarray  # int64, strictly increasing: the row's place in analysis order
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """A dataset's files and its request table (see the module docstring)."""
+
+    spec: str
+    mode: Mode
+    parts: tuple[DatasetPart, ...]
+    requests: pl.DataFrame  # canonical columns in analysis order; hash_ids null; + n_blocks
+    order: Order
+    has_hashes: bool
+    has_sessions: bool
+    block_size_tokens: int
+    notes: tuple[str, ...]
+    converted_from: SourceTrace | None
+    units: int
+
+    @property
+    def num_requests(self) -> int:
+        return self.requests.height
+
+    @property
+    def block_accesses(self) -> int:
+        return sum(p.block_accesses for p in self.parts)
+
+    def describe(self) -> str:
+        kind = "partitioned dataset" if self.mode == "partitioned" else "assembled dataset"
+        return f"{kind} of {len(self.parts)} Parquet file(s)"
+
+    def request_trace(self) -> Trace:
+        """The requests as a :class:`Trace` whose ``hash_ids`` are all null (no block ids)."""
+        frame = self.requests.drop("n_blocks").with_columns(
+            pl.lit(None, dtype=pl.List(pl.UInt64())).alias("hash_ids")
+        )
+        return self._trace(frame)
+
+    def load_trace(self, progress: Progress | None = None) -> Trace:
+        """The whole trace in memory, block ids included, in analysis order."""
+        progress = progress or Progress(enabled=False)
+        if not self.has_hashes:
+            return self.request_trace()
+        columns: list[pl.Series] = []
+        ranks: list[np.ndarray] = []
+        with progress.task("reading block ids", len(self.parts)) as task:
+            for i, part in enumerate(self.parts):
+                column = pl.read_parquet(part.path, columns=["hash_ids"])["hash_ids"]
+                columns.append(column.cast(pl.List(pl.UInt64())))
+                ranks.append(part.rank)
+                task.update(i + 1)
+        hashes = pl.concat(columns, rechunk=False)
+        del columns
+        rank = np.concatenate(ranks)
+        if not np.array_equal(rank, np.arange(rank.shape[0])):
+            hashes = hashes.gather(np.argsort(rank, kind="stable"))
+        frame = self.requests.drop("n_blocks").with_columns(hashes.alias("hash_ids"))
+        return self._trace(frame)
+
+    def _trace(self, frame: pl.DataFrame) -> Trace:
+        return Trace(
+            path=self.spec,
+            format=DATASET_FORMAT,
+            requests=frame.select(table_columns(frame.columns)),
+            order=self.order,
+            has_hashes=self.has_hashes,
+            has_sessions=self.has_sessions,
+            block_size_tokens=self.block_size_tokens,
+            notes=self.notes,
+            converted_from=self.converted_from,
+        )
+
+    def iter_blocks(
+        self, *, batch_accesses: int = DEFAULT_BATCH_ACCESSES
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The access stream in analysis order: ``(row_lengths, block_ids)`` chunks.
+
+        Each chunk is whole requests, consecutive in analysis order, starting where the last
+        ended: ``row_lengths`` (int64) their block counts, ``block_ids`` (uint64) their
+        ``hash_ids`` concatenated. The files are merged by analysis position, one batch of
+        about ``batch_accesses`` ids per file in memory at a time.
+        """
+        if not self.has_hashes:
+            return
+        streams = [
+            _PartStream(part, max(1, batch_accesses // max(len(self.parts), 1)))
+            for part in self.parts
+        ]
+        heap = [(s.head_rank(), i) for i, s in enumerate(streams) if not s.done]
+        heapq.heapify(heap)
+        expected = 0
+        while heap:
+            # Every buffered row ranked at most the lowest "last buffered rank" can go: no
+            # unread row of any file ranks below it (each file's ranks increase).
+            watermark = min(streams[i].last_rank() for _, i in heap)
+            pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+            for _, i in heap:
+                pieces.append(streams[i].take_until(watermark))
+            ranks = np.concatenate([p[0] for p in pieces])
+            lens = np.concatenate([p[1] for p in pieces])
+            ids = np.concatenate([p[2] for p in pieces])
+            starts = np.concatenate([p[3] + off for p, off in _offsets(pieces)])
+            order = np.argsort(ranks, kind="stable")
+            ranks, lens, starts = ranks[order], lens[order], starts[order]
+            if ranks.shape[0] and (
+                ranks[0] != expected or np.any(np.diff(ranks) != 1)
+            ):  # pragma: no cover - open_dataset checked the ranks cover 0..N-1
+                raise RuntimeError("dataset merge: analysis positions are not consecutive")
+            expected += ranks.shape[0]
+            yield lens, _gather_rows(ids, starts, lens)
+            heap = [(streams[i].head_rank(), i) for _, i in heap if not streams[i].done]
+
+
+def _offsets(
+    pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+) -> Iterator[tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], int]]:
+    off = 0
+    for p in pieces:
+        yield p, off
+        off += p[2].shape[0]
+
+
+def _gather_rows(ids: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The rows ``ids[starts[k] : starts[k] + lens[k]]`` concatenated (one fancy index)."""
+    if starts.shape[0] == 0:
+        return np.zeros(0, dtype=np.uint64)
+    if np.all(starts[1:] == starts[:-1] + lens[:-1]) and starts[0] == 0:
+        return ids[: int(lens.sum())]
+    total = int(lens.sum())
+    out_start = np.zeros(lens.shape[0], dtype=np.int64)
+    np.cumsum(lens[:-1], out=out_start[1:])
+    index = np.repeat(starts - out_start, lens) + np.arange(total, dtype=np.int64)
+    return ids[index]
+
+
+class _PartStream:
+    """One file's rows in batches, with their analysis positions."""
+
+    def __init__(self, part: DatasetPart, batch_accesses: int) -> None:
+        self.part = part
+        self._file = pq.ParquetFile(part.path)
+        mean = max(part.block_accesses / max(part.rows, 1), 1.0)
+        rows = int(min(max(batch_accesses / mean, 1), 1 << 20))
+        self._batches = self._file.iter_batches(columns=["hash_ids"], batch_size=rows)
+        self._row = 0  # rows of the file before the buffer
+        self._lens = np.zeros(0, dtype=np.int64)
+        self._ids = np.zeros(0, dtype=np.uint64)
+        self._starts = np.zeros(0, dtype=np.int64)
+        self._pos = 0  # buffered rows already taken
+        self.done = False
+        self._fill()
+
+    def _fill(self) -> None:
+        self._row += self._lens.shape[0]
+        batch = next(self._batches, None)
+        if batch is None:
+            self.done = True
+            self._file.close()
+            return
+        column = batch.column(0)
+        offsets = column.offsets.to_numpy().astype(np.int64)
+        self._lens = np.diff(offsets)
+        self._starts = offsets[:-1] - offsets[0]
+        self._ids = column.flatten().to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
+        self._pos = 0
+
+    def head_rank(self) -> int:
+        return int(self.part.rank[self._row + self._pos])
+
+    def last_rank(self) -> int:
+        return int(self.part.rank[self._row + self._lens.shape[0] - 1])
+
+    def take_until(self, watermark: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(ranks, lengths, ids, starts into ids) of the buffered rows ranked <= watermark."""
+        lo = self._row + self._pos
+        rank = self.part.rank[lo : self._row + self._lens.shape[0]]
+        k = int(np.searchsorted(rank, watermark, side="right"))
+        a, b = self._pos, self._pos + k
+        lens = self._lens[a:b]
+        starts = self._starts[a:b]
+        if k:
+            lo_id = int(starts[0])
+            hi_id = int(starts[-1] + lens[-1])
+            ids = self._ids[lo_id:hi_id]
+            starts = starts - lo_id
+        else:
+            ids = np.zeros(0, dtype=np.uint64)
+        out = (rank[:k].copy(), lens.copy(), ids.copy(), starts.copy())
+        self._pos = b
+        if self._pos >= self._lens.shape[0]:
+            self._fill()
+        return out
+
+
+# --- opening: pass 0 ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class _File:
+    path: Path
+    frame: pl.DataFrame  # canonical request columns without hash_ids, + n_blocks
+    info: TraceMetadata
+    part: PartitionMetadata | None
+
+
+@dataclass(frozen=True, eq=False)
+class _Unit:
+    """A whole trace: one standalone file, or the complete parts of one partitioned dataset."""
+
+    files: list[_File]
+    frame: pl.DataFrame  # the unit's requests in its own order (request_index 0..n-1)
+    file_no: np.ndarray  # per row of frame: which of files
+    file_row: np.ndarray  # per row of frame: row in that file
+    info: TraceMetadata
+
+
+def open_dataset(spec: str | Path, progress: Progress | None = None) -> Dataset:
+    """Read and check every file of ``spec`` and build the request table (module docstring)."""
+    progress = progress or Progress(enabled=False)
+    files = dataset_files(spec)
+    reader = ParquetReader()
+    read: list[_File] = []
+    with progress.task("reading dataset parts", len(files)) as task:
+        for i, path in enumerate(files):
+            frame, info, part, _ = reader.read_part(path)
+            n_blocks = frame["hash_ids"].list.len().fill_null(0).cast(pl.Int64).alias("n_blocks")
+            read.append(_File(path, frame.drop("hash_ids").with_columns(n_blocks), info, part))
+            del frame
+            task.update(i + 1)
+    units = _units(read)
+    label = str(spec)
+    if len(units) == 1:
+        unit = units[0]
+        mode: Mode = "partitioned" if unit.files[0].part is not None else "assembled"
+        frame, file_no, file_row, order = unit.frame, unit.file_no, unit.file_row, unit.info.order
+        info = unit.info
+    else:
+        mode = "assembled"
+        frame, file_no, file_row, order = _assemble(units)
+        info = units[0].info
+    all_files = [f for u in units for f in u.files]
+    _check_order(all_files, frame, file_no, file_row, order)
+    parts = []
+    positions = np.arange(frame.height, dtype=np.int64)
+    by_file = np.argsort(file_no, kind="stable")
+    bounds = np.searchsorted(file_no[by_file], np.arange(len(all_files) + 1))
+    for k, f in enumerate(all_files):
+        rows = by_file[bounds[k] : bounds[k + 1]]
+        # rows of frame from file k, in analysis order; their file rows must increase too
+        file_rows = file_row[rows]
+        r = np.empty(f.frame.height, dtype=np.int64)
+        r[file_rows] = positions[rows]
+        if np.any(np.diff(r) <= 0):  # pragma: no cover - guaranteed by the order checks
+            raise fail(f.path, None, "rows are not in analysis order")
+        parts.append(DatasetPart(f.path, f.frame.height, int(f.frame["n_blocks"].sum()), r))
+    notes = list(info.notes)
+    if len(units) > 1:
+        notes.append(
+            f"Assembled from {len(units)} separately converted traces: "
+            + (
+                "requests ordered by timestamp, then file, then index."
+                if order == "time"
+                else "per-session clocks, so the traces follow one another in file order."
+            )
+        )
+    converted = SourceTrace(info.path, info.format) if len(units) == 1 else None
+    return Dataset(
+        spec=label,
+        mode=mode,
+        parts=tuple(parts),
+        requests=frame,
+        order=order,
+        has_hashes=info.has_hashes,
+        has_sessions=info.has_sessions,
+        block_size_tokens=info.block_size_tokens,
+        notes=tuple(notes),
+        converted_from=converted,
+        units=len(units),
+    )
+
+
+def _units(read: list[_File]) -> list[_Unit]:
+    """Group the files into whole traces: standalone files, and datasets by ``dataset_id``."""
+    groups: dict[str, list[_File]] = {}
+    units: list[tuple[Path, _Unit]] = []
+    for f in read:
+        if f.part is None:
+            n = f.frame.height
+            units.append(
+                (
+                    f.path,
+                    _Unit(
+                        [f],
+                        f.frame,
+                        np.zeros(n, dtype=np.int64),
+                        np.arange(n, dtype=np.int64),
+                        f.info,
+                    ),
+                )
+            )
+        else:
+            groups.setdefault(f.part.dataset_id, []).append(f)
+    for group in groups.values():
+        units.append((group[0].path, _partitioned_unit(group)))
+    units.sort(key=lambda u: u[0])
+    result = [u for _, u in units]
+    first = result[0].info
+    for unit in result[1:]:
+        f = unit.files[0]
+        for name in ("has_hashes", "has_sessions", "block_size_tokens"):
+            a, b = getattr(first, name), getattr(unit.info, name)
+            if a != b:
+                raise fail(
+                    f.path,
+                    None,
+                    f"metadata field {name!r} is {b!r} but {a!r} in "
+                    f"{display_path(result[0].files[0].path)}: the files of a dataset must "
+                    "agree on it",
+                )
+    return result
+
+
+def _partitioned_unit(group: list[_File]) -> _Unit:
+    """The parts of one dataset, checked to cover 0..N-1 exactly, ordered by request_index."""
+    head = group[0]
+    assert head.part is not None
+    total = head.part.dataset_requests
+    for f in group[1:]:
+        assert f.part is not None
+        if f.part.dataset_requests != total:
+            raise fail(
+                f.path,
+                None,
+                f"metadata 'fcctl.partition' says dataset_requests {f.part.dataset_requests}, "
+                f"but {total} in {display_path(head.path)} (same dataset_id)",
+            )
+        if f.info != head.info:
+            raise fail(
+                f.path,
+                None,
+                f"metadata 'fcctl.trace' differs from {display_path(head.path)}'s (same "
+                "dataset_id): the parts of one dataset share it",
+            )
+    owner = np.full(total, -1, dtype=np.int64)
+    owner_row = np.zeros(total, dtype=np.int64)
+    for k, f in enumerate(group):
+        index = f.frame["request_index"].to_numpy()
+        taken = owner[index] >= 0
+        if taken.any():
+            row = int(np.flatnonzero(taken)[0])
+            other = group[int(owner[index[row]])]
+            raise fail(
+                f.path,
+                f"row {row}",
+                f"column 'request_index' {int(index[row])} is also in "
+                f"{display_path(other.path)} (row {int(owner_row[index[row]])}): a request "
+                "belongs to one part",
+            )
+        owner[index] = k
+        owner_row[index] = np.arange(index.shape[0])
+    if (owner < 0).any():
+        lost = int(np.flatnonzero(owner < 0)[0])
+        raise fail(
+            head.path,
+            None,
+            f"the dataset holds {total} requests (metadata 'fcctl.partition'), but "
+            f"request_index {lost} is in none of its {len(group)} part(s) found: a part is "
+            "missing",
+        )
+    frame = pl.concat([f.frame for f in group], how="vertical_relaxed")
+    order = np.argsort(frame["request_index"].to_numpy(), kind="stable")
+    frame = frame[order]
+    return _Unit(group, frame, owner, owner_row, head.info)
+
+
+def _assemble(units: list[_Unit]) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, Order]:
+    """Several whole traces as one, in the module docstring's order; parents renumbered."""
+    orders = {u.info.order for u in units}
+    if len(orders) > 1:
+        odd = next(u for u in units if u.info.order != units[0].info.order)
+        raise fail(
+            odd.files[0].path,
+            None,
+            f"is of order {odd.info.order!r} but {display_path(units[0].files[0].path)} is of "
+            f"order {units[0].info.order!r}: per-session clocks and one shared clock cannot be "
+            "assembled into one timeline",
+        )
+    order: Order = units[0].info.order
+    file_base = np.cumsum([0] + [len(u.files) for u in units])
+    frames = []
+    file_no = []
+    file_row = []
+    unit_of = []
+    offset = 0
+    for k, u in enumerate(units):
+        n = u.frame.height
+        frames.append(
+            u.frame.with_columns(
+                (pl.col("request_index") + offset).alias("request_index"),
+                (pl.col("parent_request") + offset).alias("parent_request"),
+            )
+        )
+        file_no.append(u.file_no + file_base[k])
+        file_row.append(u.file_row)
+        unit_of.append(np.full(n, k, dtype=np.int64))
+        offset += n
+    frame = pl.concat(frames, how="vertical_relaxed")
+    fno = np.concatenate(file_no)
+    frow = np.concatenate(file_row)
+    if order == "session":
+        ids = frame["session_id"]
+        if ids.null_count() < frame.height:
+            units_per = (
+                pl.DataFrame({"s": ids, "u": np.concatenate(unit_of)})
+                .drop_nulls("s")
+                .group_by("s")
+                .agg(pl.col("u").n_unique().alias("n"), pl.col("u").min().alias("u0"))
+                .filter(pl.col("n") > 1)
+            )
+            if units_per.height:
+                sid = units_per["s"][0]
+                u0 = int(units_per["u0"][0])
+                raise fail(
+                    units[u0].files[0].path,
+                    None,
+                    f"session {sid!r} appears in more than one file: traces with per-session "
+                    "clocks are assembled only from files with distinct sessions",
+                )
+        return frame, fno, frow, order
+    ts = frame["timestamp_s"].to_numpy()
+    perm = np.lexsort((frame["request_index"].to_numpy(), np.concatenate(unit_of), ts))
+    new_of_old = np.empty(perm.shape[0], dtype=np.int64)
+    new_of_old[perm] = np.arange(perm.shape[0], dtype=np.int64)
+    frame = frame[perm]
+    parents = frame["parent_request"]
+    null = parents.is_null().to_numpy()
+    remapped = pl.Series(
+        "parent_request", new_of_old[parents.fill_null(0).to_numpy()], dtype=pl.Int64()
+    ).scatter(np.flatnonzero(null), None)
+    frame = frame.with_columns(
+        pl.Series("request_index", np.arange(frame.height, dtype=np.int64)), remapped
+    )
+    return frame, fno[perm], frow[perm], order
+
+
+def _check_order(
+    files: list[_File], frame: pl.DataFrame, file_no: np.ndarray, file_row: np.ndarray, order: Order
+) -> None:
+    """The whole-dataset rules (module docstring), violations named by part file and row."""
+
+    def at(i: int, column: str, message: str) -> TraceFormatError:
+        return fail(
+            files[int(file_no[i])].path,
+            f"row {int(file_row[i])}",
+            f"column {column!r} {message} (request_index {i} of the dataset)",
+        )
+
+    ts = frame["timestamp_s"].to_numpy()
+    if order == "time":
+        bad = np.flatnonzero(ts[1:] < ts[:-1])
+        if bad.shape[0]:
+            i = int(bad[0]) + 1
+            raise at(
+                i,
+                "timestamp_s",
+                f"must not decrease in analysis order; got {ts[i]!r} after {ts[i - 1]!r}",
+            )
+        return
+    sessions = frame["session_id"]
+    change = np.concatenate(([True], (sessions[1:] != sessions[:-1]).fill_null(True).to_numpy()))
+    starts = np.flatnonzero(change)
+    if starts.shape[0] != sessions.n_unique():
+        seen: set[object] = set()
+        for row in starts:
+            value = sessions[int(row)]
+            if value in seen:
+                raise at(int(row), "session_id", f"{value!r} appears again after other sessions")
+            seen.add(value)
+    within = ts[1:] < ts[:-1]
+    within[starts[1:] - 1] = False
+    bad = np.flatnonzero(within)
+    if bad.shape[0]:
+        i = int(bad[0]) + 1
+        raise at(
+            i,
+            "timestamp_s",
+            f"must not decrease within a session; got {ts[i]!r} after {ts[i - 1]!r}",
+        )
+    parents = frame["parent_request"].fill_null(-1).to_numpy()
+    own = np.arange(frame.height, dtype=np.int64)
+    session_of = np.cumsum(change) - 1
+    has_parent = parents >= 0
+    wrong = has_parent & (
+        (parents >= own) | (session_of[np.where(has_parent, parents, 0)] != session_of)
+    )
+    bad = np.flatnonzero(wrong)
+    if bad.shape[0]:
+        i = int(bad[0])
+        raise at(
+            i,
+            "parent_request",
+            f"must name an earlier request of the same session in order 'session'; got "
+            f"{int(parents[i])!r}",
+        )
+
+
+def read_dataset(spec: str | Path, progress: Progress | None = None) -> Trace:
+    """The whole dataset as one in-memory :class:`Trace` (``open_dataset(spec).load_trace()``)."""
+    return open_dataset(spec, progress).load_trace(progress)
