@@ -29,7 +29,16 @@ def column(trace, name: str) -> list:
 
 
 def test_registry_names_and_protocol() -> None:
-    assert set(FORMATS) == {"mooncake", "claude-code", "bailian", "azure", "parquet"}
+    assert set(FORMATS) == {
+        "mooncake",
+        "claude-code",
+        "bailian",
+        "azure",
+        "parquet",
+        "tracelab",
+        "dynamo",
+        "generic",
+    }
     for name, reader in FORMATS.items():
         assert reader.name == name
         assert callable(reader.sniff) and callable(reader.read)

@@ -8,6 +8,7 @@ and one registry entry.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -26,8 +27,11 @@ from fcctl.analyzers.readers._common import (
 from fcctl.analyzers.readers.azure import AzureReader
 from fcctl.analyzers.readers.bailian import BailianReader
 from fcctl.analyzers.readers.claude_code import ClaudeCodeReader
+from fcctl.analyzers.readers.dynamo import DynamoReader
+from fcctl.analyzers.readers.generic import GenericReader, columns_error
 from fcctl.analyzers.readers.mooncake import MooncakeReader
 from fcctl.analyzers.readers.parquet import ParquetReader
+from fcctl.analyzers.readers.tracelab import TraceLabReader
 from fcctl.analyzers.schema import Trace
 from fcctl.common.progress import Progress
 
@@ -68,16 +72,19 @@ class TraceReader(Protocol):
         ...
 
 
-# Sniffed in this order: the most specific signatures first (Bailian rows also carry
-# Mooncake's fields, so Bailian goes before Mooncake).
+# Sniffed in this order: the most specific signatures first (Bailian and Dynamo rows also
+# carry Mooncake's fields, so both go before Mooncake).
 FORMATS: dict[str, TraceReader] = {
     reader.name: reader
     for reader in (
         ParquetReader(),
         AzureReader(),
         ClaudeCodeReader(),
+        TraceLabReader(),
         BailianReader(),
+        DynamoReader(),
         MooncakeReader(),
+        GenericReader(),  # never sniffed: chosen by a column mapping
     )
 }
 
@@ -123,6 +130,7 @@ def read_trace(
     *,
     progress: Progress | bool = False,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    columns: str | Mapping[str, str] | None = None,
 ) -> Trace:
     """Read a trace file (or Claude Code directory) into the canonical :class:`Trace`.
 
@@ -132,16 +140,26 @@ def read_trace(
     ``max_line_bytes`` bounds one line of a text trace (and one ``trace_NNNN.json`` of a
     directory): a longer one is an error as soon as that many bytes are read, so memory stays
     bounded on hostile input. Only regular files (and, for claude-code, directories) are read.
+    ``columns`` is the column mapping of the ``generic`` format (``"session=sid,timestamp=ts,
+    input=in,output=out"``, see :mod:`~fcctl.analyzers.readers.generic`); it implies that
+    format, and no other format takes one.
     """
     path = Path(path)
     check_max_line_bytes(max_line_bytes)
     if not path.exists():
         raise missing(path)
     if format is None:
-        format = detect_format(path, max_line_bytes=max_line_bytes)
+        format = (
+            "generic" if columns is not None else detect_format(path, max_line_bytes=max_line_bytes)
+        )
     reader = FORMATS.get(format)
     if reader is None:
         raise fail(path, None, f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
+    options = {} if columns is None else {"columns": columns}
+    if options and not getattr(reader, "takes_columns", False):
+        raise columns_error(
+            path, f"a column mapping is read only by the generic format; got format {format!r}"
+        )
     if path.is_dir() and format != "claude-code":
         raise fail(
             path,
@@ -151,9 +169,9 @@ def read_trace(
         )
     try:
         if isinstance(progress, Progress):
-            return reader.read(path, progress, max_line_bytes=max_line_bytes)
+            return reader.read(path, progress, max_line_bytes=max_line_bytes, **options)
         with Progress(enabled=progress) as own:
-            return reader.read(path, own, max_line_bytes=max_line_bytes)
+            return reader.read(path, own, max_line_bytes=max_line_bytes, **options)
     except TraceFormatError as e:
         # A bad line of a gzip file may be damaged data: then the damage is the error.
         raise (blame_gzip(path, e) if path.is_file() else e) from None

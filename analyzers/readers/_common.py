@@ -422,6 +422,22 @@ def integer(record: dict[str, Any], name: str, path: Path, place: str | None) ->
     return value
 
 
+def text(record: dict[str, Any], name: str, path: Path, place: str | None) -> str:
+    """``record[name]``, which must be a non-empty JSON string."""
+    value = require(record, name, path, place)
+    if type(value) is not str or not value:
+        raise fail(path, place, f"field {name!r} must be a non-empty string; got {show(value)}")
+    return value
+
+
+def optional_text(record: dict[str, Any], name: str, path: Path, place: str | None) -> str | None:
+    """``record[name]`` when it is a string; ``None`` when the field is absent or null."""
+    value = record.get(name)
+    if value is not None and type(value) is not str:
+        raise fail(path, place, f"field {name!r} must be a string or null; got {show(value)}")
+    return value
+
+
 def finite_number(record: dict[str, Any], name: str, path: Path, place: str | None) -> float:
     value = require(record, name, path, place)
     if type(value) not in (int, float) or not math.isfinite(value):

@@ -1,14 +1,17 @@
 """Alibaba Bailian / Qwen usage traces (alibaba-edu/qwen-bailian-usagetraces-anon), JSON Lines.
 
 Fields per line: ``chat_id``, ``parent_chat_id`` (-1 for a root), ``timestamp`` (seconds),
-``input_length``, ``output_length``, ``type`` (text/search/image/file/thinking; kept out of
-the table), ``turn``, ``hash_ids`` (16-token blocks, ids global across the file).
+``input_length``, ``output_length``, ``type``, ``turn``, ``hash_ids`` (16-token blocks, ids
+global across the file). The Qwen coder and thinking traces (``qwen_coder_blksz_16.jsonl``,
+``qwen_thinking_blksz_16.jsonl``) are this format with other ``type`` values.
 
 Mapping: ``order == "time"``. A chat's session is the root of its ``parent_chat_id`` chain,
 ``session_id = str(root chat_id)``; when a parent is not in the file, the chain stops at that
 missing parent's id (so its children still share one session). ``parent_request`` is the
 ``request_index`` of the parent chat when the parent is in the file, else null. ``turn``
-comes from the field.
+comes from the field. ``type`` (a string, as given: text, search, image, file, thinking, ...)
+becomes the optional canonical column ``type`` when any line has the field; a line without
+it, or with null, has a null ``type``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from fcctl.analyzers.readers._common import (
     integer,
     iter_json_lines,
     non_negative_int,
+    optional_text,
     stable_time_order,
 )
 from fcctl.analyzers.schema import Trace
@@ -53,6 +57,8 @@ class BailianReader:
         inputs: list[int] = []
         outputs: list[int] = []
         turns: list[int] = []
+        kinds: list[str | None] = []
+        typed = False
         row_of: dict[int, int] = {}
         line_of: list[int] = []
         hashes = HashIdBuffer()
@@ -80,6 +86,8 @@ class BailianReader:
             inputs.append(non_negative_int(record, "input_length", path, place))
             outputs.append(non_negative_int(record, "output_length", path, place))
             turns.append(integer(record, "turn", path, place))
+            kinds.append(optional_text(record, "type", path, place))
+            typed = typed or "type" in record
             hashes.add(record, "hash_ids", path, place)
 
         roots = self._roots(path, chat_ids, parents, row_of, line_of)
@@ -93,6 +101,7 @@ class BailianReader:
             session_id=[str(r) for r in roots],
             turn=turns,
             parent_request=parent_rows,
+            request_type=kinds if typed else None,
         )
         return Trace(
             path=str(path),

@@ -3,4 +3,13 @@
 # The trace formats, for --help. Spelled out here rather than read from
 # ``analyzers.readers.FORMATS`` so that `fcctl --help` does not import polars;
 # tests/test_cli_imports.py checks the two agree.
-FORMAT_NAMES: tuple[str, ...] = ("mooncake", "claude-code", "bailian", "azure", "parquet")
+FORMAT_NAMES: tuple[str, ...] = (
+    "mooncake",
+    "claude-code",
+    "bailian",
+    "azure",
+    "parquet",
+    "tracelab",
+    "dynamo",
+    "generic",
+)

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from fcctl.commands.options import (
+    ColumnsOpt,
     FormatOpt,
     JsonOpt,
     KvDtypeOpt,
@@ -106,6 +107,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = "256GiB",
         max_line_bytes: MaxLineBytesOpt = "64MiB",
+        columns: ColumnsOpt = None,
         as_json: JsonOpt = False,
         out: Annotated[
             Path | None,
@@ -153,7 +155,9 @@ def register(app: typer.Typer) -> None:
             if out is not None:
                 check_analyze_out_dir(out, force=force)
             with Progress(enabled=True) as progress:
-                parsed = read_trace(trace, format, progress=progress, max_line_bytes=line_limit)
+                parsed = read_trace(
+                    trace, format, progress=progress, max_line_bytes=line_limit, columns=columns
+                )
                 result = analyze_trace(
                     parsed,
                     geometry=geometry,

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from fcctl.commands.options import FormatOpt, MaxLineBytesOpt
+from fcctl.commands.options import ColumnsOpt, FormatOpt, MaxLineBytesOpt
 from fcctl.errors import cli_errors
 
 
@@ -32,6 +32,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         max_line_bytes: MaxLineBytesOpt = "64MiB",
+        columns: ColumnsOpt = None,
         partition_by: Annotated[
             str | None,
             typer.Option(
@@ -66,7 +67,9 @@ def register(app: typer.Typer) -> None:
                 out, by=partition_by, partitions=partitions, force=force, source=trace
             )
         with Progress(enabled=True) as progress:
-            parsed = read_trace(trace, format, progress=progress, max_line_bytes=limit)
+            parsed = read_trace(
+                trace, format, progress=progress, max_line_bytes=limit, columns=columns
+            )
         written = ""
         if partition_by is None:
             write_canonical(parsed, out, force=force)

@@ -49,6 +49,15 @@ MaxLineBytesOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+ColumnsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--columns",
+        help="Read a JSONL/CSV/Parquet log through this column mapping (implies --format "
+        "generic): timestamp=COL,input=COL,output=COL required; session, hashes (with "
+        "block_size=N), turn, id, parent, type, timestamp_unit=s|ms|us|ns|iso optional.",
+    ),
+]
 
 # --- the simulated node (replay, recommend-thresholds) -------------------------------------------
 
