@@ -227,6 +227,32 @@ def check_sample_rate(rate: object) -> float:
     return float(rate)
 
 
+ENGINES = ("local", "dask")
+DASK_INSTALL_HINT = "pip install 'fcctl[dask]'"
+
+
+def check_engine(engine: str, scheduler: str | None) -> None:
+    """Refuse an unknown engine, a scheduler without dask, or dask when it is not installed."""
+    if engine not in ENGINES:
+        raise FcctlInputError(
+            f"engine: must be one of {', '.join(ENGINES)}; got {engine!r}", parameter="engine"
+        )
+    if scheduler is not None and engine != "dask":
+        raise FcctlInputError(
+            "scheduler: names a Dask scheduler, so it needs --engine dask", parameter="scheduler"
+        )
+    if engine == "dask":
+        import importlib.util
+
+        missing = [m for m in ("dask", "distributed") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise FcctlInputError(
+                f"engine: dask needs the {' and '.join(missing)} package(s), which are not "
+                f"installed; {DASK_INSTALL_HINT}",
+                parameter="engine",
+            )
+
+
 def plan_memory(
     requests: int, accesses: int, budget_bytes: int, *, sample_rate: float | None = None
 ) -> MemoryPlan:
@@ -525,7 +551,11 @@ def analyze_dataset(
     plan = plan_memory(
         dataset.num_requests, dataset.block_accesses, budget, sample_rate=sample_rate
     )
-    summary = DatasetSummary(dataset.mode, len(dataset.parts), dataset.units)
+    summary = (
+        None
+        if dataset.mode == "file"
+        else DatasetSummary(dataset.mode, len(dataset.parts), dataset.units)
+    )
     if plan.exact or not dataset.has_hashes:
         trace = dataset.load_trace(progress)
         result = analyze_trace(
@@ -573,7 +603,7 @@ def _analyze_bounded(
     capacities: Sequence[int],
     progress: Progress,
     thresholds: VerdictThresholds,
-    summary: DatasetSummary,
+    summary: DatasetSummary | None,
 ) -> AnalysisResult:
     started = utc_now()
     assert plan.sample_rate is not None

@@ -45,6 +45,7 @@ from typing import Literal
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fcctl.analyzers.readers._common import TraceFormatError, check_file, fail, missing
@@ -60,7 +61,7 @@ GLOB_CHARS = frozenset("*?[")
 #: rows are long, so that one batch holds about ``batch_accesses`` block ids).
 DEFAULT_BATCH_ACCESSES = 1 << 22
 
-Mode = Literal["partitioned", "assembled"]
+Mode = Literal["partitioned", "assembled", "file"]
 
 
 def is_dataset_spec(spec: str | Path) -> bool:
@@ -130,6 +131,31 @@ class Dataset:
     notes: tuple[str, ...]
     converted_from: SourceTrace | None
     units: int
+    #: A trace already in memory (:meth:`from_trace`): its path, format and block ids.
+    source: Trace | None = None
+
+    @classmethod
+    def from_trace(cls, trace: Trace) -> Dataset:
+        """A trace read by :func:`~fcctl.analyzers.readers.read_trace` seen as a dataset.
+
+        ``mode`` is ``"file"``: no parts; the block ids are the trace's, in memory.
+        """
+        hashes = trace.requests["hash_ids"]
+        n_blocks = hashes.list.len().fill_null(0).cast(pl.Int64).alias("n_blocks")
+        return cls(
+            spec=trace.path,
+            mode="file",
+            parts=(),
+            requests=trace.requests.drop("hash_ids").with_columns(n_blocks),
+            order=trace.order,
+            has_hashes=trace.has_hashes,
+            has_sessions=trace.has_sessions,
+            block_size_tokens=trace.block_size_tokens,
+            notes=trace.notes,
+            converted_from=trace.converted_from,
+            units=1,
+            source=trace,
+        )
 
     @property
     def num_requests(self) -> int:
@@ -137,9 +163,13 @@ class Dataset:
 
     @property
     def block_accesses(self) -> int:
+        if self.source is not None:
+            return int(self.requests["n_blocks"].sum() or 0)
         return sum(p.block_accesses for p in self.parts)
 
     def describe(self) -> str:
+        if self.mode == "file":
+            return "one trace file"
         kind = "partitioned dataset" if self.mode == "partitioned" else "assembled dataset"
         return f"{kind} of {len(self.parts)} Parquet file(s)"
 
@@ -152,6 +182,8 @@ class Dataset:
 
     def load_trace(self, progress: Progress | None = None) -> Trace:
         """The whole trace in memory, block ids included, in analysis order."""
+        if self.source is not None:
+            return self.source
         progress = progress or Progress(enabled=False)
         if not self.has_hashes:
             return self.request_trace()
@@ -196,6 +228,9 @@ class Dataset:
         """
         if not self.has_hashes:
             return
+        if self.source is not None:
+            yield from _memory_blocks(self.source.requests["hash_ids"], batch_accesses)
+            return
         streams = [
             _PartStream(part, max(1, batch_accesses // max(len(self.parts), 1)))
             for part in self.parts
@@ -223,6 +258,25 @@ class Dataset:
             expected += ranks.shape[0]
             yield lens, _gather_rows(ids, starts, lens)
             heap = [(streams[i].head_rank(), i) for _, i in heap if not streams[i].done]
+
+
+def _memory_blocks(
+    hashes: pl.Series, batch_accesses: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(row lengths, ids) chunks of an in-memory ``hash_ids`` column, about batch_accesses each."""
+    lens = hashes.list.len().fill_null(0).to_numpy().astype(np.int64)
+    ends = np.cumsum(lens)
+    row = 0
+    while row < lens.shape[0]:
+        base = ends[row - 1] if row else 0
+        stop = int(np.searchsorted(ends, base + batch_accesses, side="right"))
+        stop = min(max(stop, row + 1), lens.shape[0])
+        piece = hashes.slice(row, stop - row).to_arrow()
+        flat = pa.concat_arrays(
+            [c.flatten() for c in (piece.chunks if isinstance(piece, pa.ChunkedArray) else [piece])]
+        )
+        yield lens[row:stop], flat.to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
+        row = stop
 
 
 def _offsets(

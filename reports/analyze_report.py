@@ -67,9 +67,33 @@ def _header(result: AnalysisResult) -> Table:
     if t.converted_from is not None:
         # The file read is the Parquet; the figures describe the trace it was made from.
         rows.insert(1, ("converted from", f"{t.converted_from.path} ({t.converted_from.format})"))
+    if t.dataset is not None:
+        traces = f", {t.dataset.traces} traces" if t.dataset.traces > 1 else ""
+        files = f"{t.dataset.files:,} Parquet file{'s' if t.dataset.files != 1 else ''}"
+        rows.insert(1, ("dataset", f"{files}, {t.dataset.mode}{traces}"))
+    rows.append(("figures", _figures(result)))
     for k, v in rows:
         head.add_row(k, v)
     return head
+
+
+def _figures(result: AnalysisResult) -> str:
+    """Which figures are exact and which sampled, with the rate and the stated error bound."""
+    sampling = result.trace.sampling
+    if sampling is None:
+        return "all exact"
+    bound = sampling.error_bound
+    stated = (
+        f"measured error at this rate {bound.hit_share_mean_abs_pp:.3g} pp mean / "
+        f"{bound.hit_share_max_abs_pp:.3g} pp max (hit share)"
+        if bound.hit_share_mean_abs_pp is not None and bound.hit_share_max_abs_pp is not None
+        else "error not measured at this rate"
+    )
+    return (
+        f"~ marks SAMPLED figures: LRU stack distances and memory-tier points above "
+        f"{sampling.exact_below_blocks:,} blocks (SHARDS, rate {sampling.rate:g}; {stated}); "
+        "everything else exact"
+    )
 
 
 def _kv_size(result: AnalysisResult) -> str:
@@ -82,7 +106,7 @@ def _kv_size(result: AnalysisResult) -> str:
     return text + (f", {fmt.size(kv.block_bytes)} per block" if kv.block_bytes else "")
 
 
-def _reuse_tables(r: ReuseMetrics) -> list[Table]:
+def _reuse_tables(r: ReuseMetrics, *, sampled: bool = False) -> list[Table]:
     from rich.table import Table
 
     shares = Table(title="Block reuse")
@@ -96,8 +120,16 @@ def _reuse_tables(r: ReuseMetrics) -> list[Table]:
         [
             ("requests", r.distance_requests, fmt.number),
             ("seconds", r.distance_seconds, fmt.number),
-            ("LRU stack (blocks)", r.distance_stack_blocks, fmt.number),
-            ("LRU stack (bytes)", r.distance_stack_bytes, fmt.size),
+            (
+                "~ LRU stack (blocks)" if sampled else "LRU stack (blocks)",
+                r.distance_stack_blocks,
+                fmt.number,
+            ),
+            (
+                "~ LRU stack (bytes)" if sampled else "LRU stack (bytes)",
+                r.distance_stack_bytes,
+                fmt.size,
+            ),
         ],
     )
     return [shares, dist]
@@ -136,7 +168,7 @@ def _memory_tier_table(result: AnalysisResult) -> Table:
         tier.add_column(c, justify="right")
     for p in result.memory_tier:
         tier.add_row(
-            fmt.size(p.capacity_bytes),
+            ("~ " if p.sampled else "") + fmt.size(p.capacity_bytes),
             fmt.number(p.capacity_blocks),
             fmt.share(p.lru_hit_share),
             fmt.share(p.share_of_ideal),
@@ -197,7 +229,7 @@ def render_summary(result: AnalysisResult, console: Console) -> None:
             "Only request sizes and arrival rate are reported below."
         )
     else:
-        for table in _reuse_tables(result.reuse):
+        for table in _reuse_tables(result.reuse, sampled=result.trace.sampled):
             console.print(table)
     if result.sessions is not None:
         console.print(_sessions_table(result.sessions))

@@ -48,7 +48,13 @@ def register(app: typer.Typer) -> None:
     @app.command("analyze")
     @cli_errors(flags=_FLAGS)
     def analyze(
-        trace: Annotated[Path, typer.Argument(help="Trace file (or Claude Code directory).")],
+        trace: Annotated[
+            Path,
+            typer.Argument(
+                help="Trace file, Claude Code directory, or a dataset: a directory or glob of "
+                "canonical Parquet files (fcctl convert --partition-by, fcctl synth).",
+            ),
+        ],
         format: FormatOpt = None,
         model: ModelOpt = "llama-3.1-8b",
         model_config: ModelConfigOpt = None,
@@ -106,6 +112,40 @@ def register(app: typer.Typer) -> None:
                 "below this (the smallest if all are larger).",
             ),
         ] = "256GiB",
+        memory_budget: Annotated[
+            str | None,
+            typer.Option(
+                "--memory-budget",
+                help="Memory the analysis may use, e.g. 8GiB. Exact when the trace fits; "
+                "otherwise the block figures take hash-partitioned exact passes and LRU stack "
+                "distances come from a SHARDS sample at a rate that fits (the output says "
+                "which figures are sampled). [default: 30% of this machine's memory]",
+            ),
+        ] = None,
+        sample_rate: Annotated[
+            float | None,
+            typer.Option(
+                "--sample-rate",
+                help="Estimate stack distances from a SHARDS sample at this rate (0 < R <= 1; "
+                "1 = exact) instead of the rate the memory budget picks.",
+            ),
+        ] = None,
+        engine: Annotated[
+            str,
+            typer.Option(
+                "--engine",
+                help="local (this process) or dask (a Dask cluster: a local one, or the one "
+                "--scheduler names; pip install 'fcctl[dask]').",
+            ),
+        ] = "local",
+        scheduler: Annotated[
+            str | None,
+            typer.Option(
+                "--scheduler",
+                help="With --engine dask: the scheduler's address, e.g. tcp://10.0.0.5:8786 "
+                "[default: start a local cluster].",
+            ),
+        ] = None,
         max_line_bytes: MaxLineBytesOpt = "64MiB",
         columns: ColumnsOpt = None,
         as_json: JsonOpt = False,
@@ -124,8 +164,11 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Measure block reuse, reuse distances, session KV sizes and memory-tier hit shares."""
-        from fcctl.analyzers.analyze import VerdictThresholds, analyze_trace, check_schedule_args
+        from fcctl.analyzers.analyze import VerdictThresholds, check_schedule_args
+        from fcctl.analyzers.bounded import analyze_dataset, check_engine, check_sample_rate
+        from fcctl.analyzers.dataset import Dataset, is_dataset_spec, open_dataset
         from fcctl.analyzers.readers import read_trace
+        from fcctl.common.errors import FcctlInputError
         from fcctl.common.paths import display_path
         from fcctl.common.progress import Progress
         from fcctl.common.signals import interrupts_raise
@@ -152,22 +195,62 @@ def register(app: typer.Typer) -> None:
                 ),
             )
             line_limit = parse_size(max_line_bytes, what="--max-line-bytes")
+            budget = (
+                parse_size(memory_budget, what="--memory-budget")
+                if memory_budget is not None
+                else None
+            )
+            if sample_rate is not None:
+                check_sample_rate(sample_rate)
+            check_engine(engine, scheduler)
             if out is not None:
                 check_analyze_out_dir(out, force=force)
+            dataset_input = is_dataset_spec(trace)
+            if dataset_input and (columns is not None or format not in (None, "parquet")):
+                raise FcctlInputError(
+                    f"format: {display_path(trace)} is a dataset of canonical Parquet files; "
+                    "--format and --columns apply to one trace file (convert it first)",
+                    parameter="format",
+                )
             with Progress(enabled=True) as progress:
-                parsed = read_trace(
-                    trace, format, progress=progress, max_line_bytes=line_limit, columns=columns
-                )
-                result = analyze_trace(
-                    parsed,
-                    geometry=geometry,
-                    memory_capacities_bytes=capacities,
-                    progress=progress,
-                    rate_requests_per_s=rate,
-                    concurrent_sessions=concurrent_sessions,
-                    seed=seed,
-                    thresholds=thresholds,
-                )
+                if engine == "dask":
+                    from fcctl.analyzers.dask_engine import analyze_dask
+
+                    result = analyze_dask(
+                        trace,
+                        geometry=geometry,
+                        scheduler=scheduler,
+                        memory_budget_bytes=budget,
+                        sample_rate=sample_rate,
+                        memory_capacities_bytes=capacities,
+                        progress=progress,
+                        thresholds=thresholds,
+                    )
+                else:
+                    if dataset_input:
+                        data = open_dataset(trace, progress)
+                    else:
+                        data = Dataset.from_trace(
+                            read_trace(
+                                trace,
+                                format,
+                                progress=progress,
+                                max_line_bytes=line_limit,
+                                columns=columns,
+                            )
+                        )
+                    result = analyze_dataset(
+                        data,
+                        geometry=geometry,
+                        memory_budget_bytes=budget,
+                        sample_rate=sample_rate,
+                        memory_capacities_bytes=capacities,
+                        progress=progress,
+                        rate_requests_per_s=rate,
+                        concurrent_sessions=concurrent_sessions,
+                        seed=seed,
+                        thresholds=thresholds,
+                    )
             if out is not None:
                 names = write_out_dir(result, out, force=force)
                 print(f"wrote {display_path(out)}: {', '.join(names)}", file=sys.stderr)
