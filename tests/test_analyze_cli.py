@@ -94,7 +94,12 @@ def test_json_keys_and_types_claude_code() -> None:
         "duration_s",
         "schedule",
         "converted_from",
+        "sampled",
+        "sample_rate",
+        "sampling",
+        "dataset",
     }
+    assert t["sampled"] is False and t["sample_rate"] is None and t["sampling"] is None
     assert t["format"] == "claude-code" and t["sessions_inferred"] is False
     assert isinstance(t["sessions"], int) and t["block_size_tokens"] == 64
     assert doc["kv"] == {

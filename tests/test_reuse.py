@@ -71,6 +71,7 @@ def test_no_hashes_reports_sizes_only() -> None:
             "lru_hit_share": None,
             "share_of_ideal": None,
             "ssd_reuse_share": None,
+            "sampled": False,
         }
     ]
     # inputs [10,20,30,40]: p50 h=1.5 -> 25; KV = x10 bytes -> 250
