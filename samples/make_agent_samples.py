@@ -24,8 +24,10 @@ Run from the repository root: python3 samples/make_agent_samples.py
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -95,15 +97,14 @@ def tracelab(rng: random.Random) -> None:
     write_jsonl("tracelab_rounds.jsonl", rows)
 
 
+def counter() -> Callable[[int], list[int]]:
+    """``fresh(n)``: the next ``n`` integers of a sequence starting at 0 (new block ids)."""
+    taken = itertools.count()
+    return lambda n: [next(taken) for _ in range(n)]
+
+
 def dynamo(rng: random.Random) -> None:
-    next_id = 0
-
-    def fresh(n: int) -> list[int]:
-        nonlocal next_id
-        ids = list(range(next_id, next_id + n))
-        next_id += n
-        return ids
-
+    fresh = counter()
     system = fresh(6)  # a system prompt of 6 blocks shared by both agents
     rows = []
     for number, start_ms in enumerate((0, 2400)):
@@ -144,13 +145,7 @@ def dynamo(rng: random.Random) -> None:
 
 def qwen(rng: random.Random) -> None:
     prefix_ids: dict[tuple[int, ...], int] = {}
-    next_content = 0
-
-    def fresh(n: int) -> list[int]:
-        nonlocal next_content
-        blocks = list(range(next_content, next_content + n))
-        next_content += n
-        return blocks
+    fresh = counter()
 
     def hash_ids(blocks: list[int]) -> list[int]:
         return [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import array
 import errno
+import io
 import math
 import os
 import stat
@@ -365,6 +366,23 @@ def iter_lines(
             yield lineno + 1, tail
     if not seen:
         raise fail(path, None, "file is empty (no records)")
+
+
+def read_csv_text(
+    path: Path, *, progress: Progress | None = None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> pl.DataFrame:
+    """A CSV file (plain or gzip) as a table of strings, header names stripped of spaces/BOM.
+
+    Read through :func:`iter_lines`, so the line limit and the gzip checks hold; every cell is
+    a string (an empty cell is null), for the reader to parse and check by its own rules.
+    """
+    lines = iter_lines(path, progress=progress, max_line_bytes=max_line_bytes)
+    text = b"\n".join(line for _, line in lines)
+    try:
+        table = pl.read_csv(io.BytesIO(text), infer_schema=False)
+    except (pl.exceptions.PolarsError, ValueError) as e:
+        raise fail(path, None, f"unreadable CSV ({' '.join(str(e).split())[:120]})") from None
+    return table.rename({c: c.strip().lstrip("\ufeff") for c in table.columns})
 
 
 def iter_json_lines(

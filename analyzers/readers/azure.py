@@ -8,7 +8,6 @@ arrival rate can be measured, KV reuse cannot.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +17,8 @@ from fcctl.analyzers.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
     build_frame,
     fail,
-    iter_lines,
     null_hash_column,
+    read_csv_text,
     show,
     stable_time_order,
 )
@@ -41,13 +40,7 @@ class AzureReader:
     def read(
         self, path: Path, progress: Progress, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     ) -> Trace:
-        lines = iter_lines(path, progress=progress, max_line_bytes=max_line_bytes)
-        text = b"\n".join(line for _, line in lines)
-        try:
-            table = pl.read_csv(io.BytesIO(text), infer_schema=False)
-        except (pl.exceptions.PolarsError, ValueError) as e:
-            raise fail(path, None, f"unreadable CSV ({' '.join(str(e).split())[:120]})") from None
-        table = table.rename({c: c.strip().lstrip("\ufeff") for c in table.columns})
+        table = read_csv_text(path, progress=progress, max_line_bytes=max_line_bytes)
         for name in HEADER:
             if name not in table.columns:
                 raise fail(path, "header", f"missing column {name!r}; got {table.columns!r}")

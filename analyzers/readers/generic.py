@@ -46,7 +46,6 @@ else, with sessions, the 0-based position of the request in its session in time 
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -67,10 +66,10 @@ from fcctl.analyzers.readers._common import (
     fail,
     hash_column,
     iter_json_lines,
-    iter_lines,
     loads,
     null_hash_column,
     open_regular,
+    read_csv_text,
     read_head,
     show,
     stable_time_order,
@@ -193,13 +192,7 @@ def _rows(
             yield f"line {lineno}", record
         return
     if kind == "csv":
-        lines = iter_lines(path, progress=progress, max_line_bytes=max_line_bytes)
-        data = b"\n".join(line for _, line in lines)
-        try:
-            table = pl.read_csv(io.BytesIO(data), infer_schema=False)
-        except (pl.exceptions.PolarsError, ValueError) as e:
-            raise fail(path, None, f"unreadable CSV ({' '.join(str(e).split())[:120]})") from None
-        table = table.rename({c: c.strip().lstrip("\ufeff") for c in table.columns})
+        table = read_csv_text(path, progress=progress, max_line_bytes=max_line_bytes)
         check_header(table.columns, "the CSV header")
         base = 1
     else:
