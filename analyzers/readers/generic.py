@@ -378,7 +378,11 @@ class GenericReader:
             frame = frame.with_columns(
                 pl.int_range(pl.len()).over("session_id").cast(pl.Int32).alias("turn")
             )
-        shown = ",".join(f"{k}={v}" for k, v in mapping.columns.items())
+        settings = {"timestamp_unit": mapping.timestamp_unit, "block_size": mapping.block_size}
+        shown = ",".join(
+            [f"{k}={v}" for k, v in mapping.columns.items()]
+            + [f"{k}={v}" for k, v in settings.items() if v is not None]
+        )
         notes = [f"generic {kind} log read through --columns {shown}"]
         if not has("session"):
             notes.append("no session column (session=): the log names no sessions")
