@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from fcctl.cli import app
 from tests.analyze_helpers import one_line_exit_2 as _one_line_exit_2
 from tests.conftest import SAMPLES
+from tests.test_readers_issue10 import GENERIC_SAMPLE_MAP
 
 runner = CliRunner()
 MOONCAKE = SAMPLES / "mooncake_conversation_2k.jsonl"
@@ -52,11 +53,14 @@ def test_convert_checks_output_before_parsing(tmp_path: Path) -> None:
 
 
 TRACE_SAMPLES = sorted(p.name for p in SAMPLES.iterdir() if p.suffix not in (".md", ".py"))
+# A log of no known format is read through its column mapping (samples/README.md).
+SAMPLE_ARGS = {"generic_log.csv": ["--columns", GENERIC_SAMPLE_MAP]}
 
 
 @pytest.mark.parametrize("sample", TRACE_SAMPLES)
 def test_piped_summary_fits_80_columns(sample: str) -> None:
-    result = runner.invoke(app, ["analyze", str(SAMPLES / sample)], env={"COLUMNS": "80"})
+    args = ["analyze", str(SAMPLES / sample), *SAMPLE_ARGS.get(sample, [])]
+    result = runner.invoke(app, args, env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80

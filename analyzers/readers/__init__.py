@@ -120,7 +120,8 @@ def detect_format(path: str | Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BY
         path,
         None,
         f"unknown trace format (expected one of {', '.join(FORMATS)}; "
-        f"pass --format to choose); got first bytes {show(first[:60])}",
+        f"pass --format to choose, or --columns to map a log's columns); got first bytes "
+        f"{show(first[:60])}",
     )
 
 
