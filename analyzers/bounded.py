@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,6 +130,13 @@ MEASURED_ON = (
     "benchmarks/shards_error.py: whole Claude Code trace (94 M accesses), Mooncake "
     "conversation and synthetic; largest error of the three at this rate (docs/analyze.md)"
 )
+# The same table's rows with exact head 0 (pure SHARDS: every capacity sampled), for an
+# analysis that cannot afford the exact head's ordered pass (the Dask engine without it).
+MEASURED_ERROR_NO_HEAD: dict[float, tuple[float, float, float]] = {
+    0.1: (2.952, 4.156, 0.151),
+    0.01: (3.518, 5.031, 0.281),
+    0.001: (11.046, 23.943, 0.440),
+}
 
 SAMPLED_FIGURES = (
     "reuse_distance.stack_blocks",
@@ -173,16 +180,21 @@ def head_blocks(rate: float) -> int:
     return min(math.ceil(DEFAULT_MIN_SAMPLED_BLOCKS / rate), DEFAULT_MAX_EXACT_BLOCKS)
 
 
-def error_bound(rate: float) -> ErrorBound:
-    """The measured error of the largest measured rate at or below ``rate`` (conservative)."""
+def error_bound(rate: float, *, exact_head: bool = True) -> ErrorBound:
+    """The measured error of the largest measured rate at or below ``rate`` (conservative).
+
+    ``exact_head``: whether capacities up to :func:`head_blocks` are counted exactly (the
+    default plan); without the head the pure-SHARDS rows (:data:`MEASURED_ERROR_NO_HEAD`).
+    """
     if rate >= 1:
         return ErrorBound(0.0, 0.0, 0.0, "exact (rate 1)")
     below = [r for r in MEASURED_RATES if r <= rate]
     if not below:
         return ErrorBound(None, None, None, f"rate {rate:g} is below the measured rates")
     r = max(below)
-    mean, worst, rel = MEASURED_ERROR[r]
-    return ErrorBound(mean, worst, rel, f"{MEASURED_ON}; measured at rate {r:g}")
+    mean, worst, rel = (MEASURED_ERROR if exact_head else MEASURED_ERROR_NO_HEAD)[r]
+    head = "" if exact_head else "; pure SHARDS (exact head 0)"
+    return ErrorBound(mean, worst, rel, f"{MEASURED_ON}; measured at rate {r:g}{head}")
 
 
 @dataclass(frozen=True)
@@ -411,6 +423,35 @@ class BlockTotals:
             self.session_distinct += distinct_blocks_per_session(acc, session, self.num_sessions)
         return rp.stack_count
 
+    def add_totals(self, other: BlockTotals) -> None:
+        """Add the totals of other buckets (disjoint from this one's, e.g. a Dask partition's).
+
+        Every figure is a sum over blocks, so totals of disjoint bucket sets add up to those of
+        their union, whatever the grouping.
+        """
+        if (other.num_requests, other.num_sessions) != (self.num_requests, self.num_sessions):
+            raise ValueError(
+                f"block totals of {other.num_requests} requests and {other.num_sessions} "
+                f"sessions cannot be added to {self.num_requests} and {self.num_sessions}"
+            )
+        assert self.request_count is not None and other.request_count is not None
+        assert self.reused_per_request is not None and other.reused_per_request is not None
+        assert self.session_distinct is not None and other.session_distinct is not None
+        assert other.seconds_values is not None and other.seconds_counts is not None
+        self.accesses += other.accesses
+        self.distinct_blocks += other.distinct_blocks
+        self.once_only_blocks += other.once_only_blocks
+        self.request_count += other.request_count
+        self.reused_per_request += other.reused_per_request
+        self.session_distinct += other.session_distinct
+        if other.seconds_hist is not None:
+            self.seconds_hist = (
+                other.seconds_hist.copy()
+                if self.seconds_hist is None
+                else self.seconds_hist + other.seconds_hist
+            )
+        self._add_seconds(other.seconds_values, other.seconds_counts)
+
     def _add_seconds(self, values: np.ndarray, counts: np.ndarray) -> None:
         assert self.seconds_values is not None and self.seconds_counts is not None
         v = np.concatenate([self.seconds_values, values])
@@ -595,23 +636,30 @@ def analyze_dataset(
     )
 
 
-def _analyze_bounded(
+#: The passes over the block ids of the bounded analysis: ``(dataset, plan, timestamp_s per
+#: request, session index per request or None, number of sessions, progress)`` -> (the SHARDS
+#: result, the exact block totals). :func:`_local_passes` here; the Dask engine's on a cluster.
+BoundedPasses = Callable[
+    [Dataset, MemoryPlan, np.ndarray, np.ndarray | None, int, Progress],
+    tuple[SampledStack, BlockTotals],
+]
+
+
+def seconds_values_limit(budget_bytes: int) -> int:
+    """How many distinct reuse distances in seconds the exact totals may hold in a budget."""
+    return max(budget_bytes // 4 // 16, 1 << 20)
+
+
+def _local_passes(
     dataset: Dataset,
     plan: MemoryPlan,
-    *,
-    geometry: KvGeometry,
-    capacities: Sequence[int],
+    timestamp_s: np.ndarray,
+    session: np.ndarray | None,
+    n_sessions: int,
     progress: Progress,
-    thresholds: VerdictThresholds,
-    summary: DatasetSummary | None,
-) -> AnalysisResult:
-    started = utc_now()
+) -> tuple[SampledStack, BlockTotals]:
+    """The SHARDS pass and ``plan.block_passes`` bucket passes, each over the ordered stream."""
     assert plan.sample_rate is not None
-    trace = dataset.request_trace()
-    requests = _request_figures(trace, geometry.bytes_per_token)
-    block_tokens = int(trace.block_size_tokens)
-    block_bytes = geometry.bytes_per_block(block_tokens)
-    n_req = dataset.num_requests
     total = dataset.block_accesses
 
     def stream(task_name: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -627,22 +675,47 @@ def _analyze_bounded(
         rate=plan.sample_rate,
         exact_below_blocks=plan.exact_below_blocks,
     )
-    session = None
-    ids: list[str] = []
-    n_sessions = 0
-    if trace.has_sessions:
-        session, ids, n_sessions = session_index_from_ids(trace.requests["session_id"])
     totals = BlockTotals(
-        n_req,
+        dataset.num_requests,
         n_sessions,
-        max_seconds_values=max(plan.budget_bytes // 4 // 16, 1 << 20),
+        max_seconds_values=seconds_values_limit(plan.budget_bytes),
     )
     for p in range(plan.block_passes):
         sub_ids, sub_lens = bucket_stream(
             stream(f"exact block pass {p + 1}/{plan.block_passes}"), plan.block_passes, p
         )
-        totals.add_bucket(sub_ids, sub_lens, requests.timestamp_s, session)
+        totals.add_bucket(sub_ids, sub_lens, timestamp_s, session)
         del sub_ids, sub_lens
+    return sampled, totals
+
+
+def _analyze_bounded(
+    dataset: Dataset,
+    plan: MemoryPlan,
+    *,
+    geometry: KvGeometry,
+    capacities: Sequence[int],
+    progress: Progress,
+    thresholds: VerdictThresholds,
+    summary: DatasetSummary | None,
+    passes: BoundedPasses | None = None,
+) -> AnalysisResult:
+    """The bounded plan's result; ``passes`` computes the sample and the block totals."""
+    started = utc_now()
+    assert plan.sample_rate is not None
+    trace = dataset.request_trace()
+    requests = _request_figures(trace, geometry.bytes_per_token)
+    block_tokens = int(trace.block_size_tokens)
+    block_bytes = geometry.bytes_per_block(block_tokens)
+    total = dataset.block_accesses
+    session = None
+    ids: list[str] = []
+    n_sessions = 0
+    if trace.has_sessions:
+        session, ids, n_sessions = session_index_from_ids(trace.requests["session_id"])
+    sampled, totals = (passes or _local_passes)(
+        dataset, plan, requests.timestamp_s, session, n_sessions, progress
+    )
     if totals.accesses != total:  # pragma: no cover - the buckets partition the stream
         raise RuntimeError(f"bounded analysis: buckets hold {totals.accesses} of {total} accesses")
     sampled = sampled.with_distinct_blocks(totals.distinct_blocks)
@@ -730,7 +803,7 @@ def _analyze_bounded(
         block_passes=plan.block_passes,
         sampled_figures=SAMPLED_FIGURES,
         exact_figures=EXACT_FIGURES,
-        error_bound=error_bound(sampled.rate),
+        error_bound=error_bound(sampled.rate, exact_head=sampled.exact_below_blocks > 0),
     )
     bound = sampling.error_bound
     stated = (

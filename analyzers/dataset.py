@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import glob as globlib
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fcctl.analyzers.readers._common import TraceFormatError, check_file, fail, missing
-from fcctl.analyzers.readers.parquet import ParquetReader
+from fcctl.analyzers.readers.parquet import PARQUET_MAGIC, ParquetReader
 from fcctl.analyzers.schema import Order, SourceTrace, Trace, table_columns
 from fcctl.analyzers.trace_metadata import PartitionMetadata, TraceMetadata
 from fcctl.common.paths import display_path
@@ -78,14 +78,28 @@ def is_dataset_spec(spec: str | Path) -> bool:
     return False
 
 
+def _is_parquet_file(path: Path) -> bool:
+    """A regular file that starts with the Parquet magic bytes."""
+    if not path.is_file():  # before opening: a FIFO would block
+        return False
+    try:
+        with path.open("rb") as f:
+            return f.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC
+    except OSError:
+        return False
+
+
 def dataset_files(spec: str | Path) -> list[Path]:
     """The Parquet files of ``spec`` (directory: ``**/*.parquet``; else a glob), sorted by path.
 
     Hidden files and folders (names starting with ``.`` or ``_``, such as Spark's
     ``_SUCCESS`` or a temporary ``.fcctl-*``) are skipped. Every file must be a regular file.
+    One Parquet file (a regular file starting with ``PAR1``) is a dataset of that one file.
     """
     text = str(spec)
     path = Path(text)
+    if _is_parquet_file(path):
+        return [path]
     if path.is_dir():
         found = [
             p
@@ -382,18 +396,32 @@ class _Unit:
     info: TraceMetadata
 
 
-def open_dataset(spec: str | Path, progress: Progress | None = None) -> Dataset:
-    """Read and check every file of ``spec`` and build the request table (module docstring)."""
+def _read_file(path: Path) -> _File:
+    """One file read and checked (:meth:`ParquetReader.read_part`), its block ids dropped."""
+    frame, info, part, _ = ParquetReader().read_part(path)
+    n_blocks = frame["hash_ids"].list.len().fill_null(0).cast(pl.Int64).alias("n_blocks")
+    return _File(path, frame.drop("hash_ids").with_columns(n_blocks), info, part)
+
+
+#: How :func:`open_dataset` applies its per-file read to the files: ``map_files(read, files)``
+#: yields ``read(f)`` for every file, in the files' order (the builtin ``map`` by default; the
+#: Dask engine runs the reads on its workers). An error a read raises is raised as it is.
+MapFiles = Callable[[Callable[[Path], _File], Sequence[Path]], Iterable[_File]]
+
+
+def open_dataset(
+    spec: str | Path, progress: Progress | None = None, *, map_files: MapFiles | None = None
+) -> Dataset:
+    """Read and check every file of ``spec`` and build the request table (module docstring).
+
+    ``map_files`` runs the per-file reads (:data:`MapFiles`; default: one after another here).
+    """
     progress = progress or Progress(enabled=False)
     files = dataset_files(spec)
-    reader = ParquetReader()
     read: list[_File] = []
     with progress.task("reading dataset parts", len(files)) as task:
-        for i, path in enumerate(files):
-            frame, info, part, _ = reader.read_part(path)
-            n_blocks = frame["hash_ids"].list.len().fill_null(0).cast(pl.Int64).alias("n_blocks")
-            read.append(_File(path, frame.drop("hash_ids").with_columns(n_blocks), info, part))
-            del frame
+        for i, f in enumerate((map_files or map)(_read_file, files)):
+            read.append(f)
             task.update(i + 1)
     units = _units(read)
     label = str(spec)
