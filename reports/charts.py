@@ -48,6 +48,14 @@ def _save(fig: Any, path: Path) -> None:
         fig.savefig(path, dpi=110)
 
 
+def _sampled_label(result: AnalysisResult) -> str:
+    """`` (stack distances sampled, SHARDS R=...)`` for a bounded analysis, else nothing."""
+    sampling = result.trace.sampling
+    if sampling is None:
+        return ""
+    return f" (LRU stack sampled: SHARDS R={sampling.rate:g})"
+
+
 def reuse_distance_cdf(result: AnalysisResult, path: Path) -> bool:
     """CDF of reuse distance: stack distance (bytes), requests, seconds. False if no reuse."""
     cdf = result.tables.cdf
@@ -73,7 +81,9 @@ def reuse_distance_cdf(result: AnalysisResult, path: Path) -> bool:
         ax.set_xlabel(label)
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("share of re-accesses")
-    fig.suptitle(_drawable(f"Reuse distance CDF: {Path(result.trace.path).name}"))
+    fig.suptitle(
+        _drawable(f"Reuse distance CDF: {Path(result.trace.path).name}{_sampled_label(result)}")
+    )
     _save(fig, path)
     plt.close(fig)
     return True
@@ -151,7 +161,7 @@ def memory_tier_curve(result: AnalysisResult, path: Path) -> bool:
     ax.set_ylim(0, 1.02)
     ax.set_xlabel(_drawable(f"memory capacity (GiB, {result.kv.model})"))
     ax.set_ylabel("share of block accesses")
-    ax.set_title("Memory-tier hit curve")
+    ax.set_title("Memory-tier hit curve" + _sampled_label(result))
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", framealpha=0.9)  # the curve sits low or high by trace
     _save(fig, path)
