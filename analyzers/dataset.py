@@ -36,8 +36,8 @@ which merges the files by analysis position so that memory holds one batch per f
 
 from __future__ import annotations
 
+import errno
 import glob as globlib
-import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +52,7 @@ from fcctl.analyzers.readers._common import TraceFormatError, check_file, fail, 
 from fcctl.analyzers.readers.parquet import PARQUET_MAGIC, ParquetReader
 from fcctl.analyzers.schema import Order, SourceTrace, Trace, table_columns
 from fcctl.analyzers.trace_metadata import PartitionMetadata, TraceMetadata
+from fcctl.common.errors import FcctlInputError
 from fcctl.common.paths import display_path
 from fcctl.common.progress import Progress
 
@@ -245,20 +246,29 @@ class Dataset:
         if self.source is not None:
             yield from _memory_blocks(self.source.requests["hash_ids"], batch_accesses)
             return
-        streams = [
-            _PartStream(part, max(1, batch_accesses // max(len(self.parts), 1)))
-            for part in self.parts
-        ]
-        heap = [(s.head_rank(), i) for i, s in enumerate(streams) if not s.done]
-        heapq.heapify(heap)
+        _raise_open_files_limit(len(self.parts) + 64)
+        per_file = max(1, batch_accesses // max(len(self.parts), 1))
+        # Parts in order of their first position; a part is opened when the merge reaches it
+        # and closed when it is done, so only parts whose ranges overlap are open at once.
+        pending = sorted(self.parts, key=lambda p: int(p.rank[0]))
+        nxt = 0
+        active: list[_PartStream] = []
         expected = 0
-        while heap:
+        while active or nxt < len(pending):
+            if not active:
+                active.append(_PartStream(pending[nxt], per_file))
+                nxt += 1
             # Every buffered row ranked at most the lowest "last buffered rank" can go: no
-            # unread row of any file ranks below it (each file's ranks increase).
-            watermark = min(streams[i].last_rank() for _, i in heap)
-            pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-            for _, i in heap:
-                pieces.append(streams[i].take_until(watermark))
+            # unread row of an open part ranks below it (each part's ranks increase), nor any
+            # row of a part not yet opened (opened below when it starts at or before it).
+            watermark = min(s.last_rank() for s in active)
+            while nxt < len(pending) and int(pending[nxt].rank[0]) <= watermark:
+                stream = _PartStream(pending[nxt], per_file)
+                nxt += 1
+                active.append(stream)
+                watermark = min(watermark, stream.last_rank())
+            pieces = [s.take_until(watermark) for s in active]
+            active = [s for s in active if not s.done]
             ranks = np.concatenate([p[0] for p in pieces])
             lens = np.concatenate([p[1] for p in pieces])
             ids = np.concatenate([p[2] for p in pieces])
@@ -270,8 +280,21 @@ class Dataset:
             ):  # pragma: no cover - open_dataset checked the ranks cover 0..N-1
                 raise RuntimeError("dataset merge: analysis positions are not consecutive")
             expected += ranks.shape[0]
-            yield lens, _gather_rows(ids, starts, lens)
-            heap = [(streams[i].head_rank(), i) for _, i in heap if not streams[i].done]
+            if ranks.shape[0]:
+                yield lens, _gather_rows(ids, starts, lens)
+
+
+def _raise_open_files_limit(needed: int) -> None:
+    """Raise this process's soft limit of open files towards ``needed`` (up to the hard one)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ImportError, ValueError, OSError):  # pragma: no cover - not POSIX, or refused
+        pass
 
 
 def _memory_blocks(
@@ -320,7 +343,16 @@ class _PartStream:
 
     def __init__(self, part: DatasetPart, batch_accesses: int) -> None:
         self.part = part
-        self._file = pq.ParquetFile(part.path)
+        try:
+            self._file = pq.ParquetFile(part.path)
+        except OSError as e:
+            if e.errno == errno.EMFILE:
+                raise FcctlInputError(
+                    f"{display_path(part.path)}: too many dataset parts overlap in analysis "
+                    "order to be open at once (the process's open-file limit); write the "
+                    "dataset with fewer --partitions or raise `ulimit -n`"
+                ) from None
+            raise fail(part.path, None, f"cannot open ({e.strerror})") from None
         mean = max(part.block_accesses / max(part.rows, 1), 1.0)
         rows = int(min(max(batch_accesses / mean, 1), 1 << 20))
         self._batches = self._file.iter_batches(columns=["hash_ids"], batch_size=rows)

@@ -316,3 +316,33 @@ def test_cli_refuses_format_flags_on_a_dataset(tmp_path: Path) -> None:
     d = _parts(tmp_path)
     line = one_line_exit_2(_run(str(d), "--format", "mooncake"))
     assert "--format" in line and "dataset" in line
+
+
+def test_many_overlapping_parts_within_the_open_file_limit(tmp_path: Path) -> None:
+    """Interleaved parts are all open at once: raised to the hard limit, or a clear exit 2."""
+    import resource
+    import subprocess
+    import sys
+
+    write_synth(tmp_path / "s", "chat", 1500, 300, seed=2, partition_rows=1500)
+    trace = open_dataset(tmp_path / "s").load_trace()
+    write_partitioned(trace, tmp_path / "ds", by="session-hash", partitions=200)
+    parts = len(dataset_files(tmp_path / "ds"))
+    assert parts > 120
+    _, ids = _stream(open_dataset(tmp_path / "ds"), 10_000)
+    assert np.array_equal(ids, _flat(trace))
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96))
+
+    code = (
+        "import sys; from fcctl.cli import main; "
+        f"sys.argv = ['fcctl', 'analyze', {str(tmp_path / 'ds')!r}, '--sample-rate', '0.5']; "
+        "main()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=low_limit
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "too many dataset parts" in lines[0]
