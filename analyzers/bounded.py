@@ -23,7 +23,8 @@
   - *LRU stack distances and the memory tier are sampled* (SHARDS, :mod:`.shards`): fixed-rate
     at the largest of :data:`MEASURED_RATES` whose sample fits the budget (or
     ``--sample-rate``), with capacities up to ``exact_below_blocks`` counted exactly by a
-    bounded-depth LRU over every access. A stack distance only exists against the whole
+    bounded-depth LRU over every access (:func:`head_blocks`: at least the largest reported
+    capacity, so the memory-tier points are exact up to 4 Mi blocks). A stack distance only exists against the whole
     ordered stream, so it cannot be summed over buckets; the sample is the bounded way. The
     estimator's re-access total is the exact one of the bucket passes.
   - *Session inference* (traces without session ids) needs the whole stream and is not done:
@@ -175,9 +176,15 @@ def default_memory_budget() -> int:
     return int(machine_memory_bytes() * DEFAULT_BUDGET_SHARE)
 
 
-def head_blocks(rate: float) -> int:
-    """The exact head's depth for ``rate``: ``ceil(1024 / rate)``, at most 4 Mi blocks."""
-    return min(math.ceil(DEFAULT_MIN_SAMPLED_BLOCKS / rate), DEFAULT_MAX_EXACT_BLOCKS)
+def head_blocks(rate: float, at_least: int = 0) -> int:
+    """The exact head's depth: ``max(ceil(1024 / rate), at_least)``, at most 4 Mi blocks.
+
+    ``at_least`` is the largest capacity the analysis reports (blocks): counting up to it
+    exactly costs about 48 bytes a block, so every reported memory-tier point is exact up to
+    4 Mi blocks (32 TiB of 8 MiB blocks).
+    """
+    want = max(math.ceil(DEFAULT_MIN_SAMPLED_BLOCKS / rate), int(at_least))
+    return min(want, DEFAULT_MAX_EXACT_BLOCKS)
 
 
 def error_bound(rate: float, *, exact_head: bool = True) -> ErrorBound:
@@ -215,6 +222,17 @@ class MemoryPlan:
             f"bounded: {self.block_passes} exact block pass(es), stack distances sampled at "
             f"rate {self.sample_rate:g} (exact below {self.exact_below_blocks:,} blocks)"
         )
+
+
+def largest_capacity_blocks(
+    dataset: Dataset, geometry: KvGeometry, capacities_bytes: Sequence[int] | None
+) -> int:
+    """The largest memory-tier capacity the analysis reports, in blocks (0 without blocks)."""
+    block = int(dataset.block_size_tokens)
+    if block <= 0:
+        return 0
+    caps = capacities_bytes or DEFAULT_MEMORY_CAPACITIES_BYTES
+    return max(caps) // geometry.bytes_per_block(block)
 
 
 def check_budget(value: object, name: str = "memory_budget") -> int:
@@ -266,13 +284,19 @@ def check_engine(engine: str, scheduler: str | None) -> None:
 
 
 def plan_memory(
-    requests: int, accesses: int, budget_bytes: int, *, sample_rate: float | None = None
+    requests: int,
+    accesses: int,
+    budget_bytes: int,
+    *,
+    sample_rate: float | None = None,
+    exact_capacity_blocks: int = 0,
 ) -> MemoryPlan:
     """The plan for a trace of ``requests`` requests and ``accesses`` block accesses.
 
     Exact in memory when it fits and no ``sample_rate`` is asked; otherwise the bounded plan
-    at ``sample_rate`` or the largest measured rate that fits. A budget that fits not even
-    the smallest measured rate (or the asked one) is an error naming what it would need.
+    at ``sample_rate`` or the largest measured rate that fits, with an exact head at least
+    ``exact_capacity_blocks`` deep (:func:`head_blocks`). A budget that fits not even the
+    smallest measured rate (or the asked one) is an error naming what it would need.
     """
     budget = check_budget(budget_bytes)
     if sample_rate is not None:
@@ -284,7 +308,8 @@ def plan_memory(
 
     def shards_bytes(rate: float) -> int:
         sampled = math.ceil(accesses * rate)
-        return fixed + sampled * BYTES_PER_SAMPLED_ACCESS + head_blocks(rate) * BYTES_PER_HEAD_BLOCK
+        head = head_blocks(rate, exact_capacity_blocks)
+        return fixed + sampled * BYTES_PER_SAMPLED_ACCESS + head * BYTES_PER_HEAD_BLOCK
 
     rates = (sample_rate,) if sample_rate is not None else MEASURED_RATES
     rate = next((r for r in rates if shards_bytes(r) <= budget), None)
@@ -303,7 +328,8 @@ def plan_memory(
         )
     passes = max(1, math.ceil(accesses * BYTES_PER_BUCKET_ACCESS / room))
     peak = max(shards_bytes(rate), fixed + math.ceil(accesses / passes) * BYTES_PER_BUCKET_ACCESS)
-    return MemoryPlan(budget, False, passes, rate, head_blocks(rate), peak)
+    head = head_blocks(rate, exact_capacity_blocks)
+    return MemoryPlan(budget, False, passes, rate, head, peak)
 
 
 # --- the bucket passes ----------------------------------------------------------------------
@@ -590,7 +616,11 @@ def analyze_dataset(
     check_geometry(geometry)
     budget = default_memory_budget() if memory_budget_bytes is None else memory_budget_bytes
     plan = plan_memory(
-        dataset.num_requests, dataset.block_accesses, budget, sample_rate=sample_rate
+        dataset.num_requests,
+        dataset.block_accesses,
+        budget,
+        sample_rate=sample_rate,
+        exact_capacity_blocks=largest_capacity_blocks(dataset, geometry, memory_capacities_bytes),
     )
     summary = (
         None

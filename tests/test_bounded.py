@@ -84,8 +84,20 @@ def test_bounded_figures_equal_the_exact_ones(synth_dir: Path, rate: float, pass
     bounded = analyze_dataset(
         ds, geometry=GEOMETRY, memory_budget_bytes=_budget(ds, passes), sample_rate=rate
     )
+    assert not any(p.sampled for p in bounded.memory_tier)
     _compare(exact, bounded, passes=passes)
     assert any("bounded memory" in n for n in bounded.notes)
+
+
+def test_capacities_past_the_exact_head_are_sampled_within_the_bound(synth_dir: Path) -> None:
+    ds = open_dataset(synth_dir)
+    # 64 TiB is 8 Mi blocks of 8 MiB, past the exact head's 4 Mi-block cap: a sampled point.
+    caps = [16 << 30, 64 << 30, 64 << 40]
+    exact = analyze_trace(ds.load_trace(), geometry=GEOMETRY, memory_capacities_bytes=caps)
+    bounded = analyze_dataset(ds, geometry=GEOMETRY, sample_rate=0.1, memory_capacities_bytes=caps)
+    assert [p.sampled for p in bounded.memory_tier] == [False, False, True]
+    assert bounded.trace.sampling is not None
+    _compare(exact, bounded, passes=bounded.trace.sampling.block_passes)
 
 
 def test_bounded_on_a_trace_in_memory_without_sessions() -> None:
@@ -133,6 +145,8 @@ def test_plan_memory() -> None:
     big = plan_memory(690_000, 1_000_000_000, 8 << 30)
     assert not big.exact and big.sample_rate in MEASURED_RATES and big.block_passes >= 2
     assert big.exact_below_blocks == head_blocks(big.sample_rate)
+    deep = plan_memory(690_000, 1_000_000_000, 8 << 30, exact_capacity_blocks=131072)
+    assert deep.exact_below_blocks == max(131072, head_blocks(deep.sample_rate))
     smaller = plan_memory(690_000, 1_000_000_000, 2 << 30)
     assert smaller.sample_rate is not None and smaller.sample_rate < big.sample_rate
     assert smaller.block_passes > big.block_passes
@@ -168,7 +182,10 @@ def test_cli_sampled_json_says_what_is_sampled(synth_dir: Path) -> None:
     t = doc["trace"]
     assert t["sampled"] is True and t["sample_rate"] == pytest.approx(0.1)
     s = t["sampling"]
-    assert s["method"] == "shards-fixed-rate" and s["exact_below_blocks"] == head_blocks(0.1)
+    # The exact head reaches the largest reported capacity (1 TiB = 131,072 blocks of 8 MiB).
+    assert s["method"] == "shards-fixed-rate" and s["exact_below_blocks"] == 131072
+    assert head_blocks(0.1) == 10240 and head_blocks(0.1, 131072) == 131072
+    assert all(p["sampled"] is False for p in doc["memory_tier"])
     assert "reuse_distance.stack_blocks" in s["sampled_figures"]
     assert "reuse_distance.seconds" in s["exact_figures"]
     assert s["error_bound"]["hit_share_mean_abs_pp"] is not None
