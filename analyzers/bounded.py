@@ -24,9 +24,9 @@
     at the largest of :data:`MEASURED_RATES` whose sample fits the budget (or
     ``--sample-rate``), with capacities up to ``exact_below_blocks`` counted exactly by a
     bounded-depth LRU over every access (:func:`head_blocks`: at least the largest reported
-    capacity, so the memory-tier points are exact up to 4 Mi blocks). A stack distance only exists against the whole
-    ordered stream, so it cannot be summed over buckets; the sample is the bounded way. The
-    estimator's re-access total is the exact one of the bucket passes.
+    capacity, so the memory-tier points are exact up to 4 Mi blocks). A stack distance only
+    exists against the whole ordered stream, so it cannot be summed over buckets; the sample
+    is the bounded way. The estimator's re-access total is the exact one of the bucket passes.
   - *Session inference* (traces without session ids) needs the whole stream and is not done:
     the session figures are then absent, with a note.
 
@@ -78,6 +78,7 @@ from fcctl.analyzers.reuse import (
     QUANTILES,
     Percentiles,
     ReuseMetrics,
+    histogram_frame,
 )
 from fcctl.analyzers.sessions import (
     SessionMetrics,
@@ -542,19 +543,9 @@ def _stack_tables(
     """Histograms (stack_blocks, stack_bytes), hit curve and stack CDFs from the sample."""
     values, weights = sampled.distribution()
     frames = []
-    lo, hi, cnt = _weighted_log2_histogram(values, weights)
+    edges = _weighted_log2_histogram(values, weights)
     for metric, scale in (("stack_blocks", 1), ("stack_bytes", block_bytes)):
-        frames.append(
-            pl.DataFrame(
-                {
-                    "metric": [metric] * lo.shape[0],
-                    "bucket_lo": lo * float(scale),
-                    "bucket_hi": hi * float(scale),
-                    "count": cnt,
-                },
-                schema=HISTOGRAM_SCHEMA,
-            )
-        )
+        frames.append(histogram_frame(metric, *edges, scale))
     top = int(values.max()) + 1 if values.shape[0] else 1
     caps = np.unique(np.concatenate([np.geomspace(1, top, num=64).astype(np.int64), [top]]))
     share = sampled.hit_curve(caps)
@@ -887,26 +878,11 @@ def _reuse_metrics(totals: BlockTotals, sampled: SampledStack, block_bytes: int)
             None, None, empty, empty, empty, empty, pl.DataFrame(schema=HISTOGRAM_SCHEMA)
         )
     stack = Percentiles(*sampled.percentiles(QUANTILES))
-    lo, hi, cnt = log2_histogram_from_counts(totals.request_count)
-    frames = [
-        pl.DataFrame(
-            {
-                "metric": ["requests"] * lo.shape[0],
-                "bucket_lo": lo * 1.0,
-                "bucket_hi": hi * 1.0,
-                "count": cnt,
-            },
-            schema=HISTOGRAM_SCHEMA,
-        )
-    ]
     hist = totals.seconds_hist if totals.seconds_hist is not None else np.zeros(0, dtype=np.int64)
-    lo, hi, cnt = seconds_histogram_edges(hist)
-    frames.append(
-        pl.DataFrame(
-            {"metric": ["seconds"] * lo.shape[0], "bucket_lo": lo, "bucket_hi": hi, "count": cnt},
-            schema=HISTOGRAM_SCHEMA,
-        )
-    )
+    frames = [
+        histogram_frame("requests", *log2_histogram_from_counts(totals.request_count)),
+        histogram_frame("seconds", *seconds_histogram_edges(hist)),
+    ]
     reaccesses = totals.accesses - totals.distinct_blocks
     return ReuseMetrics(
         once_only_block_share=totals.once_only_blocks / totals.distinct_blocks,

@@ -92,6 +92,21 @@ HISTOGRAM_SCHEMA = {
 }
 
 
+def histogram_frame(
+    metric: str, lo: np.ndarray, hi: np.ndarray, count: np.ndarray, scale: float = 1.0
+) -> pl.DataFrame:
+    """One metric's histogram rows (:data:`HISTOGRAM_SCHEMA`); bucket edges times ``scale``."""
+    return pl.DataFrame(
+        {
+            "metric": [metric] * lo.shape[0],
+            "bucket_lo": lo * float(scale),
+            "bucket_hi": hi * float(scale),
+            "count": count,
+        },
+        schema=HISTOGRAM_SCHEMA,
+    )
+
+
 def reuse_metrics(rp: ReusePass, block_bytes: int) -> ReuseMetrics:
     """Shares, distance percentiles and histograms of one reuse pass."""
     if rp.num_accesses == 0:
@@ -107,25 +122,8 @@ def reuse_metrics(rp: ReusePass, block_bytes: int) -> ReuseMetrics:
         ("stack_bytes", rp.stack_count, block_bytes),
         ("requests", rp.request_count, 1),
     ):
-        lo, hi, cnt = log2_histogram_from_counts(counts)
-        frames.append(
-            pl.DataFrame(
-                {
-                    "metric": [metric] * lo.shape[0],
-                    "bucket_lo": lo * float(scale),
-                    "bucket_hi": hi * float(scale),
-                    "count": cnt,
-                },
-                schema=HISTOGRAM_SCHEMA,
-            )
-        )
-    lo, hi, cnt = seconds_histogram_edges(rp.seconds_hist)
-    frames.append(
-        pl.DataFrame(
-            {"metric": ["seconds"] * lo.shape[0], "bucket_lo": lo, "bucket_hi": hi, "count": cnt},
-            schema=HISTOGRAM_SCHEMA,
-        )
-    )
+        frames.append(histogram_frame(metric, *log2_histogram_from_counts(counts), scale))
+    frames.append(histogram_frame("seconds", *seconds_histogram_edges(rp.seconds_hist)))
     return ReuseMetrics(
         once_only_block_share=once / rp.num_blocks,
         reuse_access_share=rp.num_reaccesses / rp.num_accesses,
