@@ -94,6 +94,7 @@ class NoteCode(enum.StrEnum):
     NO_HASHES = "no_hashes"
     INFERRED_SESSIONS = "inferred_sessions"
     SHARED_PREFIX = "shared_prefix"
+    ENGINE = "engine"  # issue #10: the engine that ran the passes (Dask), when not this process
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,348 @@
+"""The Dask engine (issue #10 §3) on a real local cluster, against the single-node results.
+
+A module-wide ``distributed.LocalCluster`` (2 single-threaded worker processes on loopback)
+serves every test that passes ``--scheduler``; the datasets are real Parquet written by
+``write_synth`` and ``write_partitioned``. Skipped without ``pip install 'fcctl[dask]'``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("distributed")
+pytest.importorskip("dask.dataframe")
+
+import psutil
+from analyze_helpers import one_line_exit_2
+from distributed import LocalCluster
+from typer.testing import CliRunner
+
+from fcctl.analyzers.analyze import AnalysisResult, NoteCode, analyze_trace
+from fcctl.analyzers.bounded import (
+    DASK_INSTALL_HINT,
+    MEASURED_ERROR_NO_HEAD,
+    analyze_dataset,
+    check_engine,
+)
+from fcctl.analyzers.canonical import write_canonical
+from fcctl.analyzers.dask_engine import (
+    BYTES_PER_SHUFFLED_ACCESS,
+    WORKER_BASELINE_BYTES,
+    WORKER_MEMORY_SHARE,
+    ClusterFacts,
+    analyze_dask,
+    shuffle_partitions,
+)
+from fcctl.analyzers.dataset import open_dataset
+from fcctl.analyzers.partitioned import write_partitioned
+from fcctl.analyzers.readers import read_trace
+from fcctl.analyzers.synth import write_synth
+from fcctl.cli import app
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.jsonio import to_jsonable
+from fcctl.common.progress import Progress
+from fcctl.layout.geometry import model_geometry
+
+SAMPLES = Path(__file__).parent.parent / "samples"
+GEOMETRY = model_geometry("llama-3.1-8b")
+# The figures that partition by block or by request: equal to the single-node ones, exactly.
+PARTITIONED_KEYS = ("once_only_block_share", "reuse_access_share", "sessions", "request_sizes")
+TRACE_KEYS = ("requests", "sessions", "block_accesses", "distinct_blocks", "duration_s", "schedule")
+
+
+@pytest.fixture(scope="module")
+def scheduler() -> Iterator[str]:
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        silence_logs=logging.ERROR,
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+    ) as cluster:
+        yield str(cluster.scheduler_address)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("dask")
+    write_synth(root / "mixed", "mixed", 2000, 50, seed=7, partition_rows=400)
+    write_synth(root / "agent", "agent", 600, 8, seed=5, partition_rows=150)
+    claude = read_trace(SAMPLES / "claude_code_sample.jsonl.gz")
+    write_partitioned(claude, root / "claude", by="session-hash", partitions=4)
+    write_canonical(claude, root / "claude.parquet")
+    mooncake = read_trace(SAMPLES / "mooncake_conversation_2k.jsonl")
+    write_partitioned(mooncake, root / "mooncake", by="day", max_part_rows=500)
+    return {
+        "mixed": root / "mixed",
+        "agent": root / "agent",
+        "claude": root / "claude",
+        "claude.parquet": root / "claude.parquet",
+        "mooncake": root / "mooncake",
+    }
+
+
+def _doc(result: AnalysisResult) -> dict[str, Any]:
+    return to_jsonable(result)
+
+
+def _without(doc: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k not in keys}
+
+
+def _assert_partitioned_figures_equal(exact: AnalysisResult, dask: AnalysisResult) -> None:
+    a, b = _doc(exact), _doc(dask)
+    for key in PARTITIONED_KEYS:
+        assert a[key] == b[key], key
+    for unit in ("requests", "seconds"):
+        assert a["reuse_distance"][unit] == b["reuse_distance"][unit], unit
+    for key in TRACE_KEYS:
+        assert a["trace"][key] == b["trace"][key], key
+    assert dask.tables.requests.equals(exact.tables.requests)
+    if exact.sessions is not None:
+        assert dask.sessions is not None and dask.sessions.table.equals(exact.sessions.table)
+
+
+def _assert_within_bound(exact: AnalysisResult, dask: AnalysisResult) -> None:
+    """Memory-tier points exact at or below the exact head, else within the stated bound."""
+    sampling = _doc(dask)["trace"]["sampling"]
+    k, bound = sampling["exact_below_blocks"], sampling["error_bound"]
+    for pa, pb in zip(_doc(exact)["memory_tier"], _doc(dask)["memory_tier"], strict=True):
+        assert pb["sampled"] == (pb["capacity_blocks"] > k)
+        diff_pp = abs(pa["lru_hit_share"] - pb["lru_hit_share"]) * 100
+        assert diff_pp <= (1e-10 if not pb["sampled"] else bound["hit_share_max_abs_pp"])
+
+
+def _engine(result: AnalysisResult) -> dict[str, Any]:
+    engine = result.provenance.extra["engine"]
+    assert engine["name"] == "dask" and engine["workers"] >= 1
+    assert any(n.code is NoteCode.ENGINE for n in result.note_details)
+    return engine
+
+
+@pytest.mark.parametrize("name", ["mixed", "agent", "claude"])
+def test_sampled_run_equals_the_single_node_one(
+    scheduler: str, data: dict[str, Path], name: str
+) -> None:
+    ds = open_dataset(data[name])
+    local = analyze_dataset(ds, geometry=GEOMETRY, sample_rate=0.1)
+    dask = analyze_dask(data[name], geometry=GEOMETRY, scheduler=scheduler, sample_rate=0.1)
+    assert _engine(dask)["cluster"] == "connected"
+    a, b = _doc(local), _doc(dask)
+    # The same plan, sample and exact head: every figure is the single-node bounded one.
+    assert _without(a, "provenance", "notes", "trace") == _without(
+        b, "provenance", "notes", "trace"
+    )
+    sa, sb = a["trace"].pop("sampling"), b["trace"].pop("sampling")
+    assert b["trace"] == a["trace"] and b["trace"]["sampled"] is True
+    assert sb["block_passes"] >= 4  # the shuffle partitions: 2 per worker thread at least
+    assert _without(sa, "block_passes") == _without(sb, "block_passes")
+    assert dask.tables.histograms.equals(local.tables.histograms)
+    # ... and the figures that partition are the exact single-node analysis's.
+    exact = analyze_trace(ds.load_trace(), geometry=GEOMETRY)
+    _assert_partitioned_figures_equal(exact, dask)
+    _assert_within_bound(exact, dask)
+
+
+def test_exact_plan_equals_the_exact_analysis(scheduler: str, data: dict[str, Path]) -> None:
+    exact = analyze_trace(open_dataset(data["claude"]).load_trace(), geometry=GEOMETRY)
+    dask = analyze_dask(data["claude"], geometry=GEOMETRY, scheduler=scheduler)
+    a, b = _doc(exact), _doc(dask)
+    assert b["trace"]["sampled"] is False and b["trace"]["sampling"] is None
+    files = len(open_dataset(data["claude"]).parts)
+    assert b["trace"].pop("dataset") == {"mode": "partitioned", "files": files, "traces": 1}
+    a["trace"].pop("dataset")
+    assert _without(a, "provenance", "notes") == _without(b, "provenance", "notes")
+    assert b["notes"][: len(a["notes"])] == a["notes"]
+    assert "exact analysis ran here" in b["notes"][-1]
+
+
+def test_one_parquet_file_reads_as_the_single_node_path_does(
+    scheduler: str, data: dict[str, Path]
+) -> None:
+    path = data["claude.parquet"]
+    local = analyze_dataset(open_dataset(path), geometry=GEOMETRY)
+    plain = analyze_trace(read_trace(path), geometry=GEOMETRY)
+    dask = analyze_dask(path, geometry=GEOMETRY, scheduler=scheduler)
+    assert _doc(dask)["trace"]["format"] == "parquet" and dask.trace.dataset is None
+    assert _without(_doc(plain), "provenance", "notes") == _without(
+        _doc(dask), "provenance", "notes"
+    )
+    del local
+
+
+def test_pure_shards_without_the_exact_head(scheduler: str, data: dict[str, Path]) -> None:
+    ds = open_dataset(data["agent"])
+    exact = analyze_trace(ds.load_trace(), geometry=GEOMETRY)
+    dask = analyze_dask(
+        data["agent"], geometry=GEOMETRY, scheduler=scheduler, sample_rate=0.1, exact_head=False
+    )
+    sampling = _doc(dask)["trace"]["sampling"]
+    assert sampling["exact_below_blocks"] == 0
+    mean, worst, _rel = MEASURED_ERROR_NO_HEAD[0.1]
+    bound = sampling["error_bound"]
+    assert (bound["hit_share_mean_abs_pp"], bound["hit_share_max_abs_pp"]) == (mean, worst)
+    assert "exact head 0" in bound["measured_on"]
+    assert all(p.sampled for p in dask.memory_tier)
+    assert "no exact head" in dask.notes[-1]
+    _assert_partitioned_figures_equal(exact, dask)
+    _assert_within_bound(exact, dask)
+
+
+def test_a_trace_without_session_ids(scheduler: str, data: dict[str, Path]) -> None:
+    ds = open_dataset(data["mooncake"])
+    assert len(ds.parts) == 4
+    exact = analyze_trace(ds.load_trace(), geometry=GEOMETRY)
+    dask = analyze_dask(data["mooncake"], geometry=GEOMETRY, scheduler=scheduler, sample_rate=0.1)
+    a, b = _doc(exact), _doc(dask)
+    for key in ("once_only_block_share", "reuse_access_share", "request_sizes"):
+        assert a[key] == b[key], key
+    assert a["reuse_distance"]["requests"] == b["reuse_distance"]["requests"]
+    assert a["reuse_distance"]["seconds"] == b["reuse_distance"]["seconds"]
+    # Inferring sessions needs the whole ordered stream, as in the single-node bounded path.
+    assert dask.sessions is None and any(
+        n.code is NoteCode.NO_INFERRED_SESSIONS for n in dask.note_details
+    )
+    _assert_within_bound(exact, dask)
+
+
+def test_a_bad_part_gives_the_single_node_message(
+    scheduler: str, data: dict[str, Path], tmp_path: Path
+) -> None:
+    d = tmp_path / "broken"
+    write_partitioned(
+        read_trace(SAMPLES / "claude_code_sample.jsonl.gz"), d, by="session-hash", partitions=4
+    )
+    part = sorted(d.rglob("*.parquet"))[2]
+    part.write_bytes(part.read_bytes()[:200])
+    with pytest.raises(FcctlInputError) as local:
+        open_dataset(d)
+    with pytest.raises(FcctlInputError) as dask:
+        analyze_dask(d, geometry=GEOMETRY, scheduler=scheduler)
+    assert str(dask.value) == str(local.value) and str(part) in str(dask.value)
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+class _InterruptAt(Progress):
+    """A silent progress display that raises KeyboardInterrupt when a stage starts (Ctrl-C)."""
+
+    def __init__(self, stage: str) -> None:
+        super().__init__(enabled=False)
+        self.stage = stage
+
+    def task(self, description: str, total: float | None = None, **kw: Any) -> Any:
+        if description.startswith(self.stage):
+            raise KeyboardInterrupt
+        return super().task(description, total, **kw)
+
+
+def test_local_cluster_is_started_and_always_closed(scheduler: str, data: dict[str, Path]) -> None:
+    before = _children()
+    result = analyze_dask(data["claude"], geometry=GEOMETRY, memory_budget_bytes=2 << 30)
+    engine = _engine(result)
+    assert engine["cluster"] == "local" and engine["scheduler"].startswith("tcp://127.0.0.1:")
+    assert engine["worker_memory_limit_bytes"] == (2 << 30) // engine["workers"]
+    with pytest.raises(KeyboardInterrupt):
+        analyze_dask(
+            data["claude"],
+            geometry=GEOMETRY,
+            memory_budget_bytes=2 << 30,
+            sample_rate=0.1,
+            progress=_InterruptAt("Dask:"),
+        )
+    deadline = time.monotonic() + 10
+    while _children() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _children() - before, "a local cluster process outlived analyze_dask"
+
+
+def _run(*args: str) -> Any:
+    return CliRunner().invoke(app, ["analyze", *args])
+
+
+def test_cli_against_the_cluster(scheduler: str, data: dict[str, Path]) -> None:
+    args = (str(data["claude"]), "--engine", "dask", "--scheduler", scheduler)
+    result = _run(*args, "--sample-rate", "0.1", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["provenance"]["engine"]["scheduler"] == scheduler
+    assert doc["trace"]["sampled"] is True and doc["trace"]["sampling"]["block_passes"] >= 4
+    human = _run(*args)
+    assert human.exit_code == 0, human.output
+    assert "Dask cluster" in " ".join(human.stdout.split())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_cli_unreachable_scheduler_exit_2(data: dict[str, Path]) -> None:
+    started = time.monotonic()
+    line = one_line_exit_2(
+        _run(
+            str(data["claude"]),
+            "--engine",
+            "dask",
+            "--scheduler",
+            f"tcp://127.0.0.1:{_free_port()}",
+        )
+    )
+    assert line.startswith("fcctl: error: --scheduler: cannot reach a Dask scheduler")
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize(
+    ("trace", "words"),
+    [
+        (str(SAMPLES / "claude_code_sample.jsonl.gz"), "convert it first"),
+        (str(SAMPLES / "mooncake_conversation_2k.jsonl"), "fcctl convert"),
+        ("s3://bucket/dataset/", "URLs are not supported"),
+    ],
+)
+def test_cli_refuses_what_is_not_canonical_parquet(trace: str, words: str) -> None:
+    line = one_line_exit_2(_run(trace, "--engine", "dask"))
+    assert line.startswith("fcctl: error: --engine: ") and words in line
+
+
+def test_without_dask_the_flag_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "distributed" else find_spec(name, *a),
+    )
+    with pytest.raises(FcctlInputError, match="distributed package"):
+        check_engine("dask", None)
+    line = one_line_exit_2(_run(str(SAMPLES / "claude_code_sample.jsonl.gz"), "--engine", "dask"))
+    assert DASK_INSTALL_HINT in line and line.startswith("fcctl: error: --engine: ")
+
+
+def test_shuffle_partitions_fit_the_workers(data: dict[str, Path]) -> None:
+    ds = open_dataset(data["mixed"])
+
+    def facts(workers: int, threads: int, memory: int | None) -> ClusterFacts:
+        return ClusterFacts("dask", "connected", "tcp://x:1", workers, threads, memory, None, None)
+
+    assert shuffle_partitions(ds, facts(2, 2, 8 << 30), 8 << 30, "scheduler") == 4
+    # Smaller workers: more partitions, each of about the memory one thread may give it.
+    small = shuffle_partitions(ds, facts(2, 2, WORKER_BASELINE_BYTES + (64 << 20)), 1, "x")
+    room = (64 << 20) * WORKER_MEMORY_SHARE - ds.num_requests * 48
+    assert small > 4 and ds.block_accesses / small * BYTES_PER_SHUFFLED_ACCESS <= room
+    with pytest.raises(FcctlInputError, match=r"^memory_budget: .* exploding part .*parquet"):
+        shuffle_partitions(ds, facts(1, 1, 400 << 20), 8 << 30, "memory_budget")
