@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import socket
 import time
 from collections.abc import Iterator
@@ -34,7 +35,10 @@ from fcctl.analyzers.bounded import (
 )
 from fcctl.analyzers.canonical import write_canonical
 from fcctl.analyzers.dask_engine import (
+    BYTES_PER_EXPLODED_ACCESS,
     BYTES_PER_SHUFFLED_ACCESS,
+    BYTES_PER_WORKER_REQUEST,
+    EXPLODE_MEMORY_SHARE,
     WORKER_BASELINE_BYTES,
     WORKER_MEMORY_SHARE,
     ClusterFacts,
@@ -340,9 +344,13 @@ def test_shuffle_partitions_fit_the_workers(data: dict[str, Path]) -> None:
         return ClusterFacts("dask", "connected", "tcp://x:1", workers, threads, memory, None, None)
 
     assert shuffle_partitions(ds, facts(2, 2, 8 << 30), 8 << 30, "scheduler") == 4
-    # Smaller workers: more partitions, each of about the memory one thread may give it.
-    small = shuffle_partitions(ds, facts(2, 2, WORKER_BASELINE_BYTES + (64 << 20)), 1, "x")
-    room = (64 << 20) * WORKER_MEMORY_SHARE - ds.num_requests * 48
+    # Workers just large enough to explode the largest part: more partitions, each fitting.
+    biggest = max(p.block_accesses for p in ds.parts)
+    thread = math.ceil(biggest * BYTES_PER_EXPLODED_ACCESS / EXPLODE_MEMORY_SHARE)
+    small = shuffle_partitions(ds, facts(1, 1, WORKER_BASELINE_BYTES + thread), 1, "scheduler")
+    room = thread * WORKER_MEMORY_SHARE - ds.num_requests * BYTES_PER_WORKER_REQUEST
     assert small > 4 and ds.block_accesses / small * BYTES_PER_SHUFFLED_ACCESS <= room
     with pytest.raises(FcctlInputError, match=r"^memory_budget: .* exploding part .*parquet"):
-        shuffle_partitions(ds, facts(1, 1, 400 << 20), 8 << 30, "memory_budget")
+        shuffle_partitions(
+            ds, facts(1, 1, WORKER_BASELINE_BYTES + thread - 1000), 1, "memory_budget"
+        )
