@@ -635,17 +635,7 @@ def analyze_dataset(
             trace=dataclasses.replace(result.trace, dataset=summary),
             note_details=result.note_details,
         )
-    for parameter, value in (
-        ("rate_requests_per_s", rate_requests_per_s),
-        ("concurrent_sessions", concurrent_sessions),
-    ):
-        if value is not None:
-            raise FcctlInputError(
-                f"{parameter}: a session schedule needs the whole trace in memory, and this "
-                f"one is analysed in bounded memory ({plan.describe()}); raise "
-                "--memory-budget or drop the flag",
-                parameter=parameter,
-            )
+    refuse_schedule(plan, rate_requests_per_s, concurrent_sessions)
     return _analyze_bounded(
         dataset,
         plan,
@@ -708,6 +698,23 @@ def _local_passes(
         totals.add_bucket(sub_ids, sub_lens, timestamp_s, session)
         del sub_ids, sub_lens
     return sampled, totals
+
+
+def refuse_schedule(
+    plan: MemoryPlan, rate_requests_per_s: float | None, concurrent_sessions: int | None
+) -> None:
+    """Refuse a session schedule for a bounded plan (interleaving needs the whole trace)."""
+    for parameter, value in (
+        ("rate_requests_per_s", rate_requests_per_s),
+        ("concurrent_sessions", concurrent_sessions),
+    ):
+        if value is not None:
+            raise FcctlInputError(
+                f"{parameter}: a session schedule needs the whole trace in memory, and this "
+                f"one is analysed in bounded memory ({plan.describe()}); raise "
+                "--memory-budget or drop the flag",
+                parameter=parameter,
+            )
 
 
 def _analyze_bounded(

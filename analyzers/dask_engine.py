@@ -29,15 +29,16 @@ is the single-node one.
 
 **Bounded plan**, on the workers:
 
-* *Explode* (one task per part): each access becomes a row ``(rank, pos, block, bucket)``:
-  ``rank`` the request's analysis position (:attr:`DatasetPart.rank`), ``pos`` the access's
-  place in the request's ``hash_ids``, ``block`` the block id, ``bucket`` =
-  ``splitmix64(block) mod B`` (:func:`fcctl.analyzers.shards.splitmix64`) with
-  ``B = P x`` :data:`BUCKETS_PER_PARTITION`. The same task keeps the SHARDS sample, the rows
-  with ``splitmix64(block) < floor(rate x 2^64)`` (:func:`~fcctl.analyzers.shards.sample_mask`).
+* *Explode* (one task per part): each access becomes a row ``(position, block, bucket)``, 20
+  bytes: ``position = rank x 2^31 + pos`` (int64), ``rank`` the request's analysis position
+  (:attr:`DatasetPart.rank`) and ``pos`` the access's place in its ``hash_ids``, so positions
+  sort as analysis order; ``block`` the block id; ``bucket = splitmix64(block) mod B``
+  (:func:`fcctl.analyzers.shards.splitmix64`), ``B = P x`` :data:`BUCKETS_PER_PARTITION`. The
+  same task keeps the SHARDS sample: the (position, block) of the accesses with
+  ``splitmix64(block) < floor(rate x 2^64)`` (:func:`~fcctl.analyzers.shards.sample_mask`).
 * *Bucket shuffle*: the rows are shuffled on ``bucket`` into ``P`` partitions (Dask's P2P
   shuffle), so every access of a block lands in one partition. Each partition's rows, sorted by
-  ``(rank, pos)``, are the analysis-order sub-stream of a set of whole buckets, and the exact
+  position, are the analysis-order sub-stream of a set of whole buckets, and the exact
   kernel of the single-node bucket passes (:meth:`BlockTotals.add_bucket`:
   :func:`~fcctl.analyzers.stack.reuse_pass` and
   :func:`~fcctl.analyzers.sessions.distinct_blocks_per_session`) runs on it. The partial totals
@@ -46,7 +47,7 @@ is the single-node one.
   figures. The per-session figures come from this shuffle too: a (session, block) pair lives in
   its block's bucket, so no second shuffle on session is needed; turns, largest input and
   times come from the request table.
-* *SHARDS*: the sampled rows are gathered here, sorted by ``(rank, pos)`` and run through the
+* *SHARDS*: the sampled accesses are gathered here, sorted by position and run through the
   exact kernel: the sampled stack distances of the single-node SHARDS pass.
 * *Exact head*: capacities up to ``exact_below_blocks`` = K are counted exactly by one ordered
   pass over every access (:func:`~fcctl.analyzers.shards.exact_head`, memory O(K)), run on one
@@ -79,6 +80,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from numba import njit
 
 from fcctl.analyzers.analyze import (
     AnalysisResult,
@@ -87,6 +89,7 @@ from fcctl.analyzers.analyze import (
     NoteCode,
     VerdictThresholds,
     check_geometry,
+    check_schedule_args,
 )
 from fcctl.analyzers.bounded import (
     BYTES_PER_HEAD_BLOCK,
@@ -100,6 +103,7 @@ from fcctl.analyzers.bounded import (
     default_memory_budget,
     largest_capacity_blocks,
     plan_memory,
+    refuse_schedule,
     seconds_values_limit,
 )
 from fcctl.analyzers.dataset import Dataset, is_dataset_spec, open_dataset
@@ -129,9 +133,9 @@ WORKER_BASELINE_BYTES = 384 << 20
 #: The share of a worker thread's memory (less the baseline) one shuffle partition may use:
 #: the rest is Dask's (shuffle buffers, spilling starts at 60 %).
 WORKER_MEMORY_SHARE = 0.5
-#: Bytes per access of a partition's kernel: the shuffled row (rank 8, pos 4, block 8, bucket
-#: 4), the sort order (8), the sorted ids (8), the kernel's dense ids, tree and block tables,
-#: and the shuffle's copy of the row. Measured: 110 (5 M accesses, 5 % distinct), with margin.
+#: Bytes per access of a partition's kernel: the shuffled row (position 8, block 8, bucket 4),
+#: the sort order (8), the sorted ids (8), the kernel's dense ids, tree and block tables, and
+#: the shuffle's copy of the row. Measured: about 110 (5 M accesses, 5 % distinct), + margin.
 BYTES_PER_SHUFFLED_ACCESS = 128
 #: Bytes per request of a partition's kernel: block counts, distances in requests and
 #: re-accesses per request (int64 each), the timestamps (float64), the session index, slack.
@@ -351,27 +355,48 @@ def _part_blocks(path: Path, rows: int, accesses: int) -> tuple[np.ndarray, np.n
     return lens, ids
 
 
+#: ``position = rank * 2**POSITION_BITS + pos``: an access's place in the analysis order as
+#: one int64 (requests < 2**32, a request's blocks < 2**31), sorted as the pair would be.
+POSITION_BITS = 31
+
+
+@njit(cache=True)
+def _positions(rank: np.ndarray, lens: np.ndarray, total: int) -> np.ndarray:  # pragma: no cover
+    """Every access's ``position`` (:data:`POSITION_BITS`), one row of ``lens`` after another."""
+    out = np.empty(total, dtype=np.int64)
+    i = 0
+    for r in range(lens.shape[0]):
+        base = rank[r] << POSITION_BITS
+        for j in range(lens[r]):
+            out[i] = base | j
+            i += 1
+    return out
+
+
 def _explode_part(
     path: Path, rank: np.ndarray, accesses: int, buckets: int, threshold: int
-) -> tuple[Any, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """One part's accesses as shuffle rows, and its SHARDS sample (module docstring)."""
+) -> tuple[Any, tuple[np.ndarray, np.ndarray]]:
+    """One part's accesses as shuffle rows, and its SHARDS sample (module docstring).
+
+    Rows: ``position`` (int64), ``block`` (uint64), ``bucket`` (uint32): 20 bytes an access.
+    The sample: the kept accesses' (position, block id).
+    """
     import pandas as pd
 
     lens, ids = _part_blocks(path, rank.shape[0], accesses)
-    starts = np.cumsum(lens) - lens
-    access_rank = np.repeat(rank.astype(np.int64), lens)
-    pos = (np.arange(ids.shape[0], dtype=np.int64) - np.repeat(starts, lens)).astype(np.int32)
+    if rank.shape[0] and (int(rank[-1]) >> 32 or int(lens.max()) >> POSITION_BITS):
+        raise FcctlInputError(
+            f"{path}: a request at analysis position {int(rank[-1]):,} or one of "
+            f"{int(lens.max()):,} blocks is past what the Dask engine encodes (2^32 requests, "
+            f"2^{POSITION_BITS} blocks a request); use --engine local"
+        )
+    position = _positions(rank.astype(np.int64), lens, ids.shape[0])
     h = splitmix64(ids)
-    rows = pd.DataFrame(
-        {
-            "rank": access_rank,
-            "pos": pos,
-            "block": ids,
-            "bucket": (h % np.uint64(buckets)).astype(np.uint32),
-        }
-    )
     kept = h < np.uint64(threshold)
-    return rows, (access_rank[kept], pos[kept], ids[kept])
+    rows = pd.DataFrame(
+        {"position": position, "block": ids, "bucket": (h % np.uint64(buckets)).astype(np.uint32)}
+    )
+    return rows, (position[kept], ids[kept])
 
 
 def _partition_totals(
@@ -383,11 +408,12 @@ def _partition_totals(
     max_seconds_values: int,
 ) -> BlockTotals:
     """The exact block totals of one shuffle partition (whole buckets), in analysis order."""
-    rank = rows["rank"].to_numpy(dtype=np.int64)
-    order = np.lexsort((rows["pos"].to_numpy(), rank))
+    position = rows["position"].to_numpy(dtype=np.int64)
+    # The rows arrive as runs already in order (one per part and shuffle shard): timsort.
+    order = np.argsort(position, kind="stable")
     ids = np.ascontiguousarray(rows["block"].to_numpy(dtype=np.uint64)[order])
-    lens = np.bincount(rank, minlength=num_requests).astype(np.int64)
-    del rows, rank, order
+    lens = np.bincount(position >> POSITION_BITS, minlength=num_requests).astype(np.int64)
+    del rows, position, order
     totals = BlockTotals(num_requests, num_sessions, max_seconds_values=max_seconds_values)
     totals.add_bucket(ids, lens, timestamp_s, session)
     return totals
@@ -481,7 +507,7 @@ def _dask_passes(client: Client) -> BoundedPasses:
         limit = seconds_values_limit(plan.budget_bytes)
         n_req = dataset.num_requests
         totals = BlockTotals(n_req, n_sessions, max_seconds_values=limit)
-        pieces: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        pieces: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         head_count = np.zeros(0, dtype=np.int64)
         futures: list[Future] = []
         try:
@@ -562,8 +588,7 @@ def _graph(
     ]
     meta = pd.DataFrame(
         {
-            "rank": np.zeros(0, np.int64),
-            "pos": np.zeros(0, np.int32),
+            "position": np.zeros(0, np.int64),
             "block": np.zeros(0, np.uint64),
             "bucket": np.zeros(0, np.uint32),
         }
@@ -580,7 +605,7 @@ def _graph(
 
 
 def _sample_stack(
-    pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    pieces: list[tuple[np.ndarray, np.ndarray]],
     *,
     threshold: int,
     accesses: int,
@@ -588,11 +613,10 @@ def _sample_stack(
     head_count: np.ndarray,
 ) -> SampledStack:
     """The SHARDS result of the gathered sample: sorted to analysis order, the exact kernel."""
-    rank = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np.int64)
-    pos = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, np.int32)
-    ids = np.concatenate([p[2] for p in pieces]) if pieces else np.zeros(0, np.uint64)
-    ids = ids[np.lexsort((pos, rank))]
-    del rank, pos
+    position = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np.int64)
+    ids = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, np.uint64)
+    ids = ids[np.argsort(position, kind="stable")]
+    del position
     # Rate 1 of the sampled stream: its stack distances, by the exact kernel.
     own = sampled_stack(ids, rate=1.0)
     return SampledStack(
@@ -648,6 +672,9 @@ def analyze_dask(
     progress: Progress | None = None,
     thresholds: VerdictThresholds | None = None,
     exact_head: bool = True,
+    rate_requests_per_s: float | None = None,
+    concurrent_sessions: int | None = None,
+    seed: int = 0,
 ) -> AnalysisResult:
     """Analyse the dataset (or canonical Parquet file) ``spec`` on a Dask cluster.
 
@@ -656,7 +683,8 @@ def analyze_dask(
     process may use; a local cluster's workers get as much again) and ``sample_rate``; see the
     module docstring for where each pass runs. ``scheduler``: a running scheduler's address
     (default: a local cluster for the call). ``exact_head=False`` skips the ordered pass of the
-    exact head (pure SHARDS, with its larger stated error).
+    exact head (pure SHARDS, with its larger stated error). A session schedule
+    (``rate_requests_per_s``, ``concurrent_sessions``, ``seed``) needs the exact plan, as there.
     """
     progress = progress or Progress(enabled=False)
     check_geometry(geometry)
@@ -666,6 +694,7 @@ def analyze_dask(
     if sample_rate is not None:
         sample_rate = check_sample_rate(sample_rate)
     thresholds = thresholds or VerdictThresholds()
+    check_schedule_args(rate_requests_per_s, concurrent_sessions)
     one_file = _check_input(spec)
     if scheduler is not None:
         # The workers' working directory is not this one.
@@ -690,12 +719,16 @@ def analyze_dask(
                 memory_capacities_bytes=memory_capacities_bytes,
                 progress=progress,
                 thresholds=thresholds,
+                rate_requests_per_s=rate_requests_per_s,
+                concurrent_sessions=concurrent_sessions,
+                seed=seed,
             )
             how = (
                 "the parts were read and checked on the workers, and the exact analysis ran "
                 "here in one ordered pass over every access (the trace fits the memory budget)"
             )
         else:
+            refuse_schedule(plan, rate_requests_per_s, concurrent_sessions)
             result, how = _bounded(
                 client,
                 facts,

@@ -170,6 +170,24 @@ def test_exact_plan_equals_the_exact_analysis(scheduler: str, data: dict[str, Pa
     assert "exact analysis ran here" in b["notes"][-1]
 
 
+def test_a_session_schedule_needs_the_exact_plan(scheduler: str, data: dict[str, Path]) -> None:
+    trace = open_dataset(data["claude"]).load_trace()
+    exact = analyze_trace(trace, geometry=GEOMETRY, rate_requests_per_s=0.5, seed=3)
+    dask = analyze_dask(
+        data["claude"], geometry=GEOMETRY, scheduler=scheduler, rate_requests_per_s=0.5, seed=3
+    )
+    assert _doc(dask)["trace"]["schedule"] == _doc(exact)["trace"]["schedule"]
+    assert _doc(dask)["memory_tier"] == _doc(exact)["memory_tier"]
+    with pytest.raises(FcctlInputError, match=r"^concurrent_sessions: .* bounded memory"):
+        analyze_dask(
+            data["claude"],
+            geometry=GEOMETRY,
+            scheduler=scheduler,
+            sample_rate=0.1,
+            concurrent_sessions=4,
+        )
+
+
 def test_one_parquet_file_reads_as_the_single_node_path_does(
     scheduler: str, data: dict[str, Path]
 ) -> None:
