@@ -467,24 +467,21 @@ def shuffle_partitions(
     return max(2 * max(facts.threads, 1), need)
 
 
-def _ordered(futures: Sequence[Future], progress: Progress, what: str) -> Iterable[Any]:
-    """The futures' results in order; the rest are cancelled when one fails or on Ctrl-C."""
-    with progress.task(what, len(futures)) as task:
+def _map_files(client: Client) -> Callable[..., Iterable[Any]]:
+    """``open_dataset``'s ``map_files``: one task per file on the workers, results in order.
+
+    The first failed read (in file order) raises its own error, as the reads one after
+    another would; the other tasks are cancelled then (and on Ctrl-C).
+    """
+
+    def map_files(read: Callable[[Path], Any], files: Sequence[Path]) -> Iterator[Any]:
+        futures = client.map(read, list(files), pure=False)
         try:
-            for i, f in enumerate(futures):
+            for f in futures:
                 yield f.result()
-                task.update(i + 1)
         finally:
             for f in futures:
                 f.cancel()
-
-
-def _map_files(client: Client, progress: Progress) -> Callable[..., Iterable[Any]]:
-    """``open_dataset``'s ``map_files``: one task per file on the workers, results in order."""
-
-    def map_files(read: Callable[[Path], Any], files: Sequence[Path]) -> Iterable[Any]:
-        futures = client.map(read, list(files), pure=False)
-        yield from _ordered(futures, progress, "reading dataset parts on the workers")
 
     return map_files
 
@@ -543,9 +540,9 @@ def _dask_passes(client: Client) -> BoundedPasses:
                     task.update(done)
         except KilledWorker as e:
             raise RunFailed(
-                f"a Dask worker died running {e.task!r} (out of memory?): give the workers "
-                "more memory (--memory-budget for a local cluster) or cut the dataset into "
-                "smaller parts"
+                f"a Dask worker died running {getattr(e, 'task', 'a task')!r} (out of memory?): "
+                "give the workers more memory (--memory-budget for a local cluster) or cut the "
+                "dataset into smaller parts"
             ) from None
         finally:
             for f in futures:
@@ -700,7 +697,7 @@ def analyze_dask(
         # The workers' working directory is not this one.
         spec = os.path.abspath(spec) if not Path(spec).is_absolute() else spec
     with dask_client(scheduler, memory_budget_bytes=budget) as (client, facts):
-        dataset = open_dataset(spec, progress, map_files=_map_files(client, progress))
+        dataset = open_dataset(spec, progress, map_files=_map_files(client))
         plan = plan_memory(
             dataset.num_requests,
             dataset.block_accesses,
