@@ -3,7 +3,11 @@
 For each trace: one exact pass (``analyzers.stack.reuse_pass``, what ``fcctl analyze`` runs),
 then :func:`fcctl.analyzers.shards.sampled_stack` at each rate and fixed sample size, twice:
 pure SHARDS (``exact_below_blocks=0``) and with the default exact head (capacities below
-``ceil(1024 / rate)`` blocks counted exactly). Capacities: analyze's defaults (16 GiB, 64 GiB,
+``ceil(1024 / rate)`` blocks counted exactly); and, per rate, as ``fcctl analyze`` samples
+(``--as-analyze``: the head at least the largest default capacity,
+:func:`fcctl.analyzers.bounded.head_blocks`, and the exact distinct-block count of its block
+passes), the configuration whose errors ``analyze`` states as its bound
+(``bounded.MEASURED_ERROR``). Capacities: analyze's defaults (16 GiB, 64 GiB,
 256 GiB, 1 TiB) and a dense grid of 33 log-spaced capacities from 1 GiB to 4 TiB, in blocks of
 the model's KV (llama-3.1-8b, bf16, tp 1: 8 MiB per 64-token block, 64 MiB per 512-token
 block). Errors: mean and max |sampled - exact| hit share in percentage points over each grid;
@@ -24,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fcctl.analyzers.bounded import head_blocks
 from fcctl.analyzers.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES
 from fcctl.analyzers.readers import read_trace
 from fcctl.analyzers.shards import block_ids, sampled_stack, shards_error
@@ -51,6 +56,11 @@ def main() -> None:
     ap.add_argument("--sample-blocks", default="8192,65536", help="fixed-size SHARDS sizes")
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    ap.add_argument(
+        "--as-analyze",
+        action="store_true",
+        help="only the fixed rates as fcctl analyze runs them (deep head, exact distinct)",
+    )
     args = ap.parse_args()
     paths = {Path(t).name: Path(t) for t in args.trace} if args.trace else TRACES
     rates = [float(r) for r in args.rates.split(",")]
@@ -61,6 +71,9 @@ def main() -> None:
         for value in values
         for head in (0, None)
     ]
+    configs += [("analyze", r, None) for r in rates]
+    if args.as_analyze:
+        configs = [c for c in configs if c[0] == "analyze"]
     geometry = model_geometry(args.model)
     header = (
         "| trace | accesses | sample | rate | exact head (blocks) | default caps mean / max (pp) | "
@@ -82,7 +95,12 @@ def main() -> None:
         dense_caps = [c // block_bytes for c in DENSE_CAPACITIES_BYTES]
         for kind, value, head in configs:
             start = time.perf_counter()
-            if kind == "rate":
+            if kind == "analyze":
+                deep = head_blocks(float(value), max(default_caps))
+                sampled = sampled_stack(ids, rate=float(value), exact_below_blocks=deep)
+                sampled = sampled.with_distinct_blocks(exact.num_blocks)
+                label = "as analyze"
+            elif kind == "rate":
                 sampled = sampled_stack(ids, rate=float(value), exact_below_blocks=head)
                 label = "fixed rate"
             else:
