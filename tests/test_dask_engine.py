@@ -304,6 +304,12 @@ def test_cli_against_the_cluster(scheduler: str, data: dict[str, Path]) -> None:
     human = _run(*args)
     assert human.exit_code == 0, human.output
     assert "Dask cluster" in " ".join(human.stdout.split())
+    # A session schedule reaches the engine (the exact plan), as on one node.
+    scheduled = _run(*args, "--rate", "0.5", "--seed", "3", "--json")
+    assert scheduled.exit_code == 0, scheduled.output
+    schedule = json.loads(scheduled.stdout)["trace"]["schedule"]
+    assert schedule["kind"] == "rate" and schedule["seed"] == 3
+    assert "--rate" in one_line_exit_2(_run(*args, "--rate", "0.5", "--sample-rate", "0.1"))
 
 
 def _free_port() -> int:

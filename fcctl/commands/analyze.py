@@ -225,6 +225,9 @@ def register(app: typer.Typer) -> None:
                         memory_capacities_bytes=capacities,
                         progress=progress,
                         thresholds=thresholds,
+                        rate_requests_per_s=rate,
+                        concurrent_sessions=concurrent_sessions,
+                        seed=seed,
                     )
                 else:
                     if dataset_input:
