@@ -373,13 +373,15 @@ def bucket_stream(
     """The sub-stream of one bucket: (kept ids in order, kept count per request)."""
     kept_ids: list[np.ndarray] = []
     kept_lens: list[np.ndarray] = []
+    out = np.empty(0, dtype=np.uint64)  # reused: one allocation, not one per chunk
     for lens, ids in chunks:
         lens = np.ascontiguousarray(lens, dtype=np.int64)
         if buckets == 1:
             kept_ids.append(ids.copy())
             kept_lens.append(lens.copy())
             continue
-        out = np.empty(ids.shape[0], dtype=np.uint64)
+        if out.shape[0] < ids.shape[0]:
+            out = np.empty(max(ids.shape[0], 2 * out.shape[0]), dtype=np.uint64)
         out_lens = np.empty(lens.shape[0], dtype=np.int64)
         n = _select_bucket(
             np.ascontiguousarray(ids, dtype=np.uint64),
@@ -391,7 +393,7 @@ def bucket_stream(
         )
         kept_ids.append(out[:n].copy())
         kept_lens.append(out_lens)
-        del out
+    del out
     ids_all = np.concatenate(kept_ids) if kept_ids else np.zeros(0, dtype=np.uint64)
     lens_all = np.concatenate(kept_lens) if kept_lens else np.zeros(0, dtype=np.int64)
     return ids_all, lens_all

@@ -251,24 +251,38 @@ class Dataset:
         # Parts in order of their first position; a part is opened when the merge reaches it
         # and closed when it is done, so only parts whose ranges overlap are open at once.
         pending = sorted(self.parts, key=lambda p: int(p.rank[0]))
+        alone = _alone(pending)
         nxt = 0
         active: list[_PartStream] = []
         expected = 0
         while active or nxt < len(pending):
             if not active:
-                active.append(_PartStream(pending[nxt], per_file))
+                active.append(_PartStream(pending[nxt], per_file, whole=alone[nxt]))
                 nxt += 1
             # Every buffered row ranked at most the lowest "last buffered rank" can go: no
             # unread row of an open part ranks below it (each part's ranks increase), nor any
             # row of a part not yet opened (opened below when it starts at or before it).
             watermark = min(s.last_rank() for s in active)
             while nxt < len(pending) and int(pending[nxt].rank[0]) <= watermark:
-                stream = _PartStream(pending[nxt], per_file)
+                stream = _PartStream(pending[nxt], per_file, whole=alone[nxt])
                 nxt += 1
                 active.append(stream)
                 watermark = min(watermark, stream.last_rank())
-            pieces = [s.take_until(watermark) for s in active]
+            pieces = [p for p in (s.take_until(watermark) for s in active) if p[0].shape[0]]
             active = [s for s in active if not s.done]
+            if len(pieces) == 1:
+                # One part at this point of the stream (request ranges, days): already in
+                # order and contiguous.
+                ranks, lens, ids, _ = pieces[0]
+                if ranks.shape[0] and (
+                    ranks[0] != expected or ranks[-1] != expected + ranks.shape[0] - 1
+                ):  # pragma: no cover - open_dataset checked the ranks cover 0..N-1
+                    raise RuntimeError("dataset merge: analysis positions are not consecutive")
+                expected += ranks.shape[0]
+                yield lens, ids
+                continue
+            if not pieces:
+                continue
             ranks = np.concatenate([p[0] for p in pieces])
             lens = np.concatenate([p[1] for p in pieces])
             ids = np.concatenate([p[2] for p in pieces])
@@ -282,6 +296,22 @@ class Dataset:
             expected += ranks.shape[0]
             if ranks.shape[0]:
                 yield lens, _gather_rows(ids, starts, lens)
+
+
+def _alone(parts: list[DatasetPart]) -> list[bool]:
+    """For parts sorted by first position: whether no other part's positions interleave."""
+    n = len(parts)
+    alone = [True] * n
+    reach = -1  # the furthest last position of the parts before
+    reach_at = -1
+    for i, part in enumerate(parts):
+        first, last = int(part.rank[0]), int(part.rank[-1])
+        if first <= reach:
+            alone[i] = False
+            alone[reach_at] = False
+        if last > reach:
+            reach, reach_at = last, i
+    return alone
 
 
 def _raise_open_files_limit(needed: int) -> None:
@@ -341,8 +371,9 @@ def _gather_rows(ids: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.nd
 class _PartStream:
     """One file's rows in batches, with their analysis positions."""
 
-    def __init__(self, part: DatasetPart, batch_accesses: int) -> None:
+    def __init__(self, part: DatasetPart, batch_accesses: int, *, whole: bool = False) -> None:
         self.part = part
+        self._whole = whole
         try:
             self._file = pq.ParquetFile(part.path)
         except OSError as e:
@@ -366,12 +397,23 @@ class _PartStream:
 
     def _fill(self) -> None:
         self._row += self._lens.shape[0]
-        batch = next(self._batches, None)
-        if batch is None:
-            self.done = True
-            self._file.close()
-            return
-        column = batch.column(0)
+        if self._whole:
+            # A part no other overlaps is the only one open: one read of the whole column
+            # (polars decodes a list column several times faster than pyarrow's batches).
+            self._whole = False
+            self._batches = iter(())
+            hashes = pl.read_parquet(self.part.path, columns=["hash_ids"])["hash_ids"]
+            column = hashes.cast(pl.List(pl.UInt64())).to_arrow()
+            if isinstance(column, pa.ChunkedArray):
+                column = column.combine_chunks()
+            del hashes
+        else:
+            batch = next(self._batches, None)
+            if batch is None:
+                self.done = True
+                self._file.close()
+                return
+            column = batch.column(0)
         offsets = column.offsets.to_numpy().astype(np.int64)
         self._lens = np.diff(offsets)
         self._starts = offsets[:-1] - offsets[0]
@@ -399,7 +441,8 @@ class _PartStream:
             starts = starts - lo_id
         else:
             ids = np.zeros(0, dtype=np.uint64)
-        out = (rank[:k].copy(), lens.copy(), ids.copy(), starts.copy())
+        # Views, not copies: _fill replaces the buffers, it never writes into them.
+        out = (rank[:k], lens, ids, starts)
         self._pos = b
         if self._pos >= self._lens.shape[0]:
             self._fill()
