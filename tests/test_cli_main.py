@@ -63,3 +63,17 @@ def test_help_shows_each_command_purpose_whole() -> None:
         purpose = " ".join(info.callback.__doc__.strip().split("\n\n")[0].split())
         # rich/click wrap long lines; compare with whitespace and wrap hyphens folded.
         assert purpose.replace("-", "") in text.replace("- ", "").replace("-", ""), purpose
+
+
+def test_cli_turns_numpy_huge_page_advice_off_unless_the_user_set_it() -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = "import fcctl.cli, os; print(os.environ['NUMPY_MADVISE_HUGEPAGE'])"
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert got.stdout.strip() == "0", got.stderr
+    env["NUMPY_MADVISE_HUGEPAGE"] = "1"
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert got.stdout.strip() == "1", got.stderr
