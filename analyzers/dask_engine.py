@@ -29,23 +29,27 @@ is the single-node one.
 
 **Bounded plan**, on the workers:
 
-* *Explode* (one task per part): each access becomes a row ``(position, block, bucket)``, 20
-  bytes: ``position = rank x 2^31 + pos`` (int64), ``rank`` the request's analysis position
+* *Explode* (one task per *piece*: a row range of a part holding at most
+  :data:`MAX_PIECE_ACCESSES` accesses, fewer on small workers, :func:`plan_pieces`; the part is
+  read in batches up to the range's end, so no task holds a whole large part): each access
+  becomes a row ``(position, block, partition)``, 17 or 18 bytes: ``position = rank x 2^31 +
+  pos`` (int64, the frame's index), ``rank`` the request's analysis position
   (:attr:`DatasetPart.rank`) and ``pos`` the access's place in its ``hash_ids``, so positions
-  sort as analysis order; ``block`` the block id; ``bucket = splitmix64(block) mod B``
-  (:func:`fcctl.analyzers.shards.splitmix64`), ``B = P x`` :data:`BUCKETS_PER_PARTITION`. The
-  same task keeps the SHARDS sample: the (position, block) of the accesses with
-  ``splitmix64(block) < floor(rate x 2^64)`` (:func:`~fcctl.analyzers.shards.sample_mask`).
-* *Bucket shuffle*: the rows are shuffled on ``bucket`` into ``P`` partitions (Dask's P2P
-  shuffle), so every access of a block lands in one partition. Each partition's rows, sorted by
-  position, are the analysis-order sub-stream of a set of whole buckets, and the exact
-  kernel of the single-node bucket passes (:meth:`BlockTotals.add_bucket`:
-  :func:`~fcctl.analyzers.stack.reuse_pass` and
+  sort as analysis order; ``block`` the block id; ``partition = splitmix64(block) mod P``
+  (:func:`fcctl.analyzers.shards.splitmix64`; int8, or int16 past 126 partitions). The same
+  task keeps the SHARDS sample: the (position, block) of the accesses with ``splitmix64(block)
+  < floor(rate x 2^64)`` (:func:`~fcctl.analyzers.shards.sample_mask`).
+* *Block shuffle*: Dask's P2P shuffle moves each row to partition ``partition`` as it is (no
+  second hash; :func:`_shuffle_rows`) and drops that column: 16 bytes an access on the
+  workers' disks. Every access of a block lands in one partition, so each partition's rows,
+  sorted by position, are the analysis-order sub-stream of a set of whole blocks (a bucket of
+  the single-node passes), and the exact kernel of the single-node bucket passes
+  (:meth:`BlockTotals.add_bucket`: :func:`~fcctl.analyzers.stack.reuse_pass` and
   :func:`~fcctl.analyzers.sessions.distinct_blocks_per_session`) runs on it. The partial totals
   are summed here (:meth:`BlockTotals.add_totals`): counts, shares, reuse distances in requests
   and seconds, re-accesses per request and distinct blocks per session, exactly the single-node
   figures. The per-session figures come from this shuffle too: a (session, block) pair lives in
-  its block's bucket, so no second shuffle on session is needed; turns, largest input and
+  its block's partition, so no second shuffle on session is needed; turns, largest input and
   times come from the request table.
 * *SHARDS*: the sampled accesses are gathered here, sorted by position and run through the
   exact kernel: the sampled stack distances of the single-node SHARDS pass.
@@ -56,14 +60,31 @@ is the single-node one.
   it (``exact_head=False``, or a worker too small for K blocks) K is 0, every memory-tier point
   is sampled and the bound is the pure-SHARDS one (:data:`bounded.MEASURED_ERROR_NO_HEAD`).
 
-``P`` is the number of shuffle partitions: at least twice the cluster's threads, and enough that
-one partition's kernel fits a worker's share of memory (:func:`shuffle_partitions`). The result
-says which engine ran: ``provenance.engine`` (cluster, scheduler, workers, versions) and a note;
-``trace.sampling.block_passes`` is ``P``.
+**Memory.** Every task's estimated peak fits :data:`TASK_MEMORY_SHARE` of a worker thread's
+room (:class:`WorkerRoom`): the worker's memory limit up to where Dask pauses it (80 % by
+default; the nanny kills it at 95 %), less :data:`WORKER_BASELINE_BYTES` and the P2P shuffle's
+buffers (the workers' own settings; a local cluster's are sized to its workers,
+:func:`_local_p2p_buffers`). ``P``, the number of shuffle partitions, is at least twice the
+cluster's threads and enough that one partition's unpack and kernel fit
+(:func:`plan_shuffle`); the pieces are cut to fit too. A cluster too small for the widest
+request or for the per-request arrays is refused before any work, with the memory limit a
+worker would need.
+
+**Failures.** Nothing is scattered: the per-request arrays are a node of the graph and each
+piece's analysis positions its task's argument, so when a worker dies the scheduler runs its
+tasks again elsewhere (``distributed.scheduler.allowed-failures``, 3 by default) and the P2P
+shuffle restarts. A failure past that (``KilledWorker``, cancelled futures, a lost
+connection, a failed shuffle) is a :class:`~fcctl.common.errors.RunFailed` (exit 1) of one
+line naming the stage and what to do (:func:`_cluster_failure`); the local cluster is closed
+and its logs are silenced, so that line is all that is printed.
+
+The result says which engine ran: ``provenance.engine`` (cluster, scheduler, workers,
+versions) and a note; ``trace.sampling.block_passes`` is ``P``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -73,10 +94,12 @@ import re
 import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import dask
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -128,27 +151,41 @@ if TYPE_CHECKING:
 CONNECT_TIMEOUT_S = 5.0
 #: A local cluster starts at most one worker per this much of the memory budget.
 MIN_LOCAL_WORKER_BYTES = 1 << 30
-#: A worker's memory outside the model: the interpreter, numba, polars, pandas, Dask.
-WORKER_BASELINE_BYTES = 384 << 20
-#: The share of a worker thread's memory (less the baseline) one shuffle partition may use:
-#: the rest is Dask's (shuffle buffers, spilling starts at 60 %).
-WORKER_MEMORY_SHARE = 0.5
-#: Bytes per access of a partition's kernel: the shuffled row (position 8, block 8, bucket 4),
-#: the sort order (8), the sorted ids (8), the kernel's dense ids, tree and block tables, and
-#: the shuffle's copy of the row. Measured: about 110 (5 M accesses, 5 % distinct), + margin.
-BYTES_PER_SHUFFLED_ACCESS = 128
+#: A worker process's memory outside the tasks: the interpreter, numba, polars, pandas, Dask.
+#: Measured: 0.5 GiB for a local worker as it starts, 0.67 GiB between tasks of a 1 B-access
+#: run (what the allocator keeps; the per-access figures below count the rest).
+WORKER_BASELINE_BYTES = 512 << 20
+#: The P2P shuffle's buffers on each worker of a local cluster: outgoing shards
+#: (``distributed.p2p.comm.buffer``, a sixteenth of the worker's memory limit, at most 256 MiB;
+#: Dask's default, 1 GiB, is a third of a 3 GiB worker) and shards before they are written to
+#: disk (``distributed.p2p.storage.buffer``, a 32nd, at most Dask's default 100 MiB).
+LOCAL_P2P_COMM_BUFFER_BYTES = 256 << 20
+LOCAL_P2P_STORAGE_BUFFER_BYTES = 100 << 20
+#: The share of a worker thread's room (:attr:`WorkerRoom.thread_bytes`) one task's estimated
+#: peak may take: the margin (1 / 0.6 = 1.7x) covers the estimates' error, and data Dask holds
+#: for the next tasks (a partition fetched from another worker, the next one unpacked).
+TASK_MEMORY_SHARE = 0.6
+#: Bytes per access of a piece while it is exploded and sent by the shuffle: the Arrow batch
+#: and ids (16), positions and hash (16), the rows (18), and the P2P transfer's copies of the
+#: rows (the merge with the destination worker, the Arrow table, its sort by worker).
+#: Measured: about 115 above the worker's baseline (pieces of 4 Mi accesses), + margin.
+BYTES_PER_EXPLODED_ACCESS = 160
+#: Most accesses in one explode piece: the task granularity of the shuffle's input (a
+#: part is read in row ranges of about this many accesses).
+MAX_PIECE_ACCESSES = 1 << 22
+#: Bytes per access of a shuffle partition while it is unpacked and its kernel runs: the
+#: unpacked rows (position index 8, block 8), the P2P unpack's Arrow copies, the sort order
+#: and sorted ids (16), the kernel's dense ids and tree (8), its block tables and runs of
+#: distances in seconds. Measured: about 145 above the baseline at the peak of a worker of the
+#: 1 B-access run (13 M-access partitions, 2.5 % distinct blocks), + margin.
+BYTES_PER_SHUFFLED_ACCESS = 160
 #: Bytes per request of a partition's kernel: block counts, distances in requests and
-#: re-accesses per request (int64 each), the timestamps (float64), the session index, slack.
-BYTES_PER_WORKER_REQUEST = 48
-#: Bytes per access of a part while it is exploded into shuffle rows: the ids (8), their hash
-#: (8), the rows (24), the arrays they are made from and Arrow's column. Measured: 75 (a part
-#: of 4.9 M accesses), with margin.
-BYTES_PER_EXPLODED_ACCESS = 96
-#: The share of a worker thread's memory (less the baseline) one part's explode may use.
-EXPLODE_MEMORY_SHARE = 0.8
-#: Buckets per shuffle partition: Dask hashes bucket numbers to partitions, and many buckets
-#: per partition keep the partitions' sizes within a few per cent of each other.
-BUCKETS_PER_PARTITION = 64
+#: re-accesses per request (int64 each), the timestamps (float64), the session index, the
+#: totals sent back, slack.
+BYTES_PER_WORKER_REQUEST = 64
+#: Dask's warning about a large graph (the per-request timestamps and the parts' analysis
+#: positions travel in the graph, so that a lost worker's inputs can be recomputed) is off.
+LARGE_GRAPH_WARNING = "64 GiB"
 
 
 @dataclass(frozen=True)
@@ -316,43 +353,134 @@ def dask_client(
 
     workers = local_workers(memory_budget_bytes)
     with contextlib.ExitStack() as stack:
-        with _sigint_ignored():
-            cluster = LocalCluster(
-                n_workers=workers,
-                threads_per_worker=1,
-                processes=True,
-                host="127.0.0.1",
-                dashboard_address=None,
-                memory_limit=memory_budget_bytes // workers,
-                silence_logs=logging.ERROR,
-                # The scheduler's HTTP routes (health, metrics; no dashboard) on a free
-                # loopback port, not on 8787 of every interface.
-                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-                preload=[__name__],  # dask_setup: the workers ignore Ctrl-C
-            )
+        with (
+            _sigint_ignored(),
+            # The nannies pass this process's configuration to the workers they start.
+            dask.config.set(_local_p2p_buffers(memory_budget_bytes // workers)),
+        ):
+            try:
+                cluster = LocalCluster(
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=None,
+                    memory_limit=memory_budget_bytes // workers,
+                    # Dask's own log lines (a worker restarted, a task failed) are not shown:
+                    # a failure is reported once, as fcctl's one line.
+                    silence_logs=logging.CRITICAL,
+                    # The scheduler's HTTP routes (health, metrics; no dashboard) on a free
+                    # loopback port, not on 8787 of every interface.
+                    scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                    preload=[__name__],  # dask_setup: the workers ignore Ctrl-C
+                )
+            except (OSError, TimeoutError, RuntimeError) as e:
+                raise RunFailed(
+                    f"could not start a local Dask cluster of {workers} worker(s) "
+                    f"({type(e).__name__}: {_short(e)}): a worker process died or did not "
+                    "start; check that this machine may start processes and listen on "
+                    "127.0.0.1, and has memory free"
+                ) from None
         stack.enter_context(cluster)
         client = stack.enter_context(Client(cluster, set_as_default=False))
         yield client, _facts(client, "local", str(cluster.scheduler_address))
 
 
+def _local_p2p_buffers(worker_limit_bytes: int) -> dict[str, int]:
+    """The P2P buffers of a local cluster's workers (:data:`LOCAL_P2P_COMM_BUFFER_BYTES`)."""
+    return {
+        "distributed.p2p.comm.buffer": max(
+            min(worker_limit_bytes // 16, LOCAL_P2P_COMM_BUFFER_BYTES), 16 << 20
+        ),
+        "distributed.p2p.storage.buffer": max(
+            min(worker_limit_bytes // 32, LOCAL_P2P_STORAGE_BUFFER_BYTES), 8 << 20
+        ),
+    }
+
+
+def _short(e: BaseException, limit: int = 160) -> str:
+    """An exception's message on one line, at most ``limit`` characters."""
+    return " ".join(str(e).split())[:limit] or type(e).__name__
+
+
 # --- the tasks (run on the workers) -----------------------------------------------------------
 
 
-def _part_blocks(path: Path, rows: int, accesses: int) -> tuple[np.ndarray, np.ndarray]:
-    """One part's (block count per row, block ids), checked against what was opened."""
-    column = pq.read_table(path, columns=["hash_ids"]).column(0)
-    lens = pc.fill_null(pc.list_value_length(column), 0).to_numpy().astype(np.int64)
-    ids = np.concatenate(
-        [c.flatten().to_numpy(zero_copy_only=False) for c in column.chunks]
-        or [np.zeros(0, dtype=np.uint64)]
-    ).astype(np.uint64, copy=False)
-    if lens.shape[0] != rows or ids.shape[0] != accesses or int(lens.sum()) != accesses:
-        raise FcctlInputError(
-            f"{path}: holds {lens.shape[0]:,} rows and {ids.shape[0]:,} block accesses, but "
-            f"{rows:,} and {accesses:,} when the dataset was opened: it changed during the "
-            "analysis"
-        )
-    return lens, ids
+@dataclass(frozen=True)
+class Piece:
+    """Rows ``start:stop`` of one part, holding ``accesses`` block accesses: one explode task."""
+
+    part: int  # index into Dataset.parts
+    start: int
+    stop: int
+    accesses: int
+
+
+def plan_pieces(dataset: Dataset, max_accesses: int) -> list[Piece]:
+    """Every part cut into row ranges of at most ``max_accesses`` accesses (or one row).
+
+    The block counts come from the request table (``n_blocks`` at each row's analysis
+    position), so the cut needs no read of the block ids.
+    """
+    n_blocks = dataset.requests["n_blocks"].to_numpy().astype(np.int64)
+    pieces: list[Piece] = []
+    for i, part in enumerate(dataset.parts):
+        ends = np.cumsum(n_blocks[part.rank])
+        start = 0
+        while start < part.rows:
+            base = int(ends[start - 1]) if start else 0
+            stop = int(np.searchsorted(ends, base + max_accesses, side="right"))
+            stop = min(max(stop, start + 1), part.rows)
+            pieces.append(Piece(i, start, stop, int(ends[stop - 1]) - base))
+            start = stop
+    return pieces
+
+
+def _piece_blocks(
+    path: Path, rows: int, start: int, stop: int, accesses: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``start:stop`` of a part: (block count per row, block ids), checked.
+
+    The file is read in batches from its first row and stops after ``stop``: only a batch's
+    ids are decoded at a time, whatever the part's size.
+    """
+    changed = (
+        f"{path}: differs from when the dataset was opened (rows {start:,} to {stop:,} should "
+        f"hold {accesses:,} block accesses of {rows:,} rows): it changed during the analysis"
+    )
+    try:
+        f = pq.ParquetFile(path)
+    except OSError as e:
+        raise FcctlInputError(f"{path}: cannot be read ({_short(e)}) during the analysis") from None
+    with f:
+        if f.metadata.num_rows != rows:
+            raise FcctlInputError(changed)
+        batch = max(1, (stop - start + 3) // 4)
+        lens: list[np.ndarray] = []
+        ids: list[np.ndarray] = []
+        row = 0
+        for b in f.iter_batches(batch_size=batch, columns=["hash_ids"]):
+            lo, hi = max(start - row, 0), min(stop - row, b.num_rows)
+            row += b.num_rows
+            if hi <= lo:
+                if row >= stop:
+                    break
+                continue
+            column = b.column(0).slice(lo, hi - lo)
+            lens.append(pc.fill_null(pc.list_value_length(column), 0).to_numpy().astype(np.int64))
+            ids.append(
+                column.flatten().to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
+            )
+            del column, b
+            if row >= stop:
+                break
+    lens_all = np.concatenate(lens) if lens else np.zeros(0, dtype=np.int64)
+    del lens
+    ids_all = np.concatenate(ids) if ids else np.zeros(0, dtype=np.uint64)
+    del ids
+    if lens_all.shape[0] != stop - start or ids_all.shape[0] != accesses:
+        raise FcctlInputError(changed)
+    return lens_all, ids_all
 
 
 #: ``position = rank * 2**POSITION_BITS + pos``: an access's place in the analysis order as
@@ -373,30 +501,82 @@ def _positions(rank: np.ndarray, lens: np.ndarray, total: int) -> np.ndarray:  #
     return out
 
 
-def _explode_part(
-    path: Path, rank: np.ndarray, accesses: int, buckets: int, threshold: int
-) -> tuple[Any, tuple[np.ndarray, np.ndarray]]:
-    """One part's accesses as shuffle rows, and its SHARDS sample (module docstring).
+def _partition_dtype(partitions: int) -> np.dtype:
+    """The dtype of partition numbers: Dask's own for its P2P shuffle's partition column."""
+    return np.min_scalar_type(-partitions - 1)
 
-    Rows: ``position`` (int64), ``block`` (uint64), ``bucket`` (uint32): 20 bytes an access.
-    The sample: the kept accesses' (position, block id).
+
+def _rows_meta(partitions: int) -> Any:
+    """The shuffle rows' (empty) frame: index ``position`` int64; ``block``, ``partition``."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "block": np.zeros(0, np.uint64),
+            "partition": np.zeros(0, _partition_dtype(partitions)),
+        },
+        index=pd.Index(np.zeros(0, np.int64), name="position"),
+    )
+
+
+def _shuffle_rows(rows: Any, partitions: int) -> Any:
+    """``rows`` shuffled by P2P so that partition ``p`` holds the rows whose ``partition`` is p.
+
+    The shuffle is Dask's P2P ``Shuffle`` on the partition numbers as they are (the public
+    ``DataFrame.shuffle`` hashes the column first, a third of the shuffle's time for nothing);
+    the ``partition`` column is dropped on the way, so the rows land as (position, block).
+    """
+    try:
+        from dask.dataframe.dask_expr._collection import new_collection
+        from dask.dataframe.dask_expr._shuffle import Shuffle
+    except ImportError:  # pragma: no cover - another dask: its public shuffle, by hash
+        shuffled = rows.shuffle(on="partition", npartitions=partitions, shuffle_method="p2p")
+        return shuffled.drop(columns="partition")
+    return new_collection(Shuffle(rows.expr, "partition", partitions, False, "p2p", None))
+
+
+def _explode_piece(
+    path: str,
+    rows: int,
+    start: int,
+    stop: int,
+    rank: np.ndarray,
+    accesses: int,
+    partitions: int,
+    threshold: int,
+) -> tuple[Any, tuple[np.ndarray, np.ndarray]]:
+    """One piece's accesses as shuffle rows, and its SHARDS sample (module docstring).
+
+    Rows: index ``position`` (int64), ``block`` (uint64), ``partition`` (``splitmix64(block)
+    mod P``, int8 or int16): 17 or 18 bytes an access, and the index is what the P2P shuffle
+    carries anyway. The sample: the kept accesses' (position, block id). ``rank``: the rows'
+    analysis positions (a task argument, so a lost worker's input is in the graph and the task
+    can run again elsewhere).
     """
     import pandas as pd
 
-    lens, ids = _part_blocks(path, rank.shape[0], accesses)
+    lens, ids = _piece_blocks(Path(path), rows, start, stop, accesses)
     if rank.shape[0] and (int(rank[-1]) >> 32 or int(lens.max()) >> POSITION_BITS):
         raise FcctlInputError(
             f"{path}: a request at analysis position {int(rank[-1]):,} or one of "
             f"{int(lens.max()):,} blocks is past what the Dask engine encodes (2^32 requests, "
             f"2^{POSITION_BITS} blocks a request); use --engine local"
         )
-    position = _positions(rank.astype(np.int64), lens, ids.shape[0])
+    position = _positions(np.ascontiguousarray(rank, dtype=np.int64), lens, ids.shape[0])
+    del lens
     h = splitmix64(ids)
     kept = h < np.uint64(threshold)
-    rows = pd.DataFrame(
-        {"position": position, "block": ids, "bucket": (h % np.uint64(buckets)).astype(np.uint32)}
+    sample = (position[kept], ids[kept])
+    del kept
+    h %= np.uint64(partitions)
+    partition = h.astype(_partition_dtype(partitions))
+    del h
+    frame = pd.DataFrame(
+        {"block": ids, "partition": partition},
+        index=pd.Index(position, name="position", copy=False),
+        copy=False,
     )
-    return rows, (position[kept], ids[kept])
+    return frame, sample
 
 
 def _partition_totals(
@@ -407,13 +587,14 @@ def _partition_totals(
     num_sessions: int,
     max_seconds_values: int,
 ) -> BlockTotals:
-    """The exact block totals of one shuffle partition (whole buckets), in analysis order."""
-    position = rows["position"].to_numpy(dtype=np.int64)
-    # The rows arrive as runs already in order (one per part and shuffle shard): timsort.
+    """The exact block totals of one shuffle partition (whole blocks), in analysis order."""
+    position = rows.index.to_numpy(dtype=np.int64)
+    # The rows arrive as runs already in order (one per piece and shuffle shard): timsort.
     order = np.argsort(position, kind="stable")
-    ids = np.ascontiguousarray(rows["block"].to_numpy(dtype=np.uint64)[order])
+    ids = rows["block"].to_numpy(dtype=np.uint64)[order]
+    del order
     lens = np.bincount(position >> POSITION_BITS, minlength=num_requests).astype(np.int64)
-    del rows, position, order
+    del rows, position
     totals = BlockTotals(num_requests, num_sessions, max_seconds_values=max_seconds_values)
     totals.add_bucket(ids, lens, timestamp_s, session)
     return totals
@@ -424,69 +605,161 @@ def _head_pass(dataset: Dataset, depth: int) -> np.ndarray:
     return exact_head(lambda: (ids for _, ids in dataset.iter_blocks()), depth)
 
 
+def _worker_memory_settings() -> dict[str, float]:
+    """This worker's Dask settings that bound what its tasks may use (run on the workers)."""
+    from dask.utils import parse_bytes
+
+    def fraction(key: str, default: float) -> float:
+        value = dask.config.get(f"distributed.worker.memory.{key}", default)
+        return float(value) if value not in (None, False) else 1.0
+
+    return {
+        "pause": fraction("pause", 0.8),
+        "terminate": fraction("terminate", 0.95),
+        "comm_buffer": float(parse_bytes(dask.config.get("distributed.p2p.comm.buffer"))),
+        "storage_buffer": float(parse_bytes(dask.config.get("distributed.p2p.storage.buffer"))),
+    }
+
+
 # --- the passes (run from here) ---------------------------------------------------------------
 
 
-def shuffle_partitions(
-    dataset: Dataset, facts: ClusterFacts, budget_bytes: int, parameter: str
-) -> int:
-    """``P``: at least 2 per thread, and enough that a partition's kernel fits a thread's share.
+#: The exact head's ordered pass outside its table: a merge batch per file and its copies.
+HEAD_STREAM_BYTES = 256 << 20
 
-    A thread's memory is (the smallest worker's limit, or the budget when unlimited, less
-    :data:`WORKER_BASELINE_BYTES`) over the worker's threads. A partition's kernel may use
-    :data:`WORKER_MEMORY_SHARE` of it: :data:`BYTES_PER_WORKER_REQUEST` a request of the
-    dataset and :data:`BYTES_PER_SHUFFLED_ACCESS` an access of the partition. Exploding a part
-    takes :data:`BYTES_PER_EXPLODED_ACCESS` an access of the part, up to
-    :data:`EXPLODE_MEMORY_SHARE` of it. Workers too small for either are refused (``parameter``
-    names what to raise).
+
+@dataclass(frozen=True)
+class WorkerRoom:
+    """What one task may use on the cluster's smallest worker (:func:`worker_room`).
+
+    ``limit_bytes``: its memory limit (the budget when the workers are unlimited); ``pause``:
+    the fraction of it where Dask pauses the worker (the nanny kills it at ``terminate``);
+    ``p2p_bytes``: the P2P shuffle's comm and disk buffers; ``threads``: its threads.
     """
-    memory = facts.worker_memory_limit_bytes or budget_bytes
-    thread = (memory - WORKER_BASELINE_BYTES) * max(facts.workers, 1) / max(facts.threads, 1)
+
+    limit_bytes: int
+    pause: float
+    terminate: float
+    p2p_bytes: int
+    threads: int
+
+    @property
+    def thread_bytes(self) -> int:
+        """A thread's share of the worker below the pause, less the process and P2P buffers."""
+        free = self.limit_bytes * self.pause - WORKER_BASELINE_BYTES - self.p2p_bytes
+        return max(int(free / max(self.threads, 1)), 0)
+
+    @property
+    def task_bytes(self) -> int:
+        """The most one task's estimated peak may be: :data:`TASK_MEMORY_SHARE` of a thread's."""
+        return int(self.thread_bytes * TASK_MEMORY_SHARE)
+
+    def describe(self) -> str:
+        return (
+            f"{self.task_bytes:,} bytes for one task: {TASK_MEMORY_SHARE:.0%} of what a worker "
+            f"thread has below {self.pause:.0%} of its {self.limit_bytes / 2**30:.2f} GiB "
+            f"memory limit, where Dask pauses it, after {WORKER_BASELINE_BYTES >> 20} MiB for "
+            f"the process and {self.p2p_bytes >> 20} MiB for the P2P shuffle's buffers"
+        )
+
+
+def worker_room(client: Client, facts: ClusterFacts, budget_bytes: int) -> WorkerRoom:
+    """The :class:`WorkerRoom` of the cluster's workers, from their own Dask settings."""
+    settings = list(client.run(_worker_memory_settings).values())
+    workers = max(facts.workers, 1)
+    return WorkerRoom(
+        limit_bytes=facts.worker_memory_limit_bytes or budget_bytes,
+        pause=min(s["pause"] for s in settings) if settings else 0.8,
+        terminate=min(s["terminate"] for s in settings) if settings else 0.95,
+        p2p_bytes=int(max((s["comm_buffer"] + s["storage_buffer"] for s in settings), default=0)),
+        threads=max(1, math.ceil(facts.threads / workers)),
+    )
+
+
+@dataclass(frozen=True)
+class ShufflePlan:
+    """``partitions`` (P) of the block shuffle; explode pieces of ``piece_accesses`` at most."""
+
+    partitions: int
+    piece_accesses: int
+
+
+def plan_shuffle(
+    dataset: Dataset, room: WorkerRoom, cluster_threads: int, parameter: str
+) -> ShufflePlan:
+    """P and the explode pieces' size, each task's estimate within ``room.task_bytes``.
+
+    A piece of ``a`` accesses takes about :data:`BYTES_PER_EXPLODED_ACCESS` x ``a`` while it is
+    exploded and sent; a partition of ``n`` accesses :data:`BYTES_PER_SHUFFLED_ACCESS` x ``n``
+    plus :data:`BYTES_PER_WORKER_REQUEST` a request of the dataset while it is unpacked and
+    its kernel runs. P is at least 2 per thread of the cluster. A worker too small for the
+    largest request's piece or the per-request arrays is refused up front (``parameter`` names
+    what to raise), with what it would need.
+    """
+    task = room.task_bytes
     more = (
         "raise --memory-budget" if parameter == "memory_budget" else "give the workers more memory"
     )
-    biggest = max(dataset.parts, key=lambda p: p.block_accesses)
-    if biggest.block_accesses * BYTES_PER_EXPLODED_ACCESS > thread * EXPLODE_MEMORY_SHARE:
+    piece = min(MAX_PIECE_ACCESSES, task // BYTES_PER_EXPLODED_ACCESS)
+    widest = int(dataset.requests["n_blocks"].max() or 0)
+    if widest * BYTES_PER_EXPLODED_ACCESS > task or piece < 1:
+        need = max(widest, 1) * BYTES_PER_EXPLODED_ACCESS
         raise FcctlInputError(
-            f"{parameter}: a Dask worker thread has about {max(thread, 0):,.0f} bytes, and "
-            f"exploding part {biggest.path} ({biggest.block_accesses:,} block accesses) needs "
-            f"about {biggest.block_accesses * BYTES_PER_EXPLODED_ACCESS:,}; {more}, or cut the "
-            "dataset into smaller parts",
+            f"{parameter}: a Dask worker has {room.describe()}; exploding the widest request "
+            f"({widest:,} block accesses) needs about {need:,} (so a memory limit of about "
+            f"{_gib_up(_limit_for(room, need))} GiB a worker); {more}",
             parameter=parameter,
         )
-    room = thread * WORKER_MEMORY_SHARE - dataset.num_requests * BYTES_PER_WORKER_REQUEST
-    if room < BYTES_PER_SHUFFLED_ACCESS << 16:
+    per_request = dataset.num_requests * BYTES_PER_WORKER_REQUEST
+    kernel = task - per_request
+    if kernel < BYTES_PER_SHUFFLED_ACCESS << 16:
+        need = per_request + (BYTES_PER_SHUFFLED_ACCESS << 16)
         raise FcctlInputError(
-            f"{parameter}: a Dask worker thread has about {max(thread, 0):,.0f} bytes, but a "
-            f"shuffle partition's per-request arrays alone take "
-            f"{dataset.num_requests * BYTES_PER_WORKER_REQUEST:,} ({dataset.num_requests:,} "
-            f"requests); {more}",
+            f"{parameter}: a Dask worker has {room.describe()}, but a shuffle partition's "
+            f"per-request arrays alone take {per_request:,} ({dataset.num_requests:,} requests "
+            f"x {BYTES_PER_WORKER_REQUEST}; a memory limit of about "
+            f"{_gib_up(_limit_for(room, need))} GiB a worker would do); {more}",
             parameter=parameter,
         )
-    need = math.ceil(dataset.block_accesses * BYTES_PER_SHUFFLED_ACCESS / room)
-    return max(2 * max(facts.threads, 1), need)
+    need = math.ceil(dataset.block_accesses * BYTES_PER_SHUFFLED_ACCESS / kernel)
+    return ShufflePlan(max(2 * max(cluster_threads, 1), need), int(piece))
+
+
+def _gib_up(n: int) -> str:
+    """``n`` bytes in GiB, rounded up to the hundredth: a limit that is enough."""
+    return f"{math.ceil(n / 2**30 * 100) / 100:.2f}"
+
+
+def _limit_for(room: WorkerRoom, task_bytes: int) -> int:
+    """The worker memory limit whose :attr:`WorkerRoom.task_bytes` is ``task_bytes``."""
+    thread = task_bytes / TASK_MEMORY_SHARE
+    return math.ceil(
+        (thread * room.threads + WORKER_BASELINE_BYTES + room.p2p_bytes) / max(room.pause, 0.01)
+    )
 
 
 def _map_files(client: Client) -> Callable[..., Iterable[Any]]:
     """``open_dataset``'s ``map_files``: one task per file on the workers, results in order.
 
     The first failed read (in file order) raises its own error, as the reads one after
-    another would; the other tasks are cancelled then (and on Ctrl-C).
+    another would; the other tasks are cancelled then (and on Ctrl-C). Each result is
+    released on the worker once it is here.
     """
 
     def map_files(read: Callable[[Path], Any], files: Sequence[Path]) -> Iterator[Any]:
         futures = client.map(read, list(files), pure=False)
         try:
-            for f in futures:
+            for i in range(len(futures)):
+                f, futures[i] = futures[i], None
                 yield f.result()
+                del f
         finally:
-            for f in futures:
-                f.cancel()
+            client.cancel([f for f in futures if f is not None])
 
     return map_files
 
 
-def _dask_passes(client: Client) -> BoundedPasses:
+def _dask_passes(client: Client, shuffle: ShufflePlan, stage: _Stage) -> BoundedPasses:
     """The bounded analysis's passes (:data:`bounded.BoundedPasses`) on the cluster."""
 
     def passes(
@@ -497,104 +770,115 @@ def _dask_passes(client: Client) -> BoundedPasses:
         n_sessions: int,
         progress: Progress,
     ) -> tuple[SampledStack, BlockTotals]:
-        from distributed import KilledWorker, as_completed
+        from distributed import as_completed
 
         assert plan.sample_rate is not None
         threshold = rate_threshold(plan.sample_rate)
         limit = seconds_values_limit(plan.budget_bytes)
         n_req = dataset.num_requests
         totals = BlockTotals(n_req, n_sessions, max_seconds_values=limit)
-        pieces: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        samples: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         head_count = np.zeros(0, dtype=np.int64)
-        futures: list[Future] = []
+        # Each future is dropped once its result is here, so that the worker frees it.
+        pending: dict[Any, Future] = {}
+        role: dict[Any, tuple[str, int]] = {}
         try:
-            head = None
+            stage.name = "the block shuffle"
             if plan.exact_below_blocks > 0:
-                # The parts' ranks travel to the worker; the request table stays here.
+                # The parts' ranks travel in the task; the request table stays here.
                 light = dataclasses.replace(dataset, requests=dataset.requests.clear())
-                head = client.submit(
-                    _head_pass, client.scatter(light), plan.exact_below_blocks, pure=False
-                )
-                futures.append(head)
-            partial, samples = _graph(
-                client, dataset, plan, threshold, timestamp_s, session, n_sessions, limit
+                head = client.submit(_head_pass, light, plan.exact_below_blocks, pure=False)
+                pending[head.key], role[head.key] = head, ("head", 0)
+                del light
+            partial, sampled = _graph(
+                dataset, plan, shuffle, threshold, timestamp_s, session, n_sessions, limit
             )
-            # One graph: each part is read once, for both the shuffle and the sample.
-            computed = client.compute(partial + samples)
-            futures.extend(computed)
-            role = {f.key: i for i, f in enumerate(computed)}
+            # One graph: each piece is read once, for both the shuffle and the sample.
+            computed = client.compute(partial + sampled)
+            for i, f in enumerate(computed):
+                pending[f.key] = f
+                role[f.key] = ("totals", i) if i < len(partial) else ("sample", i)
+            del computed, partial, sampled
             label = (
                 f"Dask: {plan.block_passes} block partitions, SHARDS sample at "
-                f"{plan.sample_rate:g}" + (", exact head" if head is not None else "")
+                f"{plan.sample_rate:g}" + (", exact head" if plan.exact_below_blocks else "")
             )
-            with progress.task(label, len(futures)) as task:
-                for done, f in enumerate(as_completed(futures, loop=client.loop), start=1):
+            with progress.task(label, len(pending)) as task:
+                done = 0
+                for f in as_completed(list(pending.values()), loop=client.loop):
+                    kind, i = role[f.key]
+                    stage.task = f.key
                     value = f.result()
-                    if head is not None and f.key == head.key:
+                    del pending[f.key], f
+                    if kind == "head":
                         head_count = value
-                    elif role[f.key] < len(partial):
+                    elif kind == "totals":
                         totals.add_totals(value)
                     else:
-                        pieces[role[f.key]] = value
+                        samples[i] = value
                     del value
+                    done += 1
                     task.update(done)
-        except KilledWorker as e:
-            raise RunFailed(
-                f"a Dask worker died running {getattr(e, 'task', 'a task')!r} (out of memory?): "
-                "give the workers more memory (--memory-budget for a local cluster) or cut the "
-                "dataset into smaller parts"
-            ) from None
         finally:
-            for f in futures:
-                f.cancel()
-        sampled = _sample_stack(
-            [pieces[k] for k in sorted(pieces)],
+            client.cancel(list(pending.values()))
+            pending.clear()
+        stage.name, stage.task = "the SHARDS sample (here)", None
+        sampled_stack = _sample_stack(
+            samples,
             threshold=threshold,
             accesses=dataset.block_accesses,
             exact_below_blocks=plan.exact_below_blocks,
             head_count=head_count,
         )
-        return sampled, totals
+        return sampled_stack, totals
 
     return passes
 
 
 def _graph(
-    client: Client,
     dataset: Dataset,
     plan: MemoryPlan,
+    shuffle: ShufflePlan,
     threshold: int,
     timestamp_s: np.ndarray,
     session: np.ndarray | None,
     n_sessions: int,
     max_seconds_values: int,
 ) -> tuple[list[Any], list[Any]]:
-    """The Dask graph: (per shuffle partition, its block totals; per part, its sample)."""
-    import dask
-    import dask.dataframe as dd
-    import pandas as pd
+    """The Dask graph: (per shuffle partition, its block totals; per piece, its sample).
 
-    buckets = plan.block_passes * BUCKETS_PER_PARTITION
-    ranks = client.scatter([p.rank for p in dataset.parts])
-    shared = client.scatter([timestamp_s, session], broadcast=True)
+    Nothing is scattered: the per-request arrays are one node of the graph and each piece's
+    analysis positions are its task's argument, so the scheduler can run any task again on
+    another worker (up to ``distributed.scheduler.allowed-failures`` times) when one dies.
+    """
+    import dask.dataframe as dd
+
+    partitions = plan.block_passes
+    parts = dataset.parts
     exploded = [
-        dask.delayed(_explode_part, nout=2, pure=False)(
-            p.path, rank, p.block_accesses, buckets, threshold
+        dask.delayed(_explode_piece, nout=2, pure=False)(
+            str(parts[p.part].path),
+            parts[p.part].rows,
+            p.start,
+            p.stop,
+            parts[p.part].rank[p.start : p.stop].copy(),
+            p.accesses,
+            partitions,
+            threshold,
         )
-        for p, rank in zip(dataset.parts, ranks, strict=True)
+        for p in plan_pieces(dataset, shuffle.piece_accesses)
     ]
-    meta = pd.DataFrame(
-        {
-            "position": np.zeros(0, np.int64),
-            "block": np.zeros(0, np.uint64),
-            "bucket": np.zeros(0, np.uint32),
-        }
+    rows = dd.from_delayed([e[0] for e in exploded], meta=_rows_meta(partitions), verify_meta=False)
+    shuffled = _shuffle_rows(rows, partitions)
+    shared = dask.delayed(timestamp_s, name=f"timestamps-{dask.base.tokenize(timestamp_s)}")
+    sessions = (
+        None
+        if session is None
+        else dask.delayed(session, name=f"sessions-{dask.base.tokenize(session)}")
     )
-    rows = dd.from_delayed([e[0] for e in exploded], meta=meta, verify_meta=False)
-    shuffled = rows.shuffle(on="bucket", npartitions=plan.block_passes, shuffle_method="p2p")
     partial = [
         dask.delayed(_partition_totals, pure=False)(
-            part, shared[0], shared[1], dataset.num_requests, n_sessions, max_seconds_values
+            part, shared, sessions, dataset.num_requests, n_sessions, max_seconds_values
         )
         for part in shuffled.to_delayed()
     ]
@@ -602,20 +886,34 @@ def _graph(
 
 
 def _sample_stack(
-    pieces: list[tuple[np.ndarray, np.ndarray]],
+    pieces: dict[int, tuple[np.ndarray, np.ndarray]],
     *,
     threshold: int,
     accesses: int,
     exact_below_blocks: int,
     head_count: np.ndarray,
 ) -> SampledStack:
-    """The SHARDS result of the gathered sample: sorted to analysis order, the exact kernel."""
-    position = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np.int64)
-    ids = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, np.uint64)
-    ids = ids[np.argsort(position, kind="stable")]
+    """The SHARDS result of the gathered sample: sorted to analysis order, the exact kernel.
+
+    ``pieces`` is emptied as it is read (the gathered sample is not held twice).
+    """
+    total = sum(p[0].shape[0] for p in pieces.values())
+    position = np.empty(total, dtype=np.int64)
+    ids = np.empty(total, dtype=np.uint64)
+    at = 0
+    for k in sorted(pieces):
+        pos, kept = pieces.pop(k)
+        position[at : at + pos.shape[0]] = pos
+        ids[at : at + pos.shape[0]] = kept
+        at += pos.shape[0]
+        del pos, kept
+    order = np.argsort(position, kind="stable")
     del position
+    ids = ids[order]
+    del order
     # Rate 1 of the sampled stream: its stack distances, by the exact kernel.
     own = sampled_stack(ids, rate=1.0)
+    del ids
     return SampledStack(
         method="fixed-rate",
         rate=threshold / HASH_SPACE,
@@ -627,6 +925,90 @@ def _sample_stack(
         exact_below_blocks=exact_below_blocks,
         head_count=head_count,
     )
+
+
+# --- failures of the cluster ------------------------------------------------------------------
+
+
+@dataclass
+class _Stage:
+    """Where a run is, for the message of a failure: a stage and the task last waited on."""
+
+    name: str = "starting the cluster"
+    task: Any = None
+
+
+#: Stages by the name of a task's key (:func:`dask.utils.key_split`).
+_TASK_STAGES = (
+    ("explode_piece", "the block shuffle (exploding a piece of a part)"),
+    ("shuffle", "the block shuffle"),
+    ("p2p", "the block shuffle"),
+    ("from-delayed", "the block shuffle"),
+    ("assign", "the block shuffle"),
+    ("partition_totals", "a shuffle partition's exact kernel"),
+    ("head_pass", "the exact head (one ordered pass on a worker)"),
+    ("read", "reading and checking the parts"),
+)
+
+
+def _stage_of(key: Any, default: str) -> str:
+    from dask.utils import key_split
+
+    if key is None:
+        return default
+    name = key_split(key)
+    return next((stage for prefix, stage in _TASK_STAGES if prefix in name), default)
+
+
+def _cluster_failure(
+    e: BaseException, facts: ClusterFacts | None, stage: _Stage, *, local: bool
+) -> RunFailed | None:
+    """The one-line :class:`RunFailed` for a failure of the cluster, or None for anything else.
+
+    Cluster failures: a worker killed or lost (``KilledWorker``), futures cancelled (the data
+    they needed is gone), a lost connection (``CommClosedError`` and other ``OSError``), a
+    timeout, a failed P2P shuffle, a ``MemoryError``. Input errors raised by the tasks (a
+    part changed) and fcctl's own errors are not: they keep their exit status.
+    """
+    from distributed import KilledWorker
+
+    if isinstance(e, FcctlInputError | RunFailed | KeyboardInterrupt | SystemExit):
+        return None
+    limit = facts.worker_memory_limit_bytes if facts is not None else None
+    memory = f"worker memory limit {limit / 2**30:.2f} GiB" if limit else "worker memory"
+    todo = (
+        "raise --memory-budget, or run on more workers (--scheduler)"
+        if local
+        else "give the workers more memory, or add workers"
+    )
+    if isinstance(e, KilledWorker):
+        where = _stage_of(getattr(e, "task", None), stage.name)
+        times = int(getattr(e, "allowed_failures", 0)) + 1
+        return RunFailed(
+            f"a Dask worker died during {where} (task {getattr(e, 'task', '?')!s}: the workers "
+            f"running it died {times} time(s); out of memory at the {memory}?); {todo}"
+        )
+    text = _short(e)
+    if isinstance(e, MemoryError):
+        return RunFailed(f"out of memory during {stage.name} ({memory}); {todo}")
+    if isinstance(e, CancelledError | asyncio.CancelledError):
+        where = _stage_of(getattr(e, "key", None) or stage.task, stage.name)
+        reason = getattr(e, "reason", None) or text
+        return RunFailed(
+            f"the Dask cluster cancelled a task during {where} ({reason}): a worker died or "
+            f"left and what it held was lost ({memory}?); {todo}"
+        )
+    if isinstance(e, OSError | TimeoutError | EOFError):
+        return RunFailed(
+            f"lost the Dask cluster during {stage.name} ({type(e).__name__}: {text}); a worker "
+            f"or the scheduler died or cannot be reached; {todo}"
+        )
+    if isinstance(e, RuntimeError) and ("P2P" in text or type(e).__module__.startswith("distri")):
+        return RunFailed(
+            f"the Dask cluster failed during {stage.name} ({text}): a worker probably died "
+            f"({memory}?); {todo}"
+        )
+    return None
 
 
 # --- the analysis -----------------------------------------------------------------------------
@@ -696,48 +1078,66 @@ def analyze_dask(
     if scheduler is not None:
         # The workers' working directory is not this one.
         spec = os.path.abspath(spec) if not Path(spec).is_absolute() else spec
-    with dask_client(scheduler, memory_budget_bytes=budget) as (client, facts):
-        dataset = open_dataset(spec, progress, map_files=_map_files(client))
-        plan = plan_memory(
-            dataset.num_requests,
-            dataset.block_accesses,
-            budget,
-            sample_rate=sample_rate,
-            exact_capacity_blocks=largest_capacity_blocks(
-                dataset, geometry, memory_capacities_bytes
+    stage = _Stage()
+    facts: ClusterFacts | None = None
+    local = scheduler is None
+    try:
+        with (
+            dask.config.set(
+                {"distributed.admin.large-graph-warning-threshold": LARGE_GRAPH_WARNING}
             ),
-        )
-        if plan.exact or not dataset.has_hashes:
-            result = analyze_dataset(
-                dataset,
-                geometry=geometry,
-                memory_budget_bytes=budget,
+            dask_client(scheduler, memory_budget_bytes=budget) as (client, facts),
+        ):
+            stage.name = "reading and checking the parts"
+            dataset = open_dataset(spec, progress, map_files=_map_files(client))
+            plan = plan_memory(
+                dataset.num_requests,
+                dataset.block_accesses,
+                budget,
                 sample_rate=sample_rate,
-                memory_capacities_bytes=memory_capacities_bytes,
-                progress=progress,
-                thresholds=thresholds,
-                rate_requests_per_s=rate_requests_per_s,
-                concurrent_sessions=concurrent_sessions,
-                seed=seed,
+                exact_capacity_blocks=largest_capacity_blocks(
+                    dataset, geometry, memory_capacities_bytes
+                ),
             )
-            how = (
-                "the parts were read and checked on the workers, and the exact analysis ran "
-                "here in one ordered pass over every access (the trace fits the memory budget)"
-            )
-        else:
-            refuse_schedule(plan, rate_requests_per_s, concurrent_sessions)
-            result, how = _bounded(
-                client,
-                facts,
-                dataset,
-                plan,
-                geometry=geometry,
-                capacities=memory_capacities_bytes,
-                progress=progress,
-                thresholds=thresholds,
-                exact_head=exact_head,
-                parameter="scheduler" if scheduler is not None else "memory_budget",
-            )
+            if plan.exact or not dataset.has_hashes:
+                stage.name = "the exact analysis (here)"
+                result = analyze_dataset(
+                    dataset,
+                    geometry=geometry,
+                    memory_budget_bytes=budget,
+                    sample_rate=sample_rate,
+                    memory_capacities_bytes=memory_capacities_bytes,
+                    progress=progress,
+                    thresholds=thresholds,
+                    rate_requests_per_s=rate_requests_per_s,
+                    concurrent_sessions=concurrent_sessions,
+                    seed=seed,
+                )
+                how = (
+                    "the parts were read and checked on the workers, and the exact analysis ran "
+                    "here in one ordered pass over every access (the trace fits the memory budget)"
+                )
+            else:
+                refuse_schedule(plan, rate_requests_per_s, concurrent_sessions)
+                result, how = _bounded(
+                    client,
+                    facts,
+                    dataset,
+                    plan,
+                    geometry=geometry,
+                    capacities=memory_capacities_bytes,
+                    progress=progress,
+                    thresholds=thresholds,
+                    exact_head=exact_head,
+                    parameter="memory_budget" if local else "scheduler",
+                    stage=stage,
+                )
+    except BaseException as e:
+        failed = _cluster_failure(e, facts, stage, local=local)
+        if failed is None:
+            raise
+        raise failed from None
+    assert facts is not None
     return _with_engine(result, facts, how, one_file=one_file)
 
 
@@ -753,15 +1153,14 @@ def _bounded(
     thresholds: VerdictThresholds,
     exact_head: bool,
     parameter: str,
+    stage: _Stage,
 ) -> tuple[AnalysisResult, str]:
-    partitions = shuffle_partitions(dataset, facts, plan.budget_bytes, parameter)
+    room = worker_room(client, facts, plan.budget_bytes)
+    shuffle = plan_shuffle(dataset, room, facts.threads, parameter)
     head = plan.exact_below_blocks if exact_head else 0
-    worker_memory = facts.worker_memory_limit_bytes
-    if worker_memory is not None and head * BYTES_PER_HEAD_BLOCK > WORKER_MEMORY_SHARE * (
-        worker_memory - WORKER_BASELINE_BYTES
-    ):
+    if head * BYTES_PER_HEAD_BLOCK + HEAD_STREAM_BYTES > room.task_bytes:
         head = 0
-    plan = dataclasses.replace(plan, block_passes=partitions, exact_below_blocks=head)
+    plan = dataclasses.replace(plan, block_passes=shuffle.partitions, exact_below_blocks=head)
     result = _analyze_bounded(
         dataset,
         plan,
@@ -770,11 +1169,12 @@ def _bounded(
         progress=progress,
         thresholds=thresholds,
         summary=DatasetSummary(dataset.mode, len(dataset.parts), dataset.units),
-        passes=_dask_passes(client),
+        passes=_dask_passes(client, shuffle, stage),
     )
     how = (
-        f"every block access was shuffled by splitmix64 bucket into {partitions} partitions "
-        "for the exact figures, the SHARDS sample was gathered from the workers, and "
+        f"every block access was shuffled into {shuffle.partitions} partitions by the "
+        "splitmix64 hash of its block for the exact figures, the SHARDS sample was gathered "
+        "from the workers, and "
         + (
             f"capacities up to {head:,} blocks were counted exactly in one ordered pass on a worker"
             if head

@@ -7,10 +7,17 @@ serves every test that passes ``--scheduler``; the datasets are real Parquet wri
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import logging
-import math
+import os
+import re
+import signal
 import socket
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +33,7 @@ from analyze_helpers import one_line_exit_2
 from distributed import LocalCluster
 from typer.testing import CliRunner
 
+from fcctl.analyzers import dask_engine
 from fcctl.analyzers.analyze import AnalysisResult, NoteCode, analyze_trace
 from fcctl.analyzers.bounded import (
     DASK_INSTALL_HINT,
@@ -38,12 +46,11 @@ from fcctl.analyzers.dask_engine import (
     BYTES_PER_EXPLODED_ACCESS,
     BYTES_PER_SHUFFLED_ACCESS,
     BYTES_PER_WORKER_REQUEST,
-    EXPLODE_MEMORY_SHARE,
-    WORKER_BASELINE_BYTES,
-    WORKER_MEMORY_SHARE,
-    ClusterFacts,
+    MAX_PIECE_ACCESSES,
+    WorkerRoom,
     analyze_dask,
-    shuffle_partitions,
+    plan_pieces,
+    plan_shuffle,
 )
 from fcctl.analyzers.dataset import open_dataset
 from fcctl.analyzers.partitioned import write_partitioned
@@ -135,8 +142,11 @@ def _engine(result: AnalysisResult) -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", ["mixed", "agent", "claude"])
 def test_sampled_run_equals_the_single_node_one(
-    scheduler: str, data: dict[str, Path], name: str
+    scheduler: str, data: dict[str, Path], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if name == "agent":
+        # Explode pieces of at most 3,000 accesses: each part is read in many row ranges.
+        monkeypatch.setattr(dask_engine, "MAX_PIECE_ACCESSES", 3000)
     ds = open_dataset(data[name])
     local = analyze_dataset(ds, geometry=GEOMETRY, sample_rate=0.1)
     dask = analyze_dask(data[name], geometry=GEOMETRY, scheduler=scheduler, sample_rate=0.1)
@@ -361,20 +371,170 @@ def test_without_dask_the_flag_says_how_to_install(monkeypatch: pytest.MonkeyPat
     assert DASK_INSTALL_HINT in line and line.startswith("fcctl: error: --engine: ")
 
 
-def test_shuffle_partitions_fit_the_workers(data: dict[str, Path]) -> None:
+def _gib_in(message: str) -> float:
+    match = re.search(r"memory limit of about ([0-9.]+) GiB", message)
+    assert match, message
+    return float(match.group(1))
+
+
+def test_shuffle_plan_fits_the_workers(data: dict[str, Path]) -> None:
     ds = open_dataset(data["mixed"])
 
-    def facts(workers: int, threads: int, memory: int | None) -> ClusterFacts:
-        return ClusterFacts("dask", "connected", "tcp://x:1", workers, threads, memory, None, None)
+    def room(limit: float) -> WorkerRoom:
+        return WorkerRoom(int(limit), 0.8, 0.95, 356 << 20, 1)
 
-    assert shuffle_partitions(ds, facts(2, 2, 8 << 30), 8 << 30, "scheduler") == 4
-    # Workers just large enough to explode the largest part: more partitions, each fitting.
-    biggest = max(p.block_accesses for p in ds.parts)
-    thread = math.ceil(biggest * BYTES_PER_EXPLODED_ACCESS / EXPLODE_MEMORY_SHARE)
-    small = shuffle_partitions(ds, facts(1, 1, WORKER_BASELINE_BYTES + thread), 1, "scheduler")
-    room = thread * WORKER_MEMORY_SHARE - ds.num_requests * BYTES_PER_WORKER_REQUEST
-    assert small > 4 and ds.block_accesses / small * BYTES_PER_SHUFFLED_ACCESS <= room
-    with pytest.raises(FcctlInputError, match=r"^memory_budget: .* exploding part .*parquet"):
-        shuffle_partitions(
-            ds, facts(1, 1, WORKER_BASELINE_BYTES + thread - 1000), 1, "memory_budget"
-        )
+    big = plan_shuffle(ds, room(8 << 30), 2, "scheduler")
+    assert big.partitions == 4 and big.piece_accesses == MAX_PIECE_ACCESSES
+    # Workers too small: refused up front, saying what limit would do; that limit does.
+    with pytest.raises(FcctlInputError, match=r"^memory_budget: .* exploding the widest") as e:
+        plan_shuffle(ds, room(0.45 * 2**30), 1, "memory_budget")
+    assert "below 80% of its 0.45 GiB memory limit, where Dask pauses it" in str(e.value)
+    limit = _gib_in(str(e.value))
+    with pytest.raises(FcctlInputError, match=r"^memory_budget: .* per-request arrays") as e:
+        plan_shuffle(ds, room(limit * 2**30), 1, "memory_budget")
+    enough = room(_gib_in(str(e.value)) * 2**30)
+    small = plan_shuffle(ds, enough, 1, "memory_budget")
+    # ... which fits: more partitions, each (and each piece) within a task's share.
+    task = enough.task_bytes
+    assert small.partitions > 4
+    per_request = ds.num_requests * BYTES_PER_WORKER_REQUEST
+    assert ds.block_accesses / small.partitions * BYTES_PER_SHUFFLED_ACCESS + per_request <= task
+    assert small.piece_accesses * BYTES_PER_EXPLODED_ACCESS <= task
+
+
+def test_pieces_cover_every_row_once(data: dict[str, Path]) -> None:
+    ds = open_dataset(data["agent"])
+    n_blocks = ds.requests["n_blocks"].to_numpy()
+    pieces = plan_pieces(ds, 3000)
+    for i, part in enumerate(ds.parts):
+        mine = [p for p in pieces if p.part == i]
+        assert mine[0].start == 0 and mine[-1].stop == part.rows and len(mine) > 1
+        assert all(a.stop == b.start for a, b in itertools.pairwise(mine))
+        for p in mine:
+            assert p.accesses == int(n_blocks[part.rank[p.start : p.stop]].sum())
+            assert p.accesses <= 3000 or p.stop == p.start + 1
+    assert sum(p.accesses for p in pieces) == ds.block_accesses
+
+
+# --- a worker dying during a run (a real death: SIGKILL from a thread while it works) --------
+
+
+@pytest.fixture(scope="module")
+def shuffled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A dataset whose shuffle keeps the workers busy for a few seconds (6.2 M accesses)."""
+    root = tmp_path_factory.mktemp("dask-kill") / "agent"
+    write_synth(root, "agent", 4000, 40, seed=3, partition_rows=500)
+    return root
+
+
+def _working_worker(
+    proc: psutil.Process, watched: dict[int, tuple[psutil.Process, float | None]]
+) -> psutil.Process | None:
+    """A worker process of ``proc``'s local cluster connected for 1 s and running (CPU).
+
+    ``watched``: each worker seen, and since when it is connected (None: not yet).
+    """
+    now = time.monotonic()
+    for child in proc.children(recursive=True):
+        try:
+            if "spawn_main" not in " ".join(child.cmdline()):
+                continue
+            p, since = watched.setdefault(child.pid, (child, None))
+            busy = p.cpu_percent(interval=None) > 50
+            if since is None:
+                if any(c.status == psutil.CONN_ESTABLISHED for c in p.net_connections()):
+                    watched[child.pid] = (p, now)
+            elif busy and now - since >= 1.0:
+                return p
+        except psutil.Error:
+            continue
+    return None
+
+
+def _cli_killing_workers(
+    args: list[str], kills: int, env: dict[str, str], *, exactly: bool = True
+) -> tuple[int, str, str]:
+    """``fcctl analyze ARGS`` in a subprocess, SIGKILLing a busy worker ``kills`` times.
+
+    ``exactly=False``: at most ``kills`` times, until the command ends (at least once).
+
+    Returns (exit status, stdout, stderr: the whole process tree's). Checks that no process
+    of the tree outlives the command.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fcctl", "analyze", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
+    tree = psutil.Process(proc.pid)
+    seen: set[int] = set()
+    killed: list[int] = []
+
+    def killer() -> None:
+        watched: dict[int, tuple[psutil.Process, float | None]] = {}
+        while proc.poll() is None and len(killed) < kills:
+            with contextlib.suppress(psutil.Error):
+                seen.update(p.pid for p in tree.children(recursive=True))
+                victim = _working_worker(tree, watched)
+                if victim is not None:
+                    os.kill(victim.pid, signal.SIGKILL)
+                    killed.append(victim.pid)
+                    watched.pop(victim.pid, None)
+            time.sleep(0.1)
+        while proc.poll() is None:  # the processes started after the last kill
+            with contextlib.suppress(psutil.Error):
+                seen.update(p.pid for p in tree.children(recursive=True))
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    out, err = proc.communicate(timeout=120)
+    thread.join()
+    assert len(killed) == kills if exactly else killed, f"killed {len(killed)} workers: {err}"
+    deadline = time.monotonic() + 10
+    left = [p for p in seen if psutil.pid_exists(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = [p for p in seen if psutil.pid_exists(p)]
+    assert not left, f"processes of the run outlived it: {left}"
+    return proc.returncode, out, err
+
+
+def test_a_worker_dying_is_one_line_and_exit_1(shuffled: Path) -> None:
+    # No retry allowed: the first worker killed while it runs a task fails the run (a busy
+    # worker may be busy with the shuffle's receiving instead: kill until the run ends).
+    code, out, err = _cli_killing_workers(
+        [str(shuffled), "--engine", "dask", "--sample-rate", "0.1", "--memory-budget", "2GiB"],
+        kills=20,
+        env={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"},
+        exactly=False,
+    )
+    assert code == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("fcctl: error: a Dask worker died during "), err
+    assert "raise --memory-budget" in lines[0] and "Traceback" not in err + out
+
+
+def test_a_worker_dying_once_is_retried(shuffled: Path) -> None:
+    # Dask's default retries: the killed worker's tasks run again, the figures are unchanged.
+    args = [str(shuffled), "--sample-rate", "0.1", "--memory-budget", "2GiB", "--json"]
+    code, out, err = _cli_killing_workers([*args, "--engine", "dask"], kills=1, env={})
+    assert code == 0, err
+    local = _run(*args)
+    assert local.exit_code == 0, local.output
+    a, b = json.loads(local.stdout), json.loads(out)
+    for key in PARTITIONED_KEYS:
+        assert a[key] == b[key], key
+    for unit in ("requests", "seconds"):
+        assert a["reuse_distance"][unit] == b["reuse_distance"][unit], unit
+    for key in TRACE_KEYS:
+        assert a["trace"][key] == b["trace"][key], key
+    # The same SHARDS sample, every piece's gathered once (1 GiB workers: no exact head).
+    sa, sb = a["trace"]["sampling"], b["trace"]["sampling"]
+    assert (sa["sampled_accesses"], sa["sampled_blocks"]) == (
+        sb["sampled_accesses"],
+        sb["sampled_blocks"],
+    )
