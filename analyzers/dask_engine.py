@@ -132,11 +132,12 @@ from fcctl.analyzers.bounded import (
 from fcctl.analyzers.dataset import Dataset, is_dataset_spec, open_dataset
 from fcctl.analyzers.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES
 from fcctl.analyzers.shards import (
+    _ROW_ACCESSES,
     HASH_SPACE,
     SampledStack,
+    _stack_count_of_rows,
     exact_head,
     rate_threshold,
-    sampled_stack,
     splitmix64,
 )
 from fcctl.common.errors import FcctlInputError, RunFailed
@@ -911,17 +912,20 @@ def _sample_stack(
     del position
     ids = ids[order]
     del order
-    # Rate 1 of the sampled stream: its stack distances, by the exact kernel.
-    own = sampled_stack(ids, rate=1.0)
+    # The sampled stream's stack distances, by the exact kernel of ``sampled_stack`` at rate 1
+    # (fed views of the sorted ids: that call would copy them first).
+    rows = [ids[s : s + _ROW_ACCESSES] for s in range(0, ids.shape[0], _ROW_ACCESSES)]
     del ids
+    stack_count, sampled_accesses, sampled_blocks = _stack_count_of_rows(rows)
+    del rows
     return SampledStack(
         method="fixed-rate",
         rate=threshold / HASH_SPACE,
         threshold=threshold,
         accesses=accesses,
-        sampled_accesses=own.accesses,
-        sampled_blocks=own.sampled_blocks,
-        stack_count=own.stack_count,
+        sampled_accesses=sampled_accesses,
+        sampled_blocks=sampled_blocks,
+        stack_count=stack_count,
         exact_below_blocks=exact_below_blocks,
         head_count=head_count,
     )
