@@ -110,14 +110,18 @@ def _without(doc: dict[str, Any], *keys: str) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k not in keys}
 
 
-def _assert_partitioned_figures_equal(exact: AnalysisResult, dask: AnalysisResult) -> None:
-    a, b = _doc(exact), _doc(dask)
+def _assert_partitioned_keys_equal(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """The JSON figures that partition by block or request, and the trace's counts, equal."""
     for key in PARTITIONED_KEYS:
         assert a[key] == b[key], key
     for unit in ("requests", "seconds"):
         assert a["reuse_distance"][unit] == b["reuse_distance"][unit], unit
     for key in TRACE_KEYS:
         assert a["trace"][key] == b["trace"][key], key
+
+
+def _assert_partitioned_figures_equal(exact: AnalysisResult, dask: AnalysisResult) -> None:
+    _assert_partitioned_keys_equal(_doc(exact), _doc(dask))
     assert dask.tables.requests.equals(exact.tables.requests)
     if exact.sessions is not None:
         assert dask.sessions is not None and dask.sessions.table.equals(exact.sessions.table)
@@ -526,12 +530,7 @@ def test_a_worker_dying_once_is_retried(shuffled: Path) -> None:
     local = _run(*args)
     assert local.exit_code == 0, local.output
     a, b = json.loads(local.stdout), json.loads(out)
-    for key in PARTITIONED_KEYS:
-        assert a[key] == b[key], key
-    for unit in ("requests", "seconds"):
-        assert a["reuse_distance"][unit] == b["reuse_distance"][unit], unit
-    for key in TRACE_KEYS:
-        assert a["trace"][key] == b["trace"][key], key
+    _assert_partitioned_keys_equal(a, b)
     # The same SHARDS sample, every piece's gathered once (1 GiB workers: no exact head).
     sa, sb = a["trace"]["sampling"], b["trace"]["sampling"]
     assert (sa["sampled_accesses"], sa["sampled_blocks"]) == (
