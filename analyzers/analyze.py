@@ -315,37 +315,41 @@ def _counts_cdf(counts: np.ndarray, points: int = 256) -> tuple[np.ndarray, np.n
     return values.astype(np.float64), cum[values] / total
 
 
+def cdf_frame(metric: str, values: np.ndarray, cum_share: np.ndarray) -> pl.DataFrame:
+    """One metric's CDF rows (:data:`CDF_SCHEMA`)."""
+    return pl.DataFrame(
+        {"metric": [metric] * values.shape[0], "value": values, "cum_share": cum_share},
+        schema=CDF_SCHEMA,
+    )
+
+
+def counts_cdf_frame(metric: str, counts: np.ndarray, scale: float = 1.0) -> pl.DataFrame:
+    """The CDF rows of a counted integer distance, values times ``scale``."""
+    v, c = _counts_cdf(counts)
+    return cdf_frame(metric, v * scale, c)
+
+
+def seconds_cdf_frame(histograms: pl.DataFrame) -> pl.DataFrame:
+    """The seconds CDF from the histogram: exact at the log2 bucket edges (not counted per
+    value)."""
+    sec = histograms.filter(pl.col("metric") == "seconds")
+    if not sec.height:
+        return pl.DataFrame(schema=CDF_SCHEMA)
+    counts = sec["count"].to_numpy()
+    return cdf_frame("seconds", sec["bucket_hi"].to_numpy(), np.cumsum(counts) / counts.sum())
+
+
 def _cdf_table(
     stack_count: np.ndarray, request_count: np.ndarray, histograms: pl.DataFrame, block_bytes: int
 ) -> pl.DataFrame:
-    frames = []
-    for metric, counts, scale in (
-        ("stack_bytes", stack_count, block_bytes),
-        ("stack_blocks", stack_count, 1),
-        ("requests", request_count, 1),
-    ):
-        v, c = _counts_cdf(counts)
-        frames.append(
-            pl.DataFrame(
-                {"metric": [metric] * v.shape[0], "value": v * scale, "cum_share": c},
-                schema=CDF_SCHEMA,
-            )
-        )
-    sec = histograms.filter(pl.col("metric") == "seconds")
-    if sec.height:
-        # Seconds are not counted exactly per value: the CDF is exact at the log2 bucket edges.
-        counts = sec["count"].to_numpy()
-        frames.append(
-            pl.DataFrame(
-                {
-                    "metric": ["seconds"] * sec.height,
-                    "value": sec["bucket_hi"].to_numpy(),
-                    "cum_share": np.cumsum(counts) / counts.sum(),
-                },
-                schema=CDF_SCHEMA,
-            )
-        )
-    return pl.concat(frames)
+    return pl.concat(
+        [
+            counts_cdf_frame("stack_bytes", stack_count, block_bytes),
+            counts_cdf_frame("stack_blocks", stack_count),
+            counts_cdf_frame("requests", request_count),
+            seconds_cdf_frame(histograms),
+        ]
+    )
 
 
 # --- the steps ------------------------------------------------------------------------------

@@ -55,7 +55,6 @@ import polars as pl
 from numba import njit
 
 from fcctl.analyzers.analyze import (
-    CDF_SCHEMA,
     AnalysisResult,
     DatasetSummary,
     ErrorBound,
@@ -69,7 +68,10 @@ from fcctl.analyzers.analyze import (
     _schedule_summary,
     analyze_trace,
     assemble_result,
+    cdf_frame,
     check_geometry,
+    counts_cdf_frame,
+    seconds_cdf_frame,
 )
 from fcctl.analyzers.dataset import Dataset
 from fcctl.analyzers.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES, MemoryTierPoint
@@ -542,8 +544,8 @@ def _memory_tier(
 
 
 def _stack_tables(
-    sampled: SampledStack, block_bytes: int, accesses: int
-) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, pl.DataFrame]:
+    sampled: SampledStack, block_bytes: int
+) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, list[pl.DataFrame]]:
     """Histograms (stack_blocks, stack_bytes), hit curve and stack CDFs from the sample."""
     values, weights = sampled.distribution()
     frames = []
@@ -561,28 +563,8 @@ def _stack_tables(
         cum = w[np.clip(np.searchsorted(v, points, side="right") - 1, 0, None)] / w[-1]
         cum = np.where(points < v[0], 0.0, cum)
         for metric, scale in (("stack_bytes", block_bytes), ("stack_blocks", 1)):
-            cdf_frames.append(
-                pl.DataFrame(
-                    {
-                        "metric": [metric] * points.shape[0],
-                        "value": points.astype(np.float64) * scale,
-                        "cum_share": cum,
-                    }
-                )
-            )
-    del accesses
-    return pl.concat(frames), caps, share, (pl.concat(cdf_frames) if cdf_frames else None)
-
-
-def _count_cdf(metric: str, counts: np.ndarray) -> pl.DataFrame | None:
-    cum = np.cumsum(counts)
-    if not cum.shape[0] or cum[-1] == 0:
-        return None
-    top = int(np.flatnonzero(counts)[-1])
-    values = np.unique(np.concatenate([[0, top], np.geomspace(1, top or 1, 256)]).astype(np.int64))
-    return pl.DataFrame(
-        {"metric": [metric] * values.shape[0], "value": values.astype(np.float64)},
-    ).with_columns(pl.Series("cum_share", cum[values] / cum[-1]))
+            cdf_frames.append(cdf_frame(metric, points.astype(np.float64) * scale, cum))
+    return pl.concat(frames), caps, share, cdf_frames
 
 
 # --- the analysis ---------------------------------------------------------------------------
@@ -634,11 +616,7 @@ def analyze_dataset(
             concurrent_sessions=concurrent_sessions,
             seed=seed,
         )
-        return dataclasses.replace(
-            result,
-            trace=dataclasses.replace(result.trace, dataset=summary),
-            note_details=result.note_details,
-        )
+        return dataclasses.replace(result, trace=dataclasses.replace(result.trace, dataset=summary))
     refuse_schedule(plan, rate_requests_per_s, concurrent_sessions)
     return _analyze_bounded(
         dataset,
@@ -752,37 +730,15 @@ def _analyze_bounded(
         raise RuntimeError(f"bounded analysis: buckets hold {totals.accesses} of {total} accesses")
     sampled = sampled.with_distinct_blocks(totals.distinct_blocks)
     reuse = _reuse_metrics(totals, sampled, block_bytes)
-    hist_stack, caps, share, stack_cdf = _stack_tables(sampled, block_bytes, total)
+    hist_stack, caps, share, stack_cdf = _stack_tables(sampled, block_bytes)
     assert totals.request_count is not None
-    frames = [hist_stack, reuse.histograms]
-    reuse = ReuseMetrics(
-        reuse.once_only_block_share,
-        reuse.reuse_access_share,
-        reuse.distance_requests,
-        reuse.distance_seconds,
-        reuse.distance_stack_blocks,
-        reuse.distance_stack_bytes,
-        pl.concat(frames),
-    )
-    cdf_parts = [
-        f for f in (stack_cdf, _count_cdf("requests", totals.request_count)) if f is not None
-    ]
-    sec = reuse.histograms.filter(pl.col("metric") == "seconds")
-    if sec.height:
-        c = sec["count"].to_numpy()
-        cdf_parts.append(
-            pl.DataFrame(
-                {
-                    "metric": ["seconds"] * sec.height,
-                    "value": sec["bucket_hi"].to_numpy(),
-                    "cum_share": np.cumsum(c) / c.sum(),
-                }
-            )
-        )
-    cdf = (
-        pl.concat([f.cast(CDF_SCHEMA) for f in cdf_parts])
-        if cdf_parts
-        else pl.DataFrame(schema=CDF_SCHEMA)
+    reuse = dataclasses.replace(reuse, histograms=pl.concat([hist_stack, reuse.histograms]))
+    cdf = pl.concat(
+        [
+            *stack_cdf,
+            counts_cdf_frame("requests", totals.request_count),
+            seconds_cdf_frame(reuse.histograms),
+        ]
     )
     sessions: SessionMetrics | None = None
     notes: list[Note] = []
