@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fcctl.analyzers.readers._common import TraceFormatError, check_file, fail, missing
-from fcctl.analyzers.readers.parquet import PARQUET_MAGIC, ParquetReader
+from fcctl.analyzers.readers.parquet import PARQUET_MAGIC, ParquetReader, check_order
 from fcctl.analyzers.schema import Order, SourceTrace, Trace, table_columns
 from fcctl.analyzers.trace_metadata import PartitionMetadata, TraceMetadata
 from fcctl.common.errors import FcctlInputError
@@ -270,32 +270,26 @@ class Dataset:
                 watermark = min(watermark, stream.last_rank())
             pieces = [p for p in (s.take_until(watermark) for s in active) if p[0].shape[0]]
             active = [s for s in active if not s.done]
+            if not pieces:
+                continue
             if len(pieces) == 1:
                 # One part at this point of the stream (request ranges, days): already in
                 # order and contiguous.
                 ranks, lens, ids, _ = pieces[0]
-                if ranks.shape[0] and (
-                    ranks[0] != expected or ranks[-1] != expected + ranks.shape[0] - 1
-                ):  # pragma: no cover - open_dataset checked the ranks cover 0..N-1
-                    raise RuntimeError("dataset merge: analysis positions are not consecutive")
-                expected += ranks.shape[0]
-                yield lens, ids
-                continue
-            if not pieces:
-                continue
-            ranks = np.concatenate([p[0] for p in pieces])
-            lens = np.concatenate([p[1] for p in pieces])
-            ids = np.concatenate([p[2] for p in pieces])
-            starts = np.concatenate([p[3] + off for p, off in _offsets(pieces)])
-            order = np.argsort(ranks, kind="stable")
-            ranks, lens, starts = ranks[order], lens[order], starts[order]
-            if ranks.shape[0] and (
-                ranks[0] != expected or np.any(np.diff(ranks) != 1)
+            else:
+                ranks = np.concatenate([p[0] for p in pieces])
+                lens = np.concatenate([p[1] for p in pieces])
+                merged = np.concatenate([p[2] for p in pieces])
+                starts = np.concatenate([p[3] + off for p, off in _offsets(pieces)])
+                order = np.argsort(ranks, kind="stable")
+                ranks, lens, starts = ranks[order], lens[order], starts[order]
+                ids = _gather_rows(merged, starts, lens)
+            if ranks[0] != expected or np.any(
+                np.diff(ranks) != 1
             ):  # pragma: no cover - open_dataset checked the ranks cover 0..N-1
                 raise RuntimeError("dataset merge: analysis positions are not consecutive")
             expected += ranks.shape[0]
-            if ranks.shape[0]:
-                yield lens, _gather_rows(ids, starts, lens)
+            yield lens, ids
 
 
 def _alone(parts: list[DatasetPart]) -> list[bool]:
@@ -726,53 +720,7 @@ def _check_order(
             f"column {column!r} {message} (request_index {i} of the dataset)",
         )
 
-    ts = frame["timestamp_s"].to_numpy()
-    if order == "time":
-        bad = np.flatnonzero(ts[1:] < ts[:-1])
-        if bad.shape[0]:
-            i = int(bad[0]) + 1
-            raise at(
-                i,
-                "timestamp_s",
-                f"must not decrease in analysis order; got {ts[i]!r} after {ts[i - 1]!r}",
-            )
-        return
-    sessions = frame["session_id"]
-    change = np.concatenate(([True], (sessions[1:] != sessions[:-1]).fill_null(True).to_numpy()))
-    starts = np.flatnonzero(change)
-    if starts.shape[0] != sessions.n_unique():
-        seen: set[object] = set()
-        for row in starts:
-            value = sessions[int(row)]
-            if value in seen:
-                raise at(int(row), "session_id", f"{value!r} appears again after other sessions")
-            seen.add(value)
-    within = ts[1:] < ts[:-1]
-    within[starts[1:] - 1] = False
-    bad = np.flatnonzero(within)
-    if bad.shape[0]:
-        i = int(bad[0]) + 1
-        raise at(
-            i,
-            "timestamp_s",
-            f"must not decrease within a session; got {ts[i]!r} after {ts[i - 1]!r}",
-        )
-    parents = frame["parent_request"].fill_null(-1).to_numpy()
-    own = np.arange(frame.height, dtype=np.int64)
-    session_of = np.cumsum(change) - 1
-    has_parent = parents >= 0
-    wrong = has_parent & (
-        (parents >= own) | (session_of[np.where(has_parent, parents, 0)] != session_of)
-    )
-    bad = np.flatnonzero(wrong)
-    if bad.shape[0]:
-        i = int(bad[0])
-        raise at(
-            i,
-            "parent_request",
-            f"must name an earlier request of the same session in order 'session'; got "
-            f"{int(parents[i])!r}",
-        )
+    check_order(frame, order, at)
 
 
 def read_dataset(spec: str | Path, progress: Progress | None = None) -> Trace:

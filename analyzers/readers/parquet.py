@@ -34,6 +34,7 @@ null count, so they cost a few percent of reading the file.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ from fcctl.analyzers.readers._common import (
     show,
     stable_time_order,
 )
-from fcctl.analyzers.schema import OPTIONAL_COLUMNS, SCHEMA, SourceTrace, Trace
+from fcctl.analyzers.schema import OPTIONAL_COLUMNS, SCHEMA, Order, SourceTrace, Trace
 from fcctl.analyzers.trace_metadata import (
     METADATA_KEY,
     PARTITION_KEY,
@@ -435,65 +436,13 @@ class ParquetReader:
                 f"is {block_size}, but the {meta} says block_size_tokens is "
                 f"{info.block_size_tokens}",
             )
-        ts = frame["timestamp_s"].to_numpy()
-        if info.order == "time":
-            bad = _first(ts[1:] < ts[:-1])
-            if bad is not None:
-                raise _row_error(
-                    path,
-                    bad + 1,
-                    "timestamp_s",
-                    f"must not decrease in a table of order 'time'; got {ts[bad + 1]!r} after "
-                    f"{ts[bad]!r}",
-                )
-            return
-        if not has_sessions:
+        if info.order == "session" and not has_sessions:
             raise _row_error(path, 0, "session_id", f"is null, but the {meta} says order 'session'")
-        starts = np.flatnonzero(
-            np.concatenate(([True], (sessions[1:] != sessions[:-1]).to_numpy()))
-        )
-        if len(starts) != sessions.n_unique():
-            seen: set[Any] = set()
-            for row in starts:
-                value = sessions[int(row)]
-                if value in seen:
-                    raise _row_error(
-                        path,
-                        int(row),
-                        "session_id",
-                        f"{value!r} appears again after other sessions (order 'session' keeps "
-                        "each session's rows together)",
-                    )
-                seen.add(value)
-        within = ts[1:] < ts[:-1]
-        within[starts[1:] - 1] = False  # a new session may start at any clock
-        bad = _first(within)
-        if bad is not None:
-            raise _row_error(
-                path,
-                bad + 1,
-                "timestamp_s",
-                f"must not decrease within a session in a table of order 'session'; got "
-                f"{ts[bad + 1]!r} after {ts[bad]!r}",
-            )
-        if part:
-            return
-        parents = frame["parent_request"].fill_null(-1).to_numpy()
-        own = np.arange(frame.height, dtype=np.int64)
-        session_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, frame.height)))
-        has_parent = parents >= 0
-        wrong = has_parent & (
-            (parents >= own) | (session_of[np.where(has_parent, parents, 0)] != session_of)
-        )
-        bad = _first(wrong)
-        if bad is not None:
-            raise _row_error(
-                path,
-                bad,
-                "parent_request",
-                f"must name an earlier row of the same session in a table of order 'session'; "
-                f"got {int(parents[bad])!r}",
-            )
+
+        def error(row: int, column: str, message: str) -> TraceFormatError:
+            return _row_error(path, row, column, message)
+
+        check_order(frame, info.order, error, parents=not part)
 
     @staticmethod
     def _conform(path: Path, frame: pl.DataFrame) -> pl.DataFrame:
@@ -573,6 +522,76 @@ def _optional_text(path: Path, column: pl.Series, dtype: pl.DataType) -> pl.Seri
     if not (got == pl.String() or got == pl.Null() or isinstance(got, pl.Categorical | pl.Enum)):
         raise fail(path, None, f"column {column.name!r} must be {dtype} (nullable); got {got}")
     return column.cast(dtype)
+
+
+def check_order(
+    frame: pl.DataFrame,
+    order: Order,
+    error: Callable[[int, str, str], TraceFormatError],
+    *,
+    parents: bool = True,
+) -> None:
+    """The rows of ``frame`` are in the stated ``order`` (the module docstring's rules).
+
+    ``time``: ``timestamp_s`` non-decreasing. ``session`` (the table has session ids): each
+    session's rows together, time non-decreasing within it, and (``parents``) each parent an
+    earlier row of the same session, rows numbered by position. A violation is
+    ``error(row, column, message)``, so a caller names the row its own way (a file's row, or a
+    dataset's part and row).
+    """
+    ts = frame["timestamp_s"].to_numpy()
+    if order == "time":
+        bad = _first(ts[1:] < ts[:-1])
+        if bad is not None:
+            raise error(
+                bad + 1,
+                "timestamp_s",
+                f"must not decrease in a table of order 'time'; got {ts[bad + 1]!r} after "
+                f"{ts[bad]!r}",
+            )
+        return
+    sessions = frame["session_id"]
+    change = (sessions[1:] != sessions[:-1]).fill_null(True).to_numpy()
+    starts = np.flatnonzero(np.concatenate(([True], change)))
+    if len(starts) != sessions.n_unique():
+        seen: set[Any] = set()
+        for row in starts:
+            value = sessions[int(row)]
+            if value in seen:
+                raise error(
+                    int(row),
+                    "session_id",
+                    f"{value!r} appears again after other sessions (order 'session' keeps "
+                    "each session's rows together)",
+                )
+            seen.add(value)
+    within = ts[1:] < ts[:-1]
+    within[starts[1:] - 1] = False  # a new session may start at any clock
+    bad = _first(within)
+    if bad is not None:
+        raise error(
+            bad + 1,
+            "timestamp_s",
+            f"must not decrease within a session in a table of order 'session'; got "
+            f"{ts[bad + 1]!r} after {ts[bad]!r}",
+        )
+    if not parents:
+        return
+    parent = frame["parent_request"].fill_null(-1).to_numpy()
+    own = np.arange(frame.height, dtype=np.int64)
+    session_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, frame.height)))
+    has_parent = parent >= 0
+    wrong = has_parent & (
+        (parent >= own) | (session_of[np.where(has_parent, parent, 0)] != session_of)
+    )
+    bad = _first(wrong)
+    if bad is not None:
+        raise error(
+            bad,
+            "parent_request",
+            f"must name an earlier row of the same session in a table of order 'session'; "
+            f"got {int(parent[bad])!r}",
+        )
 
 
 def _arrow_chunks(array: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
