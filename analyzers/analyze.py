@@ -312,6 +312,9 @@ def _counts_cdf(counts: np.ndarray, points: int = 256) -> tuple[np.ndarray, np.n
     values = np.unique(
         np.concatenate([[0, top], np.geomspace(1, top or 1, points)]).astype(np.int64)
     )
+    # With only distance 0 seen (an immediate repeat), geomspace(1, 1) still yields 1: past top,
+    # and past the array when the trace has one distinct block.
+    values = values[values <= top]
     return values.astype(np.float64), cum[values] / total
 
 
