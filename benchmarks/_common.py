@@ -39,8 +39,8 @@ def write_oracle_general(parquet: Path, dest: Path) -> tuple[int, int]:
     """Write the access stream as oracleGeneral records; return (accesses, distinct blocks)."""
     import numpy as np
 
-    from fcctl.analyzers.readers import read_trace
-    from fcctl.analyzers.stack import flatten_accesses
+    from fcctl.analyzers.reuse.stack import flatten_accesses
+    from fcctl.analyzers.traces.readers import read_trace
 
     acc = flatten_accesses(read_trace(parquet).requests)
     rec = np.dtype([("t", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])

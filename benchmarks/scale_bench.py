@@ -26,7 +26,7 @@ a child process, the timed ones first:
    ``memory_tier`` and ``reuse_distance.stack_blocks`` side by side, and every figure of
    ``trace.sampling.exact_figures`` compared for equality: a difference prints ``FAIL`` and
    the script exits 1;
-4. the Dask engine, when ``fcctl.analyzers.dask_engine`` and dask are importable (else
+4. the Dask engine, when ``fcctl.analyzers.reuse.dask_engine`` and dask are importable (else
    reported as not run): ``fcctl analyze DIR --engine dask --json`` on the 1 B dataset at the
    local run's budget (not with ``--dask-on slice``), at each ``--dask-memory-budget``, and on
    a copy cut into parts of ``--dask-partition-rows`` requests (the same trace: synth's bytes
@@ -199,8 +199,8 @@ def slice_worker(src: Path, dest: Path, target_accesses: int) -> None:
     """
     import polars as pl
 
-    from fcctl.analyzers.canonical import read_canonical
-    from fcctl.analyzers.partitioned import write_partitioned
+    from fcctl.analyzers.traces.canonical import read_canonical
+    from fcctl.analyzers.traces.partitioned import write_partitioned
 
     manifest = json.loads((src / "synth.json").read_text())
     first = read_canonical(src / manifest["parts"][0]["file"])  # part 0 is a canonical file
@@ -239,11 +239,11 @@ def error_worker(slice_dir: Path, rate: float, head: int, model: str) -> None:
     """
     from shards_error import DENSE_CAPACITIES_BYTES
 
-    from fcctl.analyzers.bounded import head_blocks
-    from fcctl.analyzers.dataset import open_dataset
-    from fcctl.analyzers.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES
-    from fcctl.analyzers.shards import block_ids, sampled_stack, shards_error
-    from fcctl.analyzers.stack import flatten_accesses, reuse_pass
+    from fcctl.analyzers.reuse.bounded import head_blocks
+    from fcctl.analyzers.reuse.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES
+    from fcctl.analyzers.reuse.shards import block_ids, sampled_stack, shards_error
+    from fcctl.analyzers.reuse.stack import flatten_accesses, reuse_pass
+    from fcctl.analyzers.traces.dataset import open_dataset
     from fcctl.layout.geometry import model_geometry
 
     trace = open_dataset(slice_dir).load_trace()
@@ -646,7 +646,7 @@ def _dask(
         return None
     missing = [
         m
-        for m in ("dask", "distributed", "fcctl.analyzers.dask_engine")
+        for m in ("dask", "distributed", "fcctl.analyzers.reuse.dask_engine")
         if importlib.util.find_spec(m) is None
     ]
     if missing:

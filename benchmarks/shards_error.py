@@ -1,11 +1,11 @@
 """SHARDS error: sampled LRU hit curve and stack-distance percentiles against the exact ones.
 
-For each trace: one exact pass (``analyzers.stack.reuse_pass``, what ``fcctl analyze`` runs),
-then :func:`fcctl.analyzers.shards.sampled_stack` at each rate and fixed sample size, twice:
+For each trace: one exact pass (``analyzers.reuse.stack.reuse_pass``, what ``fcctl analyze`` runs),
+then :func:`fcctl.analyzers.reuse.shards.sampled_stack` at each rate and fixed sample size, twice:
 pure SHARDS (``exact_below_blocks=0``) and with the default exact head (capacities below
 ``ceil(1024 / rate)`` blocks counted exactly); and, per rate, as ``fcctl analyze`` samples
 (``--as-analyze``: the head at least the largest default capacity,
-:func:`fcctl.analyzers.bounded.head_blocks`, and the exact distinct-block count of its block
+:func:`fcctl.analyzers.reuse.bounded.head_blocks`, and the exact distinct-block count of its block
 passes), the configuration whose errors ``analyze`` states as its bound
 (``bounded.MEASURED_ERROR``). Capacities: analyze's defaults (16 GiB, 64 GiB,
 256 GiB, 1 TiB) and a dense grid of 33 log-spaced capacities from 1 GiB to 4 TiB, in blocks of
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from fcctl.analyzers.bounded import head_blocks
-from fcctl.analyzers.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES
-from fcctl.analyzers.readers import read_trace
-from fcctl.analyzers.shards import block_ids, sampled_stack, shards_error
-from fcctl.analyzers.stack import flatten_accesses, reuse_pass
+from fcctl.analyzers.reuse.bounded import head_blocks
+from fcctl.analyzers.reuse.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES
+from fcctl.analyzers.reuse.shards import block_ids, sampled_stack, shards_error
+from fcctl.analyzers.reuse.stack import flatten_accesses, reuse_pass
+from fcctl.analyzers.traces.readers import read_trace
 from fcctl.layout.geometry import model_geometry
 
 SHARED = Path(os.environ.get("FCCTL_SHARED", Path(__file__).resolve().parents[2] / "shared"))

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from fcctl.analyzers.tiered import DEFAULT_BUCKET_BYTES
+from fcctl.analyzers.kvmodel.tiered import DEFAULT_BUCKET_BYTES
 from fcctl.common.errors import FcctlInputError
 from fcctl.layout.alignment import PAGE_BYTES
 

@@ -1,7 +1,7 @@
 """The tiered baseline on disk: bucket files written in the order the tiered model gives.
 
 The model (host-memory LRU tier, eviction order, fixed-size buckets recycled first-in
-first-out) is :mod:`fcctl.analyzers.tiered`; this module only writes its buckets. Inside a
+first-out) is :mod:`fcctl.analyzers.kvmodel.tiered`; this module only writes its buckets. Inside a
 bucket each block is its layers back to back (``layers x piece_bytes``, layer-major), so a
 layer-wise restore of this layout costs one read per (block, layer) piece.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fcctl.analyzers.tiered import DEFAULT_BUCKET_BYTES, BucketPlacement, place_in_buckets
+from fcctl.analyzers.kvmodel.tiered import DEFAULT_BUCKET_BYTES, BucketPlacement, place_in_buckets
 from fcctl.iobench.pattern import fill_pieces, piece_keys
 from fcctl.iobench.workload import Workload
 from fcctl.layout.planner import Extent

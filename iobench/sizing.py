@@ -91,7 +91,8 @@ def estimate(
 def synthetic_size(geometry: KvGeometry, config: IobenchConfig) -> WorkloadSize:
     """The size of the synthetic workload ``config`` describes, from the flags alone."""
     pages = config.tokens // config.block_tokens
-    # The turns split the pages evenly (analyzers.turns.even_turn_blocks): ``extra`` turns of
+    # The turns split the pages evenly (analyzers.kvmodel.turns.even_turn_blocks): ``extra`` turns
+    # of
     # ``q + 1`` pages, the rest of ``q``. Counted, not listed: --turns may be absurd too.
     q, extra = divmod(pages, config.turns)
 

@@ -1,7 +1,8 @@
 """The workload a benchmark writes and restores: a session schedule and the KV geometry.
 
 The sessions' turns (token growth per turn, whole pages, arrival order) are derived by
-:mod:`fcctl.analyzers.turns`, the one definition the replay simulator shares; this module adds
+:mod:`fcctl.analyzers.kvmodel.turns`, the one definition the replay simulator shares; this module
+adds
 the KV geometry (bytes per piece and block, one rank's) and the size limit. All sizes are one
 rank's bytes (one GPU's restore).
 """
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fcctl.analyzers.turns import SessionTurns, TurnSchedule, synthetic_turns, trace_turns
+from fcctl.analyzers.kvmodel.turns import SessionTurns, TurnSchedule, synthetic_turns, trace_turns
 from fcctl.common.errors import FcctlInputError
 from fcctl.layout.geometry import KvGeometry
 
@@ -109,7 +110,7 @@ def trace_workload(
     size_limit_bytes: int,
     source: str = "trace",
 ) -> Workload:
-    """Sessions from a canonical trace table (rules: :mod:`fcctl.analyzers.turns`)."""
+    """Sessions from a canonical trace table (rules: :mod:`fcctl.analyzers.kvmodel.turns`)."""
     schedule = trace_turns(
         requests,
         block_tokens=block_tokens,
@@ -133,8 +134,8 @@ def load_trace_workload(
     size_limit_bytes: int,
     progress: bool = False,
 ) -> Workload:
-    """Read ``path`` with :func:`fcctl.analyzers.readers.read_trace`, build the workload."""
-    from fcctl.analyzers.readers import read_trace
+    """Read ``path`` with :func:`fcctl.analyzers.traces.readers.read_trace`, build the workload."""
+    from fcctl.analyzers.traces.readers import read_trace
 
     trace = read_trace(path, trace_format, progress=progress)
     return trace_workload(

@@ -1,4 +1,5 @@
-"""Render an :class:`analyzers.analyze.AnalysisResult`: a rich summary, and ``--out DIR`` files.
+"""Render an :class:`analyzers.reuse.analyze.AnalysisResult`: a rich summary, and ``--out DIR``
+files.
 
 ``write_out_dir`` writes everything through :func:`fcctl.common.outdir.atomic_out_dir`: into a
 temporary directory beside ``DIR``, moved into place only when all files are complete, so an
@@ -29,9 +30,9 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from fcctl.analyzers.analyze import AnalysisResult
-    from fcctl.analyzers.reuse import Percentiles, ReuseMetrics
-    from fcctl.analyzers.sessions import SessionMetrics
+    from fcctl.analyzers.reuse.analyze import AnalysisResult
+    from fcctl.analyzers.reuse.metrics import Percentiles, ReuseMetrics
+    from fcctl.analyzers.reuse.sessions import SessionMetrics
 
 #: The file every analyze ``--out`` directory holds (what ``--force`` looks for).
 OUT_MARKER = "analysis.json"
@@ -220,7 +221,7 @@ def _hanging(label: str, lines: list[str]) -> Table:
 
 def render_summary(result: AnalysisResult, console: Console) -> None:
     """The human summary: tables of every figure, then the notes, the verdict and its reasons."""
-    from fcctl.analyzers.analyze import NoteCode
+    from fcctl.analyzers.reuse.analyze import NoteCode
 
     console.print(_header(result))
     if result.reuse is None:

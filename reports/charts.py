@@ -10,7 +10,7 @@ import numpy as np
 from fcctl.common.units import format_bytes
 
 if TYPE_CHECKING:
-    from fcctl.analyzers.analyze import AnalysisResult
+    from fcctl.analyzers.reuse.analyze import AnalysisResult
 
 
 def _pyplot() -> Any:
@@ -94,7 +94,7 @@ def session_kv_cdf(result: AnalysisResult, path: Path) -> bool:
     if result.sessions is None or result.sessions.count == 0:
         return False
     plt = _pyplot()
-    from fcctl.analyzers.verdict import CHECK_SESSION_KV_P90, FLAT_SESSION_KV_P90_BYTES
+    from fcctl.analyzers.reuse.verdict import CHECK_SESSION_KV_P90, FLAT_SESSION_KV_P90_BYTES
 
     # The threshold the verdict used (--flat-session-kv), not the library default.
     limit = next(

@@ -167,7 +167,7 @@ def _parquet(inp: Input, name: str) -> Any | None:
 
 def _schedule_text(schedule: Node) -> str:
     """analyze's own wording of the order (the summary's ``order`` row)."""
-    from fcctl.analyzers.analyze import ScheduleSummary
+    from fcctl.analyzers.reuse.analyze import ScheduleSummary
 
     names = {f.name for f in dataclasses.fields(ScheduleSummary)}
     raw = {k: v.value for k, v in schedule.as_items() if k in names}

@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from fcctl.analyzers.schema import SCHEMA, Trace
+from fcctl.analyzers.traces.schema import SCHEMA, Trace
 from fcctl.layout.geometry import KvGeometry
 
 # 1 layer x MLA latent 5 x 2 bytes = 10 bytes per token: easy arithmetic.

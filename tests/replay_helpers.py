@@ -11,7 +11,7 @@ import polars as pl
 from analyze_helpers import make_trace
 
 from fcctl.analyzers.replay import PRESETS, Hardware, with_values
-from fcctl.analyzers.schema import Trace
+from fcctl.analyzers.traces.schema import Trace
 from fcctl.layout.geometry import KvGeometry
 
 BLOCK_TOKENS = 16

@@ -21,7 +21,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from fcctl.analyzers.analyze import VerdictThresholds, analyze_trace
+from fcctl.analyzers.reuse.analyze import VerdictThresholds, analyze_trace
 from fcctl.cli import app
 from fcctl.common.jsonio import to_jsonable
 from fcctl.layout.geometry import preset_names

@@ -117,8 +117,8 @@ def test_claude_code_sessions_without_requests_is_one_line(tmp_path: Path) -> No
 def test_parquet_without_rows_is_one_line_naming_the_parquet_file(tmp_path: Path) -> None:
     import dataclasses
 
-    from fcctl.analyzers.canonical import write_canonical
-    from fcctl.analyzers.readers import read_trace
+    from fcctl.analyzers.traces.canonical import write_canonical
+    from fcctl.analyzers.traces.readers import read_trace
 
     trace = read_trace(SAMPLES / "claude_code_sample.jsonl.gz")
     empty = tmp_path / "empty.parquet"

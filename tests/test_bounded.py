@@ -10,8 +10,8 @@ import pytest
 from analyze_helpers import one_line_exit_2
 from typer.testing import CliRunner
 
-from fcctl.analyzers.analyze import analyze_trace
-from fcctl.analyzers.bounded import (
+from fcctl.analyzers.reuse.analyze import analyze_trace
+from fcctl.analyzers.reuse.bounded import (
     BASELINE_BYTES,
     BYTES_PER_BUCKET_ACCESS,
     BYTES_PER_REQUEST,
@@ -23,9 +23,9 @@ from fcctl.analyzers.bounded import (
     head_blocks,
     plan_memory,
 )
-from fcctl.analyzers.dataset import Dataset, open_dataset
-from fcctl.analyzers.readers import read_trace
-from fcctl.analyzers.synth import write_synth
+from fcctl.analyzers.traces.dataset import Dataset, open_dataset
+from fcctl.analyzers.traces.readers import read_trace
+from fcctl.analyzers.traces.synth import write_synth
 from fcctl.cli import app
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.jsonio import to_jsonable

@@ -43,7 +43,7 @@ def test_analyze_never_imports_the_gpu_stack() -> None:
 
 
 def test_help_lists_every_trace_format() -> None:
-    from fcctl.analyzers.readers import FORMATS
+    from fcctl.analyzers.traces.readers import FORMATS
     from fcctl.commands import FORMAT_NAMES
 
     assert set(FORMAT_NAMES) == set(FORMATS)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fcctl.analyzers.canonical import traces_equal
-from fcctl.analyzers.readers import read_trace
+from fcctl.analyzers.traces.canonical import traces_equal
+from fcctl.analyzers.traces.readers import read_trace
 from fcctl.cli import app
 from tests.conftest import SAMPLES
 

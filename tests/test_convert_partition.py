@@ -12,10 +12,10 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from fcctl.analyzers.partitioned import MANIFEST, session_bucket, write_partitioned
-from fcctl.analyzers.readers import read_trace
-from fcctl.analyzers.schema import SCHEMA, Trace
-from fcctl.analyzers.trace_metadata import (
+from fcctl.analyzers.traces.partitioned import MANIFEST, session_bucket, write_partitioned
+from fcctl.analyzers.traces.readers import read_trace
+from fcctl.analyzers.traces.schema import SCHEMA, Trace
+from fcctl.analyzers.traces.trace_metadata import (
     METADATA_KEY,
     PARTITION_KEY,
     parse_partition_metadata,
@@ -296,10 +296,12 @@ def test_a_full_disk_is_run_failed_and_leaves_nothing(tiny_fs: Path, tmp_path: P
 
 
 def test_read_dataset_gives_the_single_file_trace(tmp_path: Path) -> None:
-    dataset = pytest.importorskip("fcctl.analyzers.dataset", reason="dataset reading not built")
+    dataset = pytest.importorskip(
+        "fcctl.analyzers.traces.dataset", reason="dataset reading not built"
+    )
     if not hasattr(dataset, "read_dataset"):
-        pytest.skip("fcctl.analyzers.dataset.read_dataset not built yet")
-    from fcctl.analyzers.canonical import traces_equal
+        pytest.skip("fcctl.analyzers.traces.dataset.read_dataset not built yet")
+    from fcctl.analyzers.traces.canonical import traces_equal
 
     for src, by in ((BAILIAN, "session-hash"), (MOONCAKE, "day"), (CLAUDE, "session-hash")):
         out = tmp_path / f"{src.stem}-{by}"

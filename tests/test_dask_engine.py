@@ -33,16 +33,15 @@ from analyze_helpers import one_line_exit_2
 from distributed import LocalCluster
 from typer.testing import CliRunner
 
-from fcctl.analyzers import dask_engine
-from fcctl.analyzers.analyze import AnalysisResult, NoteCode, analyze_trace
-from fcctl.analyzers.bounded import (
+from fcctl.analyzers.reuse import dask_engine
+from fcctl.analyzers.reuse.analyze import AnalysisResult, NoteCode, analyze_trace
+from fcctl.analyzers.reuse.bounded import (
     DASK_INSTALL_HINT,
     MEASURED_ERROR_NO_HEAD,
     analyze_dataset,
     check_engine,
 )
-from fcctl.analyzers.canonical import write_canonical
-from fcctl.analyzers.dask_engine import (
+from fcctl.analyzers.reuse.dask_engine import (
     BYTES_PER_EXPLODED_ACCESS,
     BYTES_PER_SHUFFLED_ACCESS,
     BYTES_PER_WORKER_REQUEST,
@@ -52,10 +51,11 @@ from fcctl.analyzers.dask_engine import (
     plan_pieces,
     plan_shuffle,
 )
-from fcctl.analyzers.dataset import open_dataset
-from fcctl.analyzers.partitioned import write_partitioned
-from fcctl.analyzers.readers import read_trace
-from fcctl.analyzers.synth import write_synth
+from fcctl.analyzers.traces.canonical import write_canonical
+from fcctl.analyzers.traces.dataset import open_dataset
+from fcctl.analyzers.traces.partitioned import write_partitioned
+from fcctl.analyzers.traces.readers import read_trace
+from fcctl.analyzers.traces.synth import write_synth
 from fcctl.cli import app
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.jsonio import to_jsonable

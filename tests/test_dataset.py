@@ -13,19 +13,19 @@ import pytest
 from analyze_helpers import one_line_exit_2
 from typer.testing import CliRunner
 
-from fcctl.analyzers.canonical import write_canonical
-from fcctl.analyzers.dataset import (
+from fcctl.analyzers.traces.canonical import write_canonical
+from fcctl.analyzers.traces.dataset import (
     dataset_files,
     is_dataset_spec,
     open_dataset,
     read_dataset,
 )
-from fcctl.analyzers.partitioned import write_partitioned
-from fcctl.analyzers.readers import read_trace
-from fcctl.analyzers.readers._common import TraceFormatError
-from fcctl.analyzers.schema import Trace
-from fcctl.analyzers.synth import write_synth
-from fcctl.analyzers.trace_metadata import (
+from fcctl.analyzers.traces.partitioned import write_partitioned
+from fcctl.analyzers.traces.readers import read_trace
+from fcctl.analyzers.traces.readers._common import TraceFormatError
+from fcctl.analyzers.traces.schema import Trace
+from fcctl.analyzers.traces.synth import write_synth
+from fcctl.analyzers.traces.trace_metadata import (
     PartitionMetadata,
     partition_metadata,
     trace_metadata,

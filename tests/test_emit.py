@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fcctl.analyzers.emit import CORE_DIR, GENERATED, MANIFEST, core_modules, emit_package
-from fcctl.analyzers.readers import read_trace
+from fcctl.analyzers.recommend.emit import CORE_DIR, GENERATED, MANIFEST, core_modules, emit_package
 from fcctl.analyzers.replay import PRESETS, ReplayConfig, build_workload, simulate, with_values
+from fcctl.analyzers.traces.readers import read_trace
 from fcctl.layout.geometry import model_geometry
 from fcctl.layout.placement import Placement, PlacementRule, PlacementSignals
 from tests.conftest import SAMPLES

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from fcctl.analyzers.tiered import eviction_order
-from fcctl.analyzers.turns import SessionTurns, TurnSchedule
+from fcctl.analyzers.kvmodel.tiered import eviction_order
+from fcctl.analyzers.kvmodel.turns import SessionTurns, TurnSchedule
 from fcctl.iobench.eviction import write_eviction_layout
 from fcctl.iobench.flat import session_file_bytes, write_flat_layout
 from fcctl.iobench.workload import Workload

@@ -59,7 +59,7 @@ def test_trace_without_sessions_is_an_input_error():
 
 
 def test_real_claude_code_sample_keeps_its_turn_structure():
-    from fcctl.analyzers.readers import read_trace
+    from fcctl.analyzers.traces.readers import read_trace
 
     trace = read_trace(SAMPLES / "claude_code_sample.jsonl.gz")
     wl = trace_workload(

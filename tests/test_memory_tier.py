@@ -5,13 +5,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fcctl.analyzers.analyze import analyze_trace
-from fcctl.analyzers.memory_tier import (
+from fcctl.analyzers.reuse.analyze import analyze_trace
+from fcctl.analyzers.reuse.memory_tier import (
     DEFAULT_MEMORY_CAPACITIES_BYTES,
     memory_tier,
     reference_lru_hit_share,
 )
-from fcctl.analyzers.stack import flatten_accesses, reuse_pass
+from fcctl.analyzers.reuse.stack import flatten_accesses, reuse_pass
 from tests.analyze_helpers import TEN_BYTES_PER_TOKEN, example_trace, make_trace
 
 

@@ -271,8 +271,8 @@ def _analyze_doc(path: Path, caps: list[int], chunk_accesses: int | None, *flags
         res = runner.invoke(app, ["analyze", str(path), "--json", "--memory", memory, *flags])
         assert res.exit_code == 0, res.output
         return json.loads(res.stdout)
-    from fcctl.analyzers.analyze import analyze_trace
-    from fcctl.analyzers.readers import read_trace
+    from fcctl.analyzers.reuse.analyze import analyze_trace
+    from fcctl.analyzers.traces.readers import read_trace
     from fcctl.common.jsonio import to_jsonable
     from fcctl.layout.geometry import model_geometry
 

@@ -14,9 +14,9 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from fcctl.analyzers.canonical import write_canonical
-from fcctl.analyzers.readers import TraceFormatError, read_trace
-from fcctl.analyzers.trace_metadata import METADATA_KEY, trace_metadata
+from fcctl.analyzers.traces.canonical import write_canonical
+from fcctl.analyzers.traces.readers import TraceFormatError, read_trace
+from fcctl.analyzers.traces.trace_metadata import METADATA_KEY, trace_metadata
 from fcctl.cli import app
 from tests.conftest import SAMPLES
 

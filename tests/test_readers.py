@@ -11,10 +11,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from fcctl.analyzers.canonical import read_canonical, traces_equal, write_canonical
-from fcctl.analyzers.readers import FORMATS, detect_format, read_trace
-from fcctl.analyzers.readers.claude_code import LOCAL_ID_BITS, namespace_base
-from fcctl.analyzers.schema import SCHEMA, SourceTrace
+from fcctl.analyzers.traces.canonical import read_canonical, traces_equal, write_canonical
+from fcctl.analyzers.traces.readers import FORMATS, detect_format, read_trace
+from fcctl.analyzers.traces.readers.claude_code import LOCAL_ID_BITS, namespace_base
+from fcctl.analyzers.traces.schema import SCHEMA, SourceTrace
 from tests.conftest import SAMPLES
 
 
@@ -280,7 +280,7 @@ def test_azure_bom_and_crlf(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("gz", [False, True])
 def test_lines_longer_than_the_read_chunk(gz: bool, tmp_path: Path, monkeypatch) -> None:
-    import fcctl.analyzers.readers._common as common
+    import fcctl.analyzers.traces.readers._common as common
 
     path = write_jsonl(tmp_path / "cc.jsonl", TINY_CLAUDE, gz=gz)
     whole = read_trace(path)

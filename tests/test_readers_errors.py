@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fcctl.analyzers.readers import TraceFormatError, read_trace
+from fcctl.analyzers.traces.readers import TraceFormatError, read_trace
 from fcctl.common.errors import FcctlInputError
 
 GOOD = {"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [0, 1]}
@@ -253,7 +253,7 @@ def test_parquet_missing_and_mistyped_columns(tmp_path: Path) -> None:
 
 
 def test_truncated_parquet(tmp_path: Path) -> None:
-    from fcctl.analyzers.canonical import write_canonical
+    from fcctl.analyzers.traces.canonical import write_canonical
     from tests.conftest import SAMPLES
 
     good = tmp_path / "good.parquet"

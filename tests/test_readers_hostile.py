@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from fcctl.analyzers.readers import TraceFormatError, detect_format, read_trace
+from fcctl.analyzers.traces.readers import TraceFormatError, detect_format, read_trace
 
 GOOD = {"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [0, 1]}
 MIB = 2**20

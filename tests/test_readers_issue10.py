@@ -14,10 +14,10 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from fcctl.analyzers.canonical import read_canonical, traces_equal, write_canonical
-from fcctl.analyzers.readers import TraceFormatError, read_trace
-from fcctl.analyzers.readers._common import build_frame, null_hash_column
-from fcctl.analyzers.schema import COLUMNS, OPTIONAL_COLUMNS, SCHEMA, Trace, table_columns
+from fcctl.analyzers.traces.canonical import read_canonical, traces_equal, write_canonical
+from fcctl.analyzers.traces.readers import TraceFormatError, read_trace
+from fcctl.analyzers.traces.readers._common import build_frame, null_hash_column
+from fcctl.analyzers.traces.schema import COLUMNS, OPTIONAL_COLUMNS, SCHEMA, Trace, table_columns
 from fcctl.cli import app
 from tests.conftest import SAMPLES
 

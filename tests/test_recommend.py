@@ -10,7 +10,6 @@ import numpy as np
 import polars as pl
 import pytest
 
-from fcctl.analyzers.readers import read_trace
 from fcctl.analyzers.recommend import (
     ALL_MEMORY_TOKENS,
     GridCell,
@@ -24,7 +23,8 @@ from fcctl.analyzers.recommend import (
 )
 from fcctl.analyzers.recommend.sweep import misplacement_pairs
 from fcctl.analyzers.replay import PRESETS, build_workload
-from fcctl.analyzers.schema import Trace
+from fcctl.analyzers.traces.readers import read_trace
+from fcctl.analyzers.traces.schema import Trace
 from fcctl.layout.geometry import model_geometry
 from tests.conftest import SAMPLES
 from tests.replay_helpers import BLOCK_TOKENS, TINY, tiny_node, trace_of

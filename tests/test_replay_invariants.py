@@ -13,10 +13,10 @@ from replay_helpers import (
     trace_of,
 )
 
+from fcctl.analyzers.kvmodel.tiered import eviction_order, place_in_buckets
+from fcctl.analyzers.kvmodel.turns import synthetic_turns
 from fcctl.analyzers.replay import POLICIES, ReplayConfig, build_workload, simulate
 from fcctl.analyzers.replay.store import FastStore
-from fcctl.analyzers.tiered import eviction_order, place_in_buckets
-from fcctl.analyzers.turns import synthetic_turns
 from fcctl.common.jsonio import to_jsonable
 from fcctl.layout.placement import PlacementRule
 from fcctl.layout.session_format import record_bytes, segment_bytes
@@ -142,7 +142,7 @@ def test_per_session_reclamation_by_hand() -> None:
 
 
 def test_bucket_fifo_matches_the_tiered_model() -> None:
-    # The store's SSD buckets, fed analyzers.tiered's eviction order, recycle first-in
+    # The store's SSD buckets, fed analyzers.kvmodel.tiered's eviction order, recycle first-in
     # first-out exactly as BucketPlacement says: each session keeps the prefix it computes.
     schedule = synthetic_turns(block_tokens=16, sessions=5, tokens=16 * 24, turns=3)
     order = eviction_order(schedule, block_bytes=1, memory_tier_bytes=10)
@@ -167,7 +167,8 @@ def test_bucket_fifo_matches_the_tiered_model() -> None:
 @pytest.mark.parametrize("store_name", ["fast", "reference"])
 def test_replay_host_lru_evicts_in_the_tiered_librarys_tail_first_order(store_name: str) -> None:
     # The replay's host LRU (whole prompt looked up, then inserted, as a tiered request does)
-    # writes to SSD in exactly analyzers.tiered.eviction_order(touch="tail-first"); iobench's
+    # writes to SSD in exactly analyzers.kvmodel.tiered.eviction_order(touch="tail-first");
+    # iobench's
     # head-first order differs on the same schedule (docs/simulator.md §3).
     from fcctl.analyzers.replay.reference import ReferenceStore
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from fcctl.analyzers.analyze import NoteCode, analyze_trace
+from fcctl.analyzers.reuse.analyze import NoteCode, analyze_trace
 from fcctl.common.jsonio import to_jsonable
 from tests.analyze_helpers import TEN_BYTES_PER_TOKEN, example_trace, make_trace
 

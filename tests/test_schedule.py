@@ -1,4 +1,4 @@
-"""Session-start schedules (analyzers/schedule.py): hand-computed cases and invariants."""
+"""Session-start schedules (analyzers/traces/schedule.py): hand-computed cases and invariants."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from fcctl.analyzers.schedule import (
+from fcctl.analyzers.traces.schedule import (
     interleave,
     schedule_by_concurrency,
     schedule_by_rate,
     session_durations_s,
 )
-from fcctl.analyzers.schema import SCHEMA, Trace
+from fcctl.analyzers.traces.schema import SCHEMA, Trace
 from fcctl.common.errors import FcctlInputError
 
 
@@ -116,7 +116,7 @@ def test_bad_concurrency_and_time_ordered_traces_are_refused() -> None:
 
 
 def test_time_scaled_keeps_proportions_and_reaches_the_rate() -> None:
-    from fcctl.analyzers.schedule import natural_rate_per_s, time_scaled
+    from fcctl.analyzers.traces.schedule import natural_rate_per_s, time_scaled
 
     t = np.array([10.0, 11.0, 13.0, 14.0])
     assert natural_rate_per_s(t) == pytest.approx(4 / 4.0)
@@ -128,7 +128,7 @@ def test_time_scaled_keeps_proportions_and_reaches_the_rate() -> None:
 
 
 def test_session_ordinals_follow_first_appearance() -> None:
-    from fcctl.analyzers.schedule import session_ordinals
+    from fcctl.analyzers.traces.schedule import session_ordinals
 
     req = pl.DataFrame({"session_id": ["b", "a", "b", "c", "a"]})
     ordinal, n = session_ordinals(req)

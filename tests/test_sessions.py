@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from fcctl.analyzers.analyze import NoteCode, analyze_trace
-from fcctl.analyzers.sessions import infer_sessions
-from fcctl.analyzers.stack import flatten_accesses
+from fcctl.analyzers.reuse.analyze import NoteCode, analyze_trace
+from fcctl.analyzers.reuse.sessions import infer_sessions
+from fcctl.analyzers.reuse.stack import flatten_accesses
 from fcctl.common.jsonio import to_jsonable
 from tests.analyze_helpers import TEN_BYTES_PER_TOKEN, example_trace, make_trace
 

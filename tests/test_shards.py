@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fcctl.analyzers.memory_tier import reference_lru_hit_share
-from fcctl.analyzers.shards import (
+from fcctl.analyzers.reuse.memory_tier import reference_lru_hit_share
+from fcctl.analyzers.reuse.shards import (
     HASH_SPACE,
     exact_head,
     fixed_size_threshold,
@@ -16,8 +16,8 @@ from fcctl.analyzers.shards import (
     shards_error,
     splitmix64,
 )
-from fcctl.analyzers.stack import percentiles_from_counts, stack_distances
-from fcctl.analyzers.synth import PROFILES, generate
+from fcctl.analyzers.reuse.stack import percentiles_from_counts, stack_distances
+from fcctl.analyzers.traces.synth import PROFILES, generate
 from fcctl.common.errors import FcctlInputError
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fcctl.analyzers.stack import (
+from fcctl.analyzers.reuse.stack import (
     _dense_ids,
     flatten_accesses,
     log2_histogram_from_counts,

@@ -12,9 +12,9 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from fcctl.analyzers.readers import read_trace
-from fcctl.analyzers.schema import SCHEMA
-from fcctl.analyzers.synth import (
+from fcctl.analyzers.traces.readers import read_trace
+from fcctl.analyzers.traces.schema import SCHEMA
+from fcctl.analyzers.traces.synth import (
     AGENT,
     MANIFEST,
     PROFILES,
@@ -22,7 +22,7 @@ from fcctl.analyzers.synth import (
     generate,
     write_synth,
 )
-from fcctl.analyzers.trace_metadata import (
+from fcctl.analyzers.traces.trace_metadata import (
     METADATA_KEY,
     PARTITION_KEY,
     parse_partition_metadata,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fcctl.analyzers.tiered import (
+from fcctl.analyzers.kvmodel.tiered import (
     DEFAULT_MEMORY_TIER_FRACTION,
     SessionCut,
     eviction_order,
     place_in_buckets,
 )
-from fcctl.analyzers.turns import SessionTurns, TurnSchedule, synthetic_turns
+from fcctl.analyzers.kvmodel.turns import SessionTurns, TurnSchedule, synthetic_turns
 from fcctl.common.errors import FcctlInputError
 
 # s0 appends 2 pages then 1; s1 appends 1 then 1; turns interleave s0, s1, s0, s1.
@@ -149,7 +149,7 @@ def test_tail_first_touch_evicts_a_turns_tail_before_its_head():
 
 
 def test_bucket_ring_recycles_whole_buckets_first_in_first_out():
-    from fcctl.analyzers.tiered import BucketRing
+    from fcctl.analyzers.kvmodel.tiered import BucketRing
 
     # 4 blocks of SSD, buckets of 2, high mark 3 blocks, low mark 2.
     ring = BucketRing(num_keys=6, blocks_per_bucket=2, capacity_blocks=4,
@@ -168,7 +168,7 @@ def test_bucket_ring_recycles_whole_buckets_first_in_first_out():
 
 
 def test_place_in_buckets_is_the_unbounded_ring():
-    from fcctl.analyzers.tiered import BucketRing
+    from fcctl.analyzers.kvmodel.tiered import BucketRing
 
     schedule = synthetic_turns(block_tokens=16, sessions=4, tokens=16 * 20, turns=3)
     placed = place_in_buckets(schedule, block_bytes=1, bucket_bytes=3, memory_tier_bytes=7)
@@ -182,7 +182,7 @@ def test_place_in_buckets_is_the_unbounded_ring():
 
 
 def test_unbounded_ring_numbers_writes_as_the_kernel_does():
-    from fcctl.analyzers.tiered import BucketRing
+    from fcctl.analyzers.kvmodel.tiered import BucketRing
 
     keys = np.random.default_rng(3).permutation(50)
     rings = [BucketRing(num_keys=50, blocks_per_bucket=4) for _ in range(2)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from fcctl.analyzers.turns import (
+from fcctl.analyzers.kvmodel.turns import (
     SessionTurns,
     choose_sessions,
     even_turn_blocks,

@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from fcctl.analyzers.memory_tier import MemoryTierPoint
-from fcctl.analyzers.verdict import (
+from fcctl.analyzers.reuse.memory_tier import MemoryTierPoint
+from fcctl.analyzers.reuse.verdict import (
     CHECK_REQUEST_KV_P90,
     CHECK_REUSE_ACCESS_SHARE,
     CHECK_REUSE_MEASURABLE,

@@ -77,7 +77,7 @@ from fcctl.analyzers.replay import (
 )
 from fcctl.analyzers.replay.hardware import hardware_document
 from fcctl.analyzers.replay.run import DEFAULT_SEED, check_rates, workers_of
-from fcctl.analyzers.schema import Trace
+from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
 from fcctl.common.provenance import collect_provenance, utc_now

@@ -31,7 +31,7 @@ Presets (``h100-8x``, ``h200-8x``, ``b200-8x``): eight GPUs, one serving instanc
   staging window measured with 2 streams).
 * Prefetch timeout (tiered only): 2 s + 0.1 s per 1 K tokens, at most 30 s: SGLang HiCache's
   default (its PRs #10512, #23309).
-* Buckets (tiered): 256 MiB, Mooncake's bucket backend (``fcctl.analyzers.tiered``).
+* Buckets (tiered): 256 MiB, Mooncake's bucket backend (``fcctl.analyzers.kvmodel.tiered``).
 * Watermarks: high 0.9, low 0.8, for bucket recycling and per-session reclamation alike:
   LMCache's L2 eviction (``trigger_watermark 0.9``, ``eviction_ratio 0.1``).
 * Decode: 50 tokens/s per sequence (an assumption; no published figure is used); decode does
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fcctl.analyzers.tiered import DEFAULT_BUCKET_BYTES
+from fcctl.analyzers.kvmodel.tiered import DEFAULT_BUCKET_BYTES
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.units import parse_size
 from fcctl.layout.reclaim import DEFAULT_HIGH_WATERMARK, DEFAULT_LOW_WATERMARK
@@ -127,7 +127,7 @@ _COMMON_SOURCES = {
     "prefetch_timeout_base_s": "SGLang HiCache default prefetch timeout (PRs #10512, #23309)",
     "prefetch_timeout_per_1k_tokens_s": "SGLang HiCache default prefetch timeout",
     "prefetch_timeout_max_s": "SGLang HiCache default prefetch timeout cap",
-    "bucket_bytes": "Mooncake bucket backend, 256 MiB (fcctl.analyzers.tiered)",
+    "bucket_bytes": "Mooncake bucket backend, 256 MiB (fcctl.analyzers.kvmodel.tiered)",
     "high_watermark": "LMCache L2 eviction trigger_watermark 0.9",
     "low_watermark": "LMCache L2 eviction_ratio 0.1 below the trigger",
     "decode_tokens_per_s": "assumption (no published figure used): 50 tokens/s per sequence",

@@ -24,7 +24,7 @@ from fcctl.analyzers.replay.result import (
 )
 from fcctl.analyzers.replay.store import FastStore
 from fcctl.analyzers.replay.workload import Workload, build_workload
-from fcctl.analyzers.schema import Trace
+from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
 from fcctl.common.provenance import collect_provenance, utc_now

@@ -13,9 +13,9 @@ Rules both follow:
   survive (the issue's rule). A tier over capacity evicts after the whole request is in.
 * A block sits in at most one worker's GPU cache; a worker that inserts a block another
   worker holds takes it over (only traces whose sessions share hashes across workers meet it).
-* Tiered SSD: :class:`fcctl.analyzers.tiered.BucketRing`, the bucket model iobench's layout
+* Tiered SSD: :class:`fcctl.analyzers.kvmodel.tiered.BucketRing`, the bucket model iobench's layout
   is built with: a block evicted from the host LRU is appended to the current bucket (a write
-  sequence number; ``_host_insert`` calls :func:`~fcctl.analyzers.tiered.ring_append`);
+  sequence number; ``_host_insert`` calls :func:`~fcctl.analyzers.kvmodel.tiered.ring_append`);
   buckets hold ``blocks_per_bucket`` consecutive writes and are recycled first-in first-out
   when the SSD holds more than the high watermark, down to the low one (a recycle drops
   whatever sessions' blocks the bucket holds). A block on SSD is not admitted to the host
@@ -28,8 +28,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from fcctl.analyzers.kvmodel.tiered import BucketRing, ring_append
 from fcctl.analyzers.replay.flatcost import SegmentTable, read_cost
-from fcctl.analyzers.tiered import BucketRing, ring_append
 
 CODE_GPU = 0
 CODE_HOST = 1
@@ -372,7 +372,7 @@ class FastStore:
         self.h_next = np.full(n, -1, dtype=np.int32)
         self.h_lst = np.array([[-1, -1, 0]], dtype=np.int64)
         self.h_peak = 0
-        # The tiered SSD: analyzers.tiered's bucket ring, appended to from _host_insert.
+        # The tiered SSD: analyzers.kvmodel.tiered's bucket ring, appended to from _host_insert.
         self.ssd = BucketRing(
             num_keys=n,
             blocks_per_bucket=max(1, blocks_per_bucket),

@@ -1,19 +1,20 @@
 """A trace as the simulator reads it: per-request arrays, dense block ids, sessions, workers.
 
-* Blocks: ``hash_ids`` flattened to dense ids (:func:`fcctl.analyzers.stack.flatten_accesses`).
+* Blocks: ``hash_ids`` flattened to dense ids
+(:func:`fcctl.analyzers.reuse.stack.flatten_accesses`).
   Every block, the partial last one too, is one ``block_bytes`` unit.
 * Sessions: the trace's ids (first appearance order); a trace without ids gets the inferred
-  sessions of ``fcctl analyze`` (:func:`fcctl.analyzers.sessions.infer_sessions`). A request's
+  sessions of ``fcctl analyze`` (:func:`fcctl.analyzers.reuse.sessions.infer_sessions`). A request's
   turn is its position in its session (0-based) and its previous reply is the output of the
   session's previous request (the inferred parent for inferred sessions).
 * Workers: sticky by session (session ordinal modulo the worker count) when the trace has
   session ids; by first block otherwise (a mix of the first block's hash modulo the worker
   count), so requests sharing a prefix meet its blocks on the same GPU.
 * Load: ``closed_loop`` (per-session clocks, Claude Code): sessions start on
-  :func:`fcctl.analyzers.schedule.schedule_by_rate`; each turn keeps its gap to the previous
+  :func:`fcctl.analyzers.traces.schedule.schedule_by_rate`; each turn keeps its gap to the previous
   turn's arrival and cannot arrive before the previous turn's first token plus its decode
   (the simulator applies that). Otherwise arrivals are the trace's times scaled to the rate
-  (:func:`fcctl.analyzers.schedule.time_scaled`).
+  (:func:`fcctl.analyzers.traces.schedule.time_scaled`).
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.schedule import (
+from fcctl.analyzers.reuse.sessions import infer_sessions
+from fcctl.analyzers.reuse.stack import flatten_accesses
+from fcctl.analyzers.traces.schedule import (
     natural_rate_per_s,
     schedule_by_rate,
     session_ordinals,
     time_scaled,
 )
-from fcctl.analyzers.schema import Trace
-from fcctl.analyzers.sessions import infer_sessions
-from fcctl.analyzers.stack import flatten_accesses
+from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.errors import FcctlInputError
 from fcctl.layout.geometry import KvGeometry
 

@@ -164,10 +164,10 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Measure block reuse, reuse distances, session KV sizes and memory-tier hit shares."""
-        from fcctl.analyzers.analyze import VerdictThresholds, check_schedule_args
-        from fcctl.analyzers.bounded import analyze_dataset, check_engine, check_sample_rate
-        from fcctl.analyzers.dataset import Dataset, is_dataset_spec, open_dataset
-        from fcctl.analyzers.readers import read_trace
+        from fcctl.analyzers.reuse.analyze import VerdictThresholds, check_schedule_args
+        from fcctl.analyzers.reuse.bounded import analyze_dataset, check_engine, check_sample_rate
+        from fcctl.analyzers.traces.dataset import Dataset, is_dataset_spec, open_dataset
+        from fcctl.analyzers.traces.readers import read_trace
         from fcctl.common.errors import FcctlInputError
         from fcctl.common.paths import display_path
         from fcctl.common.progress import Progress
@@ -214,7 +214,7 @@ def register(app: typer.Typer) -> None:
                 )
             with Progress(enabled=True) as progress:
                 if engine == "dask":
-                    from fcctl.analyzers.dask_engine import analyze_dask
+                    from fcctl.analyzers.reuse.dask_engine import analyze_dask
 
                     result = analyze_dask(
                         trace,

@@ -45,13 +45,13 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Convert a trace to the canonical Parquet table (one row per request)."""
-        from fcctl.analyzers.canonical import check_output_file, write_canonical
-        from fcctl.analyzers.partitioned import (
+        from fcctl.analyzers.traces.canonical import check_output_file, write_canonical
+        from fcctl.analyzers.traces.partitioned import (
             check_dataset_out,
             check_partition_args,
             write_partitioned,
         )
-        from fcctl.analyzers.readers import read_trace
+        from fcctl.analyzers.traces.readers import read_trace
         from fcctl.common.paths import display_path
         from fcctl.common.progress import Progress
         from fcctl.common.units import parse_size

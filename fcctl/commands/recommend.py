@@ -108,8 +108,6 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Recommend FlatCake's placement thresholds for a trace: sweep, baselines, misplacement."""
-        from fcctl.analyzers.emit import MANIFEST, check_name, emit_package
-        from fcctl.analyzers.readers import read_trace
         from fcctl.analyzers.recommend import (
             RecommendConfig,
             default_jobs,
@@ -118,6 +116,8 @@ def register(app: typer.Typer) -> None:
             thresholds_source,
             thresholds_toml,
         )
+        from fcctl.analyzers.recommend.emit import MANIFEST, check_name, emit_package
+        from fcctl.analyzers.traces.readers import read_trace
         from fcctl.common.outdir import check_out_dir
         from fcctl.common.progress import Progress
         from fcctl.layout.geometry import model_geometry

@@ -81,8 +81,8 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Replay a trace under load: reused KV delivered to the GPU, TTFT, SSD traffic."""
-        from fcctl.analyzers.readers import read_trace
         from fcctl.analyzers.replay import ReplayConfig, replay_trace
+        from fcctl.analyzers.traces.readers import read_trace
         from fcctl.common.progress import Progress
         from fcctl.layout.geometry import model_geometry
         from fcctl.layout.placement import PlacementRule

@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         Shared system prompts, multi-turn sessions that grow by appended turns, Poisson session
         starts; deterministic for a seed. Writes part-NNNNN.parquet files and synth.json.
         """
-        from fcctl.analyzers.synth import write_synth
+        from fcctl.analyzers.traces.synth import write_synth
         from fcctl.common.paths import display_path
 
         start = time.perf_counter()

@@ -3,7 +3,8 @@
 * Writes: every new block enters the host LRU at prefill end; the LRU evicts (tail before
   head: ``eviction_order(touch="tail-first")``) to SSD in eviction order into fixed-size
   buckets, recycled first-in first-out at the SSD's high watermark: the store appends each
-  eviction to :class:`fcctl.analyzers.tiered.BucketRing`, the bucket model iobench's eviction
+  eviction to :class:`fcctl.analyzers.kvmodel.tiered.BucketRing`, the bucket model iobench's
+  eviction
   layout is built with.
 * Reads: host hits are copied to the GPU at prefill start. SSD hits are a prefetch: it needs
   host staging space (``min(its bytes, staging_bytes)``, first come first served), reads one

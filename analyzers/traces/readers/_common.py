@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from fcctl.analyzers.schema import OPTIONAL_COLUMNS, SCHEMA
+from fcctl.analyzers.traces.schema import OPTIONAL_COLUMNS, SCHEMA
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.paths import display_path
 from fcctl.common.progress import Progress, Task

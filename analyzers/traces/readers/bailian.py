@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fcctl.analyzers.readers._common import (
+from fcctl.analyzers.traces.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
     HashIdBuffer,
     build_frame,
@@ -34,7 +34,7 @@ from fcctl.analyzers.readers._common import (
     optional_text,
     stable_time_order,
 )
-from fcctl.analyzers.schema import Trace
+from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.progress import Progress
 
 BLOCK_SIZE_TOKENS = 16

@@ -1,6 +1,6 @@
 """``analyze_trace``: every reuse, session and memory-tier metric of a trace, and the verdict.
 
-One flatten of the access stream, one numba pass over it (:mod:`analyzers.stack`), then cheap
+One flatten of the access stream, one numba pass over it (:mod:`analyzers.reuse.stack`), then cheap
 reductions. The result is an :class:`AnalysisResult`, a tree of frozen dataclasses whose field
 names are the keys of the JSON document (``fcctl.common.jsonio.to_jsonable``): the contract of
 issue #2 §4 (``schema_version`` 1); ``kv.tp``, ``kv.dtype_bytes``, ``request_sizes``,
@@ -12,7 +12,8 @@ issue #2 §4 (``schema_version`` 1); ``kv.tp``, ``kv.dtype_bytes``, ``request_si
 concurrency it assumes: a per-session-clock trace (Claude Code) is analysed sessions one after
 another (``kind`` ``"sequential"``, a best case for the memory tier) unless a session-start
 schedule is given (``rate_requests_per_s`` or ``concurrent_sessions``, built and applied with
-:mod:`fcctl.analyzers.schedule`, the library the replay simulator uses); a trace with one clock
+:mod:`fcctl.analyzers.traces.schedule`, the library the replay simulator uses); a trace with one
+clock
 keeps its own order (``"trace"``) and refuses a schedule. ``sessions.max_context_bytes`` and
 ``trace.converted_from`` are additions of the same issue.
 
@@ -34,41 +35,41 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.memory_tier import (
+from fcctl.analyzers.reuse.memory_tier import (
     DEFAULT_MEMORY_CAPACITIES_BYTES,
     MemoryTierPoint,
     hit_curve,
     memory_tier,
 )
-from fcctl.analyzers.reuse import (
+from fcctl.analyzers.reuse.metrics import (
     HISTOGRAM_SCHEMA,
     Percentiles,
     ReuseDistances,
     ReuseMetrics,
     reuse_metrics,
 )
-from fcctl.analyzers.schedule import (
-    SessionSchedule,
-    interleave,
-    schedule_by_concurrency,
-    schedule_by_rate,
-    session_durations_s,
-)
-from fcctl.analyzers.schema import Order, Trace
-from fcctl.analyzers.sessions import SessionMetrics, session_metrics
-from fcctl.analyzers.stack import (
+from fcctl.analyzers.reuse.sessions import SessionMetrics, session_metrics
+from fcctl.analyzers.reuse.stack import (
     DEFAULT_CHUNK_ACCESSES,
     LOG2_BUCKETS_DOC,
     flatten_accesses,
     reuse_pass,
 )
-from fcctl.analyzers.verdict import (
+from fcctl.analyzers.reuse.verdict import (
     FLAT_SESSION_KV_P90_BYTES,
     REALISTIC_MEMORY_BYTES,
     OrderKind,
     Verdict,
     decide,
 )
+from fcctl.analyzers.traces.schedule import (
+    SessionSchedule,
+    interleave,
+    schedule_by_concurrency,
+    schedule_by_rate,
+    session_durations_s,
+)
+from fcctl.analyzers.traces.schema import Order, Trace
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
 from fcctl.common.provenance import Provenance, collect_provenance, utc_now
@@ -541,7 +542,7 @@ def _verdict(
 
 @dataclass(frozen=True)
 class VerdictThresholds:
-    """The verdict's tunable thresholds (bytes); defaults are :mod:`analyzers.verdict`'s."""
+    """The verdict's tunable thresholds (bytes); defaults are :mod:`analyzers.reuse.verdict`'s."""
 
     flat_session_kv_bytes: int = FLAT_SESSION_KV_P90_BYTES
     reference_capacity_bytes: int = REALISTIC_MEMORY_BYTES
@@ -718,12 +719,12 @@ def analyze_trace(
     """Measure reuse, sessions and the memory tier of ``trace`` (rows in analysis order).
 
     ``progress`` gets one line per stage (nothing when None or disabled). ``chunk_accesses``
-    is the kernel's chunk size (:func:`~fcctl.analyzers.stack.reuse_pass`); every value gives
+    is the kernel's chunk size (:func:`~fcctl.analyzers.reuse.stack.reuse_pass`); every value gives
     the same figures, and tests use small ones to put chunk boundaries everywhere.
 
     ``rate_requests_per_s`` (requests/s, Poisson session starts drawn with ``seed``) or
     ``concurrent_sessions`` (at most that many sessions at once) interleave the sessions of a
-    per-session-clock trace before the analysis (:mod:`fcctl.analyzers.schedule`); a trace
+    per-session-clock trace before the analysis (:mod:`fcctl.analyzers.traces.schedule`); a trace
     with one clock refuses them. ``thresholds`` are the verdict's (defaults: 1 GiB, 256 GiB).
     """
     started = utc_now()

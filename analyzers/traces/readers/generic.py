@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.readers._common import (
+from fcctl.analyzers.traces.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
     HashIdBuffer,
     JSONDecodeError,
@@ -74,8 +74,8 @@ from fcctl.analyzers.readers._common import (
     show,
     stable_time_order,
 )
-from fcctl.analyzers.readers.parquet import PARQUET_MAGIC
-from fcctl.analyzers.schema import Trace
+from fcctl.analyzers.traces.readers.parquet import PARQUET_MAGIC
+from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.paths import display_path
 from fcctl.common.progress import Progress
 

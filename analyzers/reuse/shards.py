@@ -1,6 +1,6 @@
 """Sampled LRU stack distances (SHARDS, Waldspurger et al., FAST'15), with exact small capacities.
 
-The exact stack-distance pass (:mod:`analyzers.stack`) holds one tree slot per access and one
+The exact stack-distance pass (:mod:`analyzers.reuse.stack`) holds one tree slot per access and one
 entry per distinct block, so its memory grows with the trace. SHARDS keeps a *spatial* sample:
 every access to a block whose key hashes under a threshold, so a sampled block keeps all its
 accesses and the sampled LRU stack is a uniform R-sample of the real one. A sampled access at
@@ -50,7 +50,7 @@ distribution that is exact below K and, above K, the sampled distances ``d' / R`
 ``N / N_s``.
 
 The sampled stream runs through the same numba Fenwick-tree kernel as the exact analysis
-(:func:`analyzers.stack.reuse_pass`). :func:`shards_error` compares a sampled result with the
+(:func:`analyzers.reuse.stack.reuse_pass`). :func:`shards_error` compares a sampled result with the
 exact one; ``benchmarks/shards_error.py`` prints the measured errors (recorded in
 docs/analyze.md, "Sampled stack distances (SHARDS)").
 """
@@ -68,7 +68,7 @@ import polars as pl
 import pyarrow as pa
 from numba import njit
 
-from fcctl.analyzers.stack import (
+from fcctl.analyzers.reuse.stack import (
     flatten_accesses,
     percentiles_from_counts,
     percentiles_from_weighted,
@@ -323,7 +323,7 @@ def exact_head(ids: BlockIds, depth: int) -> np.ndarray:
     """``head_count[d]`` = re-accesses at LRU stack distance ``d`` (exact), for ``d < depth``.
 
     Memory ``O(depth)`` whatever the stream's length; equal to the first ``depth`` entries of
-    :attr:`analyzers.stack.ReusePass.stack_count`.
+    :attr:`analyzers.reuse.stack.ReusePass.stack_count`.
     """
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise FcctlInputError(f"exact_below_blocks: must be an integer >= 1; got {depth!r}")

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from fcctl.analyzers.readers._common import (
+from fcctl.analyzers.traces.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
     HashIdBuffer,
     build_frame,
@@ -64,7 +64,7 @@ from fcctl.analyzers.readers._common import (
     show,
     stable_time_order,
 )
-from fcctl.analyzers.schema import Trace
+from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.progress import Progress
 
 BLOCK_SIZE_TOKENS = 512

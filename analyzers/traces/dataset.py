@@ -5,7 +5,7 @@ hive-style ``key=value/`` folders welcome) or every file a glob names, in sorted
 one trace. Two kinds of input, decided from the files' metadata:
 
 * **A partitioned dataset** (``fcctl convert -o DIR --partition-by``, ``fcctl synth``): every
-  file carries :data:`~fcctl.analyzers.trace_metadata.PARTITION_KEY` metadata with the same
+  file carries :data:`~fcctl.analyzers.traces.trace_metadata.PARTITION_KEY` metadata with the same
   ``dataset_id``, the same trace metadata, and the *global* ``request_index``. The parts'
   indices together must be exactly 0..N-1 (N = ``dataset_requests``; a missing or repeated
   index is an error naming the part), and the analysis order is ``request_index``: the figures
@@ -20,7 +20,8 @@ one trace. Two kinds of input, decided from the files' metadata:
   clocks cannot be compared, and a session id may then appear in one unit only. Mixing the two
   orders is an error. ``parent_request`` is renumbered into the assembled order.
 
-Every file is checked as :mod:`fcctl.analyzers.readers.parquet` checks one file; the rules that
+Every file is checked as :mod:`fcctl.analyzers.traces.readers.parquet` checks one file; the rules
+that
 concern the whole dataset (indices 0..N-1; in order ``time`` timestamps non-decreasing in
 analysis order; in order ``session`` each session's requests together, time non-decreasing
 within it, each parent an earlier request of the same session) are checked here, and a
@@ -30,7 +31,8 @@ violation names the part file and its row.
 but the block ids, plus each request's block count): O(requests) memory, about 100 bytes a
 request. The block ids are read again when needed, file by file: :meth:`Dataset.load_trace`
 (the whole trace in memory, for the exact analysis) or :meth:`Dataset.iter_blocks` (the access
-stream in analysis order, in chunks, for the bounded passes of :mod:`fcctl.analyzers.bounded`),
+stream in analysis order, in chunks, for the bounded passes of
+:mod:`fcctl.analyzers.reuse.bounded`),
 which merges the files by analysis position so that memory holds one batch per file.
 """
 
@@ -48,10 +50,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fcctl.analyzers.readers._common import TraceFormatError, check_file, fail, missing
-from fcctl.analyzers.readers.parquet import PARQUET_MAGIC, ParquetReader, check_order
-from fcctl.analyzers.schema import Order, SourceTrace, Trace, table_columns
-from fcctl.analyzers.trace_metadata import PartitionMetadata, TraceMetadata
+from fcctl.analyzers.traces.readers._common import TraceFormatError, check_file, fail, missing
+from fcctl.analyzers.traces.readers.parquet import PARQUET_MAGIC, ParquetReader, check_order
+from fcctl.analyzers.traces.schema import Order, SourceTrace, Trace, table_columns
+from fcctl.analyzers.traces.trace_metadata import PartitionMetadata, TraceMetadata
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.paths import display_path
 from fcctl.common.progress import Progress
@@ -151,7 +153,7 @@ class Dataset:
 
     @classmethod
     def from_trace(cls, trace: Trace) -> Dataset:
-        """A trace read by :func:`~fcctl.analyzers.readers.read_trace` seen as a dataset.
+        """A trace read by :func:`~fcctl.analyzers.traces.readers.read_trace` seen as a dataset.
 
         ``mode`` is ``"file"``: no parts; the block ids are the trace's, in memory.
         """

@@ -1,19 +1,19 @@
 """Analysis of a dataset in bounded memory: exact partitioned passes, sampled stack distances.
 
 ``fcctl analyze --memory-budget BYTES`` plans the analysis of a dataset
-(:mod:`fcctl.analyzers.dataset`) against the budget (:func:`plan_memory`):
+(:mod:`fcctl.analyzers.traces.dataset`) against the budget (:func:`plan_memory`):
 
 * **Exact, in memory**, when the whole trace fits: :meth:`Dataset.load_trace` and
-  :func:`~fcctl.analyzers.analyze.analyze_trace`, the figures of the single file.
+  :func:`~fcctl.analyzers.reuse.analyze.analyze_trace`, the figures of the single file.
 * **Bounded** otherwise (or when ``--sample-rate`` asks for a sample):
 
   - *The figures that partition by block are exact.* The block ids are split into ``P``
-    hash buckets (``splitmix64(id) mod P``, :func:`fcctl.analyzers.shards.splitmix64`), ``P``
+    hash buckets (``splitmix64(id) mod P``, :func:`fcctl.analyzers.reuse.shards.splitmix64`), ``P``
     chosen so that one bucket's sub-stream fits the budget. Pass ``p`` reads the access stream
     in analysis order (:meth:`Dataset.iter_blocks`) and keeps the accesses to bucket ``p``'s
     blocks; every access to a block is in its block's bucket, so the sub-stream gives each
     access's previous access to the same block exactly. The exact kernel
-    (:func:`fcctl.analyzers.stack.reuse_pass`) runs on each sub-stream, and the sums over the
+    (:func:`fcctl.analyzers.reuse.stack.reuse_pass`) runs on each sub-stream, and the sums over the
     buckets are the whole trace's: distinct blocks, blocks accessed once, re-accesses
     (``once_only_block_share``, ``reuse_access_share``), the reuse distance in requests (a
     count per distance) and in seconds (each distinct distance with its count: memory grows
@@ -54,7 +54,7 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from fcctl.analyzers.analyze import (
+from fcctl.analyzers.reuse.analyze import (
     AnalysisResult,
     DatasetSummary,
     ErrorBound,
@@ -73,28 +73,27 @@ from fcctl.analyzers.analyze import (
     counts_cdf_frame,
     seconds_cdf_frame,
 )
-from fcctl.analyzers.dataset import Dataset
-from fcctl.analyzers.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES, MemoryTierPoint
-from fcctl.analyzers.reuse import (
+from fcctl.analyzers.reuse.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES, MemoryTierPoint
+from fcctl.analyzers.reuse.metrics import (
     HISTOGRAM_SCHEMA,
     QUANTILES,
     Percentiles,
     ReuseMetrics,
     histogram_frame,
 )
-from fcctl.analyzers.sessions import (
+from fcctl.analyzers.reuse.sessions import (
     SessionMetrics,
     distinct_blocks_per_session,
     session_index_from_ids,
     session_summary,
 )
-from fcctl.analyzers.shards import (
+from fcctl.analyzers.reuse.shards import (
     DEFAULT_MAX_EXACT_BLOCKS,
     DEFAULT_MIN_SAMPLED_BLOCKS,
     SampledStack,
     sampled_stack,
 )
-from fcctl.analyzers.stack import (
+from fcctl.analyzers.reuse.stack import (
     Accesses,
     _dense_ids,
     log2_histogram_from_counts,
@@ -102,6 +101,7 @@ from fcctl.analyzers.stack import (
     reuse_pass,
     seconds_histogram_edges,
 )
+from fcctl.analyzers.traces.dataset import Dataset
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
 from fcctl.common.provenance import utc_now
@@ -585,7 +585,7 @@ def analyze_dataset(
 ) -> AnalysisResult:
     """Analyse ``dataset`` within ``memory_budget_bytes`` (default :func:`default_memory_budget`).
 
-    The exact plan is :func:`~fcctl.analyzers.analyze.analyze_trace` on the loaded trace (and
+    The exact plan is :func:`~fcctl.analyzers.reuse.analyze.analyze_trace` on the loaded trace (and
     takes its schedule arguments); the bounded plan is described in the module docstring and
     refuses a schedule (interleaving sessions needs the whole trace in memory).
     """

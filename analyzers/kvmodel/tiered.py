@@ -41,7 +41,7 @@ from typing import Literal
 import numpy as np
 from numba import njit
 
-from fcctl.analyzers.turns import TurnSchedule
+from fcctl.analyzers.kvmodel.turns import TurnSchedule
 from fcctl.common.errors import FcctlInputError
 
 DEFAULT_BUCKET_BYTES = 256 * 2**20

@@ -20,9 +20,9 @@
 **Parts.** Each ``part-NNNNN.parquet`` holds the canonical rows of one partition in
 ``request_index`` order with the *global* ``request_index`` and ``parent_request`` (not
 renumbered), whatever columns the trace's table has (an optional ``type`` column is kept), the
-``fcctl.trace`` metadata exactly as :func:`~fcctl.analyzers.canonical.write_canonical` writes
-it, and :data:`~fcctl.analyzers.trace_metadata.PARTITION_KEY` (a
-:class:`~fcctl.analyzers.trace_metadata.PartitionMetadata`). A partition with more than
+``fcctl.trace`` metadata exactly as :func:`~fcctl.analyzers.traces.canonical.write_canonical` writes
+it, and :data:`~fcctl.analyzers.traces.trace_metadata.PARTITION_KEY` (a
+:class:`~fcctl.analyzers.traces.trace_metadata.PartitionMetadata`). A partition with more than
 ``max_part_rows`` rows or ``max_part_accesses`` block accesses is cut into consecutive parts
 ``part-00000``, ``part-00001``, ... of its directory (a single request over the access limit is
 a part of its own). Parts are numbered (``partition``) 0.. in the order of their key (numeric),
@@ -44,9 +44,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.canonical import _write_failed
-from fcctl.analyzers.schema import COLUMNS, SourceTrace, Trace
-from fcctl.analyzers.trace_metadata import PartitionMetadata, partition_metadata, trace_metadata
+from fcctl.analyzers.traces.canonical import _write_failed
+from fcctl.analyzers.traces.schema import COLUMNS, SourceTrace, Trace
+from fcctl.analyzers.traces.trace_metadata import (
+    PartitionMetadata,
+    partition_metadata,
+    trace_metadata,
+)
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.jsonio import dumps
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
@@ -342,7 +346,7 @@ def _write_part(
 ) -> int:
     """Write one part at ``path``, flushed to disk; its size in bytes.
 
-    A failure is the error of :func:`~fcctl.analyzers.canonical.write_canonical` for the file
+    A failure is the error of :func:`~fcctl.analyzers.traces.canonical.write_canonical` for the file
     ``shown`` (its final place): a full disk is RunFailed (exit 1).
     """
     try:

@@ -14,7 +14,7 @@ of block ``b`` whose previous access was at position ``p``:
 The stack distance is computed with a Fenwick (binary indexed) tree over access positions
 holding a 1 at each block's *latest* access: the distance is the number of ones after ``p``,
 i.e. ``distinct blocks so far - prefix_sum(p)``. That is O(log N) per access, one pass, and
-the same pass yields every capacity's LRU hit count (see :mod:`analyzers.memory_tier`).
+the same pass yields every capacity's LRU hit count (see :mod:`analyzers.reuse.memory_tier`).
 :func:`reference_stack_distances` is the plain LRU-list version the fast path is tested
 against.
 

@@ -33,7 +33,7 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.schema import Trace
+from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.errors import FcctlInputError
 
 ScheduleKind = Literal["rate", "concurrency"]

@@ -1,4 +1,5 @@
-"""Trace readers: every supported format becomes the canonical table (:mod:`analyzers.schema`).
+"""Trace readers: every supported format becomes the canonical table
+(:mod:`analyzers.traces.schema`).
 
 ``read_trace(path)`` detects the format from the content (gzip by its magic bytes, then the
 first record or header), not from the file name; ``format=`` overrides detection. Formats are
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from fcctl.analyzers.readers._common import (
+from fcctl.analyzers.traces.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
     JSONDecodeError,
     TraceFormatError,
@@ -24,15 +25,15 @@ from fcctl.analyzers.readers._common import (
     read_head,
     show,
 )
-from fcctl.analyzers.readers.azure import AzureReader
-from fcctl.analyzers.readers.bailian import BailianReader
-from fcctl.analyzers.readers.claude_code import ClaudeCodeReader
-from fcctl.analyzers.readers.dynamo import DynamoReader
-from fcctl.analyzers.readers.generic import GenericReader, columns_error
-from fcctl.analyzers.readers.mooncake import MooncakeReader
-from fcctl.analyzers.readers.parquet import ParquetReader
-from fcctl.analyzers.readers.tracelab import TraceLabReader
-from fcctl.analyzers.schema import Trace
+from fcctl.analyzers.traces.readers.azure import AzureReader
+from fcctl.analyzers.traces.readers.bailian import BailianReader
+from fcctl.analyzers.traces.readers.claude_code import ClaudeCodeReader
+from fcctl.analyzers.traces.readers.dynamo import DynamoReader
+from fcctl.analyzers.traces.readers.generic import GenericReader, columns_error
+from fcctl.analyzers.traces.readers.mooncake import MooncakeReader
+from fcctl.analyzers.traces.readers.parquet import ParquetReader
+from fcctl.analyzers.traces.readers.tracelab import TraceLabReader
+from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.progress import Progress
 
 __all__ = [
@@ -142,7 +143,7 @@ def read_trace(
     directory): a longer one is an error as soon as that many bytes are read, so memory stays
     bounded on hostile input. Only regular files (and, for claude-code, directories) are read.
     ``columns`` is the column mapping of the ``generic`` format (``"session=sid,timestamp=ts,
-    input=in,output=out"``, see :mod:`~fcctl.analyzers.readers.generic`); it implies that
+    input=in,output=out"``, see :mod:`~fcctl.analyzers.traces.readers.generic`); it implies that
     format, and no other format takes one.
     """
     path = Path(path)

@@ -1,6 +1,7 @@
 """What a reader knew about a trace, as stored in a canonical Parquet file's metadata.
 
-:func:`fcctl.analyzers.canonical.write_canonical` writes it and the ``"parquet"`` reader reads
+:func:`fcctl.analyzers.traces.canonical.write_canonical` writes it and the ``"parquet"`` reader
+reads
 it back; both import it from here (neither imports the other). The value under
 :data:`METADATA_KEY` is one JSON object: ``schema_version``, ``format``, ``order``,
 ``has_hashes``, ``has_sessions``, ``block_size_tokens``, ``path`` of the source trace and
@@ -13,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import cast
 
-from fcctl.analyzers.schema import Order, Trace
+from fcctl.analyzers.traces.schema import Order, Trace
 
 METADATA_KEY = "fcctl.trace"
 METADATA_VERSION = 1

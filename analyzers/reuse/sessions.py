@@ -30,8 +30,8 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from fcctl.analyzers.reuse import Percentiles
-from fcctl.analyzers.stack import Accesses
+from fcctl.analyzers.reuse.metrics import Percentiles
+from fcctl.analyzers.reuse.stack import Accesses
 
 
 @njit(cache=True)

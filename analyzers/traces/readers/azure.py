@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.readers._common import (
+from fcctl.analyzers.traces.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
     build_frame,
     fail,
@@ -22,7 +22,7 @@ from fcctl.analyzers.readers._common import (
     show,
     stable_time_order,
 )
-from fcctl.analyzers.schema import Trace
+from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.progress import Progress
 
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")

@@ -1,10 +1,11 @@
 """``fcctl analyze --engine dask``: the analysis of a dataset on a Dask cluster.
 
-:func:`analyze_dask` gives the :class:`~fcctl.analyzers.analyze.AnalysisResult` of
-:func:`~fcctl.analyzers.bounded.analyze_dataset` for the same input, budget and rate, with
+:func:`analyze_dask` gives the :class:`~fcctl.analyzers.reuse.analyze.AnalysisResult` of
+:func:`~fcctl.analyzers.reuse.bounded.analyze_dataset` for the same input, budget and rate, with
 the passes over the block ids run by Dask workers (``pip install 'fcctl[dask]'``).
 
-**Input.** A dataset (:mod:`fcctl.analyzers.dataset`: a directory or glob of canonical Parquet
+**Input.** A dataset (:mod:`fcctl.analyzers.traces.dataset`: a directory or glob of canonical
+Parquet
 parts) or one canonical Parquet file, on a filesystem that this process and every worker see
 under the same path (local disk for a local cluster; NFS, Lustre or a mounted bucket for a real
 one). Other traces are refused (convert them first); URLs (``s3://``) are refused too, since the
@@ -19,12 +20,12 @@ fcctl version.
 **Pass 0, on the workers.** Every part is read and checked by a worker
 (``open_dataset(map_files=...)``: the same per-file read, the same messages); the request
 table (about 100 bytes a request) comes back to this process, which checks the rules about
-the whole dataset and plans the analysis with :func:`~fcctl.analyzers.bounded.plan_memory`,
+the whole dataset and plans the analysis with :func:`~fcctl.analyzers.reuse.bounded.plan_memory`,
 exactly as the single-node path does.
 
 **Exact plan** (the whole trace fits the budget and no sample rate is asked, or the trace has
 no block hashes): the exact analysis runs here, in one ordered pass over the whole access
-stream (:func:`~fcctl.analyzers.analyze.analyze_trace`), which yields every figure: the result
+stream (:func:`~fcctl.analyzers.reuse.analyze.analyze_trace`), which yields every figure: the result
 is the single-node one.
 
 **Bounded plan**, on the workers:
@@ -36,16 +37,17 @@ is the single-node one.
   pos`` (int64, the frame's index), ``rank`` the request's analysis position
   (:attr:`DatasetPart.rank`) and ``pos`` the access's place in its ``hash_ids``, so positions
   sort as analysis order; ``block`` the block id; ``partition = splitmix64(block) mod P``
-  (:func:`fcctl.analyzers.shards.splitmix64`; int8, or int16 past 126 partitions). The same
+  (:func:`fcctl.analyzers.reuse.shards.splitmix64`; int8, or int16 past 126 partitions). The same
   task keeps the SHARDS sample: the (position, block) of the accesses with ``splitmix64(block)
-  < floor(rate x 2^64)`` (:func:`~fcctl.analyzers.shards.sample_mask`).
+  < floor(rate x 2^64)`` (:func:`~fcctl.analyzers.reuse.shards.sample_mask`).
 * *Block shuffle*: Dask's P2P shuffle moves each row to partition ``partition`` as it is (no
   second hash; :func:`_shuffle_rows`) and drops that column: 16 bytes an access on the
   workers' disks. Every access of a block lands in one partition, so each partition's rows,
   sorted by position, are the analysis-order sub-stream of a set of whole blocks (a bucket of
   the single-node passes), and the exact kernel of the single-node bucket passes
-  (:meth:`BlockTotals.add_bucket`: :func:`~fcctl.analyzers.stack.reuse_pass` and
-  :func:`~fcctl.analyzers.sessions.distinct_blocks_per_session`) runs on it. The partial totals
+  (:meth:`BlockTotals.add_bucket`: :func:`~fcctl.analyzers.reuse.stack.reuse_pass` and
+  :func:`~fcctl.analyzers.reuse.sessions.distinct_blocks_per_session`) runs on it. The partial
+  totals
   are summed here (:meth:`BlockTotals.add_totals`): counts, shares, reuse distances in requests
   and seconds, re-accesses per request and distinct blocks per session, exactly the single-node
   figures. The per-session figures come from this shuffle too: a (session, block) pair lives in
@@ -54,7 +56,7 @@ is the single-node one.
 * *SHARDS*: the sampled accesses are gathered here, sorted by position and run through the
   exact kernel: the sampled stack distances of the single-node SHARDS pass.
 * *Exact head*: capacities up to ``exact_below_blocks`` = K are counted exactly by one ordered
-  pass over every access (:func:`~fcctl.analyzers.shards.exact_head`, memory O(K)), run on one
+  pass over every access (:func:`~fcctl.analyzers.reuse.shards.exact_head`, memory O(K)), run on one
   worker while the shuffle runs on the others. With it the sampled figures are those of the
   single-node bounded analysis, bit for bit, and its measured error is the stated bound. Without
   it (``exact_head=False``, or a worker too small for K blocks) K is 0, every memory-tier point
@@ -105,7 +107,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from numba import njit
 
-from fcctl.analyzers.analyze import (
+from fcctl.analyzers.reuse.analyze import (
     AnalysisResult,
     DatasetSummary,
     Note,
@@ -114,7 +116,7 @@ from fcctl.analyzers.analyze import (
     check_geometry,
     check_schedule_args,
 )
-from fcctl.analyzers.bounded import (
+from fcctl.analyzers.reuse.bounded import (
     BYTES_PER_HEAD_BLOCK,
     BlockTotals,
     BoundedPasses,
@@ -129,9 +131,8 @@ from fcctl.analyzers.bounded import (
     refuse_schedule,
     seconds_values_limit,
 )
-from fcctl.analyzers.dataset import Dataset, is_dataset_spec, open_dataset
-from fcctl.analyzers.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES
-from fcctl.analyzers.shards import (
+from fcctl.analyzers.reuse.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES
+from fcctl.analyzers.reuse.shards import (
     _ROW_ACCESSES,
     HASH_SPACE,
     SampledStack,
@@ -140,6 +141,7 @@ from fcctl.analyzers.shards import (
     rate_threshold,
     splitmix64,
 )
+from fcctl.analyzers.traces.dataset import Dataset, is_dataset_spec, open_dataset
 from fcctl.common.errors import FcctlInputError, RunFailed
 from fcctl.common.progress import Progress
 from fcctl.common.version import fcctl_version, package_version
@@ -602,7 +604,7 @@ def _partition_totals(
 
 
 def _head_pass(dataset: Dataset, depth: int) -> np.ndarray:
-    """The exact head (:func:`~fcctl.analyzers.shards.exact_head`) over the ordered stream."""
+    """The exact head (:func:`~fcctl.analyzers.reuse.shards.exact_head`) over the ordered stream."""
     return exact_head(lambda: (ids for _, ids in dataset.iter_blocks()), depth)
 
 
@@ -1020,7 +1022,7 @@ def _cluster_failure(
 
 def _check_input(spec: str | Path) -> bool:
     """Refuse what is not canonical Parquet; True when ``spec`` is one file, not a dataset."""
-    from fcctl.analyzers.readers import detect_format
+    from fcctl.analyzers.traces.readers import detect_format
 
     text = str(spec)
     # "s3://b/k" reaches here as "s3:/b/k" when it went through a Path (the CLI's argument).
@@ -1061,7 +1063,7 @@ def analyze_dask(
 ) -> AnalysisResult:
     """Analyse the dataset (or canonical Parquet file) ``spec`` on a Dask cluster.
 
-    The figures, plan and rate are those of :func:`~fcctl.analyzers.bounded.analyze_dataset`
+    The figures, plan and rate are those of :func:`~fcctl.analyzers.reuse.bounded.analyze_dataset`
     with the same ``memory_budget_bytes`` (default :func:`default_memory_budget`: what this
     process may use; a local cluster's workers get as much again) and ``sample_rate``; see the
     module docstring for where each pass runs. ``scheduler``: a running scheduler's address

@@ -1,4 +1,4 @@
-"""Canonical Parquet, as written by :func:`analyzers.canonical.write_canonical`.
+"""Canonical Parquet, as written by :func:`analyzers.traces.canonical.write_canonical`.
 
 A Parquet file is input like any other, so it is checked like any other: exactly the canonical
 columns with compatible dtypes (cast to the schema), plus optionally the columns of
@@ -42,7 +42,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from fcctl.analyzers.readers._common import (
+from fcctl.analyzers.traces.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
     TraceFormatError,
     check_file,
@@ -51,8 +51,8 @@ from fcctl.analyzers.readers._common import (
     show,
     stable_time_order,
 )
-from fcctl.analyzers.schema import OPTIONAL_COLUMNS, SCHEMA, Order, SourceTrace, Trace
-from fcctl.analyzers.trace_metadata import (
+from fcctl.analyzers.traces.schema import OPTIONAL_COLUMNS, SCHEMA, Order, SourceTrace, Trace
+from fcctl.analyzers.traces.trace_metadata import (
     METADATA_KEY,
     PARTITION_KEY,
     PartitionMetadata,
@@ -160,7 +160,7 @@ class ParquetReader:
         the dataset's (strictly increasing, 0 <= index < ``dataset_requests``), its row count
         and block accesses must be the metadata's, and every per-file rule of the module
         docstring holds except those about the whole dataset (indices 0..n-1, the parent of an
-        order-``session`` row), which :mod:`fcctl.analyzers.dataset` checks. A file without
+        order-``session`` row), which :mod:`fcctl.analyzers.traces.dataset` checks. A file without
         it is read as a whole trace (:meth:`read`), so its metadata may also be absent; then
         the returned :class:`TraceMetadata` is what :meth:`read` inferred.
         """
@@ -402,7 +402,7 @@ class ParquetReader:
         """The metadata says what the table holds, and the rows are in its stated order.
 
         For a ``part`` of a dataset the parents of an order-``session`` table may be in another
-        part: that rule is the dataset's (:mod:`fcctl.analyzers.dataset`) to check.
+        part: that rule is the dataset's (:mod:`fcctl.analyzers.traces.dataset`) to check.
         """
         meta = f"metadata {METADATA_KEY!r}"
         if info.has_hashes != has_hashes:

@@ -1,7 +1,7 @@
 """Memory-tier LRU hit shares for any number of capacities from one stack-distance pass.
 
 An LRU cache of ``C`` blocks hits an access exactly when its stack distance is ``< C``
-(:mod:`analyzers.stack`), so with ``stack_count[d]`` = re-accesses at distance ``d``:
+(:mod:`analyzers.reuse.stack`), so with ``stack_count[d]`` = re-accesses at distance ``d``:
 
 * ``lru_hit_share(C)`` = (accesses with stack distance < C) / all block accesses
   = ``cumsum(stack_count)[C - 1] / block_accesses``: a lookup per capacity, no re-simulation;

@@ -128,7 +128,8 @@ def token_growth(requests: pl.DataFrame) -> pl.DataFrame:
 
     ``_new_tokens`` is the prompt's growth over the session's previous request (its whole
     prompt for the first, 0 for a shrinking one); ``_first_row`` is the session's first file
-    row and ``_requests`` its request count (columns of the canonical schema, analyzers.schema).
+    row and ``_requests`` its request count (columns of the canonical schema,
+    analyzers.traces.schema).
     """
     import polars as pl
 

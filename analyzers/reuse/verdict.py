@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from fcctl.analyzers.memory_tier import MemoryTierPoint
+from fcctl.analyzers.reuse.memory_tier import MemoryTierPoint
 from fcctl.common.units import format_bytes
 
 GiB = 1 << 30

@@ -37,8 +37,8 @@ length; the per-session plan is a few arrays of ``sessions`` numbers (about 40 b
 independent of the partition sizes (which only decide where the stream is cut).
 
 **Output** (:func:`write_synth`): ``DIR/part-00000.parquet``, ... in request order, each a
-canonical table (:data:`analyzers.schema.SCHEMA`) with the *global* ``request_index`` and
-``parent_request``, the ``fcctl.trace`` metadata of :mod:`fcctl.analyzers.trace_metadata`
+canonical table (:data:`analyzers.traces.schema.SCHEMA`) with the *global* ``request_index`` and
+``parent_request``, the ``fcctl.trace`` metadata of :mod:`fcctl.analyzers.traces.trace_metadata`
 (format ``synth``) and :data:`PARTITION_KEY` (the part's place in the dataset); and
 ``DIR/synth.json``, the manifest (arguments, profile, per-part rows and accesses, totals).
 Part 0 alone is a valid canonical file for ``fcctl analyze``; later parts start at a
@@ -61,8 +61,8 @@ import polars as pl
 import pyarrow as pa
 from numba import njit
 
-from fcctl.analyzers.schema import COLUMNS, SCHEMA, SourceTrace, Trace
-from fcctl.analyzers.trace_metadata import (
+from fcctl.analyzers.traces.schema import COLUMNS, SCHEMA, SourceTrace, Trace
+from fcctl.analyzers.traces.trace_metadata import (
     PartitionMetadata,
     partition_metadata,
     trace_metadata,

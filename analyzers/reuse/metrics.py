@@ -1,4 +1,4 @@
-"""Reuse metrics from one :func:`analyzers.stack.reuse_pass` (definitions in issue #2, §3).
+"""Reuse metrics from one :func:`analyzers.reuse.stack.reuse_pass` (definitions in issue #2, §3).
 
 * ``once_only_block_share`` = distinct blocks accessed exactly once / distinct blocks.
 * ``reuse_access_share`` = accesses to a block seen earlier / all block accesses: the hit
@@ -6,7 +6,7 @@
 * reuse distance of every re-access, as p50/p90/p99 with numpy's default (linear)
   interpolation over all re-accesses: in requests, in seconds, as LRU stack distance in blocks
   and in bytes (stack distance x block bytes), plus log2 histograms
-  (:data:`analyzers.stack.LOG2_BUCKETS_DOC`).
+  (:data:`analyzers.reuse.stack.LOG2_BUCKETS_DOC`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.stack import (
+from fcctl.analyzers.reuse.stack import (
     ReusePass,
     log2_histogram_from_counts,
     percentiles_from_counts,

@@ -1,9 +1,9 @@
 """The canonical trace as a Parquet file: what ``fcctl convert`` writes.
 
-The table is :data:`analyzers.schema.SCHEMA` (plus the optional columns the trace has, such
+The table is :data:`analyzers.traces.schema.SCHEMA` (plus the optional columns the trace has, such
 as ``type``), rows in analysis order. What the reader knew about the trace goes in the Parquet
 file's key-value metadata
-(:mod:`fcctl.analyzers.trace_metadata`, shared with the reader), so that
+(:mod:`fcctl.analyzers.traces.trace_metadata`, shared with the reader), so that
 reading the file back (the ``"parquet"`` reader) gives a :class:`Trace` equal to the one
 written (:func:`traces_equal`), including the source ``path`` and ``format``.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import polars as pl
 
-from fcctl.analyzers.readers import read_trace
-from fcctl.analyzers.readers.parquet import PARQUET_MAGIC
-from fcctl.analyzers.schema import Trace, table_columns
-from fcctl.analyzers.trace_metadata import METADATA_KEY, trace_metadata
+from fcctl.analyzers.traces.readers import read_trace
+from fcctl.analyzers.traces.readers.parquet import PARQUET_MAGIC
+from fcctl.analyzers.traces.schema import Trace, table_columns
+from fcctl.analyzers.traces.trace_metadata import METADATA_KEY, trace_metadata
 from fcctl.common.errors import FcctlInputError, RunFailed
 from fcctl.common.paths import display_path
 

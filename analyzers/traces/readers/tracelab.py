@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from fcctl.analyzers.readers._common import (
+from fcctl.analyzers.traces.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
     build_frame,
     fail,
@@ -64,8 +64,8 @@ from fcctl.analyzers.readers._common import (
     stable_time_order,
     text,
 )
-from fcctl.analyzers.readers.claude_code import LOCAL_ID_BITS, MAX_SESSIONS, namespace_base
-from fcctl.analyzers.schema import Trace
+from fcctl.analyzers.traces.readers.claude_code import LOCAL_ID_BITS, MAX_SESSIONS, namespace_base
+from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.progress import Progress
 
 BLOCK_SIZE_TOKENS = 64

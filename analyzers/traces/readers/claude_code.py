@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.readers._common import (
+from fcctl.analyzers.traces.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
     HashIdBuffer,
     JSONDecodeError,
@@ -55,7 +55,7 @@ from fcctl.analyzers.readers._common import (
     require,
     show,
 )
-from fcctl.analyzers.schema import Trace
+from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.progress import Progress
 
 LOCAL_ID_BITS = 40
