@@ -426,17 +426,48 @@ def require(record: dict[str, Any], name: str, path: Path, place: str | None) ->
         raise fail(path, place, f"missing field {name!r}") from None
 
 
-def non_negative_int(record: dict[str, Any], name: str, path: Path, place: str | None) -> int:
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+
+
+def synthesised_id_cap() -> int:
+    """Most block ids a reader may synthesise from token counts in one file.
+
+    A token count is a few bytes of input that can ask for any number of 8-byte ids, so the
+    total is checked before anything is allocated: at most a quarter of physical memory at
+    16 bytes an id (the ids plus their copy into the hash column), and never above 2**32.
+    """
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        memory = 16 * 2**30
+    return min(2**32, memory // 4 // 16)
+
+
+def non_negative_int(
+    record: dict[str, Any], name: str, path: Path, place: str | None, maximum: int = INT64_MAX
+) -> int:
+    """``record[name]`` as an int in ``0..maximum``; the default is the Int64 column it lands in
+    (JSON ints are unbounded, and a larger one would overflow the numpy/polars conversion)."""
     value = require(record, name, path, place)
     if type(value) is not int or value < 0:
         raise fail(path, place, f"field {name!r} must be a non-negative integer; got {show(value)}")
+    if value > maximum:
+        raise fail(path, place, f"field {name!r} must be <= {maximum}; got {show(value)}")
     return value
 
 
-def integer(record: dict[str, Any], name: str, path: Path, place: str | None) -> int:
+def integer(
+    record: dict[str, Any], name: str, path: Path, place: str | None, maximum: int = INT64_MAX
+) -> int:
+    """``record[name]`` as an int in ``-maximum-1..maximum`` (the column's dtype range)."""
     value = require(record, name, path, place)
     if type(value) is not int:
         raise fail(path, place, f"field {name!r} must be an integer; got {show(value)}")
+    if not -maximum - 1 <= value <= maximum:
+        raise fail(
+            path, place, f"field {name!r} must be in {-maximum - 1}..{maximum}; got {show(value)}"
+        )
     return value
 
 

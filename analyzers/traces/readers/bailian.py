@@ -22,6 +22,7 @@ import numpy as np
 
 from fcctl.analyzers.traces.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
+    INT32_MAX,
     HashIdBuffer,
     build_frame,
     fail,
@@ -85,7 +86,7 @@ class BailianReader:
             timestamps.append(finite_number(record, "timestamp", path, place))
             inputs.append(non_negative_int(record, "input_length", path, place))
             outputs.append(non_negative_int(record, "output_length", path, place))
-            turns.append(integer(record, "turn", path, place))
+            turns.append(integer(record, "turn", path, place, maximum=INT32_MAX))
             kinds.append(optional_text(record, "type", path, place))
             typed = typed or "type" in record
             hashes.add(record, "hash_ids", path, place)

@@ -35,6 +35,7 @@ import polars as pl
 
 from fcctl.analyzers.traces.readers._common import (
     DEFAULT_MAX_LINE_BYTES,
+    INT32_MAX,
     HashIdBuffer,
     JSONDecodeError,
     TraceFormatError,
@@ -84,7 +85,7 @@ class _Session:
         session_id = require(record, "id", path, place)
         if not isinstance(session_id, str):
             raise fail(path, place, f"field 'id' must be a string; got {show(session_id)}")
-        block_size = non_negative_int(record, "block_size", path, place)
+        block_size = non_negative_int(record, "block_size", path, place, maximum=INT32_MAX)
         if block_size == 0:
             raise fail(path, place, f"field 'block_size' must be > 0; got {block_size!r}")
         requests = require(record, "requests", path, place)

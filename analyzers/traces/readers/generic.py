@@ -147,6 +147,9 @@ def parse_columns(spec: str | Mapping[str, str], path: str | Path) -> ColumnMapp
             raise columns_error(path, "block_size is for the hashes column; no hashes= given")
         if not raw.isdigit() or int(raw) < 1:
             raise columns_error(path, f"block_size must be an integer >= 1; got {raw!r}")
+        # block_size_tokens is an Int32 column: a larger value cannot be stored.
+        if int(raw) > _MAX_TURN:
+            raise columns_error(path, f"block_size must be <= {_MAX_TURN}; got {raw!r}")
         block_size = int(raw)
     elif "hashes" in seen:
         raise columns_error(path, "hashes= needs block_size= (tokens per block)")

@@ -62,6 +62,7 @@ from fcctl.analyzers.traces.readers._common import (
     optional_text,
     show,
     stable_time_order,
+    synthesised_id_cap,
     text,
 )
 from fcctl.analyzers.traces.readers.claude_code import LOCAL_ID_BITS, MAX_SESSIONS, namespace_base
@@ -232,6 +233,8 @@ class TraceLabReader:
         previous_context = 0
         next_serial = 0
         last: int | None = None
+        id_cap = synthesised_id_cap()
+        ids_so_far = 0
         for row in order.tolist():
             if last is None or ordinals[last] != ordinals[row]:
                 chain = np.zeros(0, dtype=np.uint64)
@@ -252,6 +255,18 @@ class TraceLabReader:
             prompt_blocks = inputs[row] // BLOCK_SIZE_TOKENS
             context_blocks = (inputs[row] + outputs[row]) // BLOCK_SIZE_TOKENS
             fresh = context_blocks - reused  # the prompt's new blocks, then the reply's
+            # Checked before np.arange/concatenate allocate: a 300-byte line can claim 10**12
+            # tokens, which would otherwise be a 116 GiB array.
+            ids_so_far += prompt_blocks + fresh
+            if ids_so_far > id_cap:
+                raise fail(
+                    path,
+                    f"line {lines[row]}",
+                    f"field 'input_tokens_total' ({inputs[row]!r}) with 'output_tokens' "
+                    f"({outputs[row]!r}) needs more synthesised {BLOCK_SIZE_TOKENS}-token block "
+                    f"ids than the memory cap allows for this file ({id_cap}, a quarter of "
+                    f"physical memory); got {ids_so_far} ids so far",
+                )
             if next_serial + fresh >= 2**LOCAL_ID_BITS:
                 raise fail(
                     path,
