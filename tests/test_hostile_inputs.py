@@ -66,3 +66,60 @@ def test_tracelab_huge_token_count_refused_before_allocation(tmp_path: Path) -> 
     message = error_of(path)
     assert "r.jsonl: line 2: field 'input_tokens_total' (1000000000000)" in message, message
     assert "memory cap" in message
+
+
+def mooncake_rows(t: float) -> list[dict]:
+    return [
+        {"timestamp": 0, "input_length": 16, "output_length": 1, "hash_ids": [1]},
+        {"timestamp": t, "input_length": 16, "output_length": 1, "hash_ids": [1]},
+    ]
+
+
+def cli(*args: str) -> tuple[int, str]:
+    from typer.testing import CliRunner
+
+    from fcctl.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    assert "Traceback" not in result.output, result.output
+    return result.exit_code, result.output
+
+
+# 1e305 ms used to be filed under day=-9223372036854775808; 2**53 s is the documented edge.
+HOSTILE_MS = [1e305, 1.7e308, -1e300, 2.0**53 * 1000 * 1.5, 2.0**53 * 1000]
+
+
+@pytest.mark.parametrize("t", HOSTILE_MS)
+@pytest.mark.parametrize("partition", [[], ["--partition-by", "day"]], ids=["file", "day"])
+def test_convert_never_writes_what_analyze_refuses(
+    tmp_path: Path, t: float, partition: list[str]
+) -> None:
+    source = write_jsonl(tmp_path / "m.jsonl", mooncake_rows(t))
+    out = tmp_path / ("out" if partition else "out.parquet")
+    code, output = cli("convert", str(source), "-o", str(out), *partition)
+    if code == 2:
+        assert "m.jsonl: request 2 in file order: timestamp" in output, output
+        assert len(output.strip().splitlines()) == 1 and not out.exists()
+        return
+    assert code == 0, output
+    if partition:
+        days = [p.name for p in out.iterdir() if p.name.startswith("day=")]
+        assert all(not d.startswith("day=-") for d in days), days
+    code, output = cli("analyze", str(out), "--json")
+    assert code == 0, output
+
+
+@pytest.mark.parametrize("t", [float("inf"), 1e300, -(2.0**54)])
+def test_parquet_reader_refuses_timestamp_beyond_rule(tmp_path: Path, t: float) -> None:
+    import polars as pl
+
+    from fcctl.analyzers.traces.readers import read_trace
+
+    source = write_jsonl(tmp_path / "m.jsonl", mooncake_rows(1.0))
+    table = read_trace(source).requests
+    table = table.with_columns(pl.Series("timestamp_s", [0.0, t]))
+    path = tmp_path / "t.parquet"
+    table.write_parquet(path)
+    message = error_of(path)
+    assert "t.parquet: row " in message, message
+    assert "column 'timestamp_s' must be a finite number of seconds within" in message, message

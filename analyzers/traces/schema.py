@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import polars as pl
 
 SCHEMA: dict[str, pl.DataType] = {
@@ -54,6 +55,23 @@ SCHEMA: dict[str, pl.DataType] = {
 }
 COLUMNS: tuple[str, ...] = tuple(SCHEMA)
 OPTIONAL_COLUMNS: dict[str, pl.DataType] = {"type": pl.String()}
+
+# The largest |timestamp_s| any reader, ``convert`` or the Parquet reader accepts: 2**53 s (285
+# million years) keeps whole seconds exact in a float64 and every day index (``--partition-by
+# day``) far inside Int64, so what ``convert`` writes is always what ``analyze`` reads back.
+MAX_ABS_TIMESTAMP_S = float(2**53)
+
+
+def first_bad_timestamp(timestamp_s: np.ndarray) -> int | None:
+    """Row of the first ``timestamp_s`` that is not finite or beyond :data:`MAX_ABS_TIMESTAMP_S`."""
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(timestamp_s) <= MAX_ABS_TIMESTAMP_S)  # NaN compares False: bad too
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if len(hits) else None
+
+
+def timestamp_rule(value: float) -> str:
+    return f"must be a finite number of seconds within +-2**53; got {value!r}"
 
 
 def table_columns(columns: Iterable[str]) -> list[str]:

@@ -23,7 +23,12 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from fcctl.analyzers.traces.schema import OPTIONAL_COLUMNS, SCHEMA
+from fcctl.analyzers.traces.schema import (
+    OPTIONAL_COLUMNS,
+    SCHEMA,
+    first_bad_timestamp,
+    timestamp_rule,
+)
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.paths import display_path
 from fcctl.common.progress import Progress, Task
@@ -607,6 +612,7 @@ def build_frame(
     turn: np.ndarray | list[int | None] | None = None,
     parent_request: np.ndarray | list[int | None] | None = None,
     request_type: pl.Series | list[str | None] | None = None,
+    path: Path | None = None,
 ) -> pl.DataFrame:
     """The canonical table, rows already in analysis order; ``request_index`` is 0..n-1.
 
@@ -614,6 +620,15 @@ def build_frame(
     column; without it the table has only the nine canonical columns.
     """
     n = len(timestamp_s)
+    timestamp_s = np.asarray(timestamp_s, dtype=np.float64)
+    bad = first_bad_timestamp(timestamp_s)
+    if bad is not None:
+        # Every reader's rows are still in file order here, so "request N" finds the record.
+        raise fail(
+            path or "trace",
+            f"request {bad + 1} in file order",
+            f"timestamp (as timestamp_s) {timestamp_rule(float(timestamp_s[bad]))}",
+        )
     columns = {
         "request_index": pl.Series(np.arange(n, dtype=np.int64)),
         "session_id": pl.Series(session_id if session_id is not None else [None] * n),

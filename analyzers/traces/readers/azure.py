@@ -72,6 +72,7 @@ class AzureReader:
         ns = stamps.dt.epoch("ns").to_numpy()
         seconds = (ns - ns.min()).astype(np.float64) / 1e9
         frame = build_frame(
+            path=path,
             timestamp_s=seconds,
             input_tokens=tokens["ContextTokens"],
             output_tokens=tokens["GeneratedTokens"],

@@ -94,6 +94,7 @@ class BailianReader:
         roots = self._roots(path, chat_ids, parents, row_of, line_of)
         parent_rows = [row_of.get(p) if p != -1 else None for p in parents]
         frame = build_frame(
+            path=path,
             timestamp_s=np.asarray(timestamps, dtype=np.float64),
             input_tokens=np.asarray(inputs, dtype=np.int64),
             output_tokens=np.asarray(outputs, dtype=np.int64),

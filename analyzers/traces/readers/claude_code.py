@@ -276,6 +276,7 @@ class ClaudeCodeReader:
             s.values = s.offsets = None  # type: ignore[assignment]
         session_ids = pl.Series([s.session_id for s in sessions], dtype=pl.String())
         frame = build_frame(
+            path=path,
             timestamp_s=np.concatenate(parts["t"]),
             input_tokens=np.concatenate(parts["in"]),
             output_tokens=np.concatenate(parts["out"]),

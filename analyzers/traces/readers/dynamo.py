@@ -162,6 +162,7 @@ class DynamoReader:
         arrival_ms = self._arrivals(path, stamps, waits, follows, previous, row_of, lines)
         parents = [None if reset else p for p, reset in zip(previous, resets, strict=True)]
         frame = build_frame(
+            path=path,
             timestamp_s=arrival_ms / 1000.0,
             input_tokens=np.asarray(inputs, dtype=np.int64),
             output_tokens=np.asarray(outputs, dtype=np.int64),

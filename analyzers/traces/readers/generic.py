@@ -362,6 +362,7 @@ class GenericReader:
         n = len(inputs)
         stamp = np.asarray(seconds, dtype=np.float64)
         frame = build_frame(
+            path=path,
             timestamp_s=stamp - stamp.min(),
             input_tokens=np.asarray(inputs, dtype=np.int64),
             output_tokens=np.asarray(outputs, dtype=np.int64),

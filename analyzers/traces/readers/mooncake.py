@@ -56,6 +56,7 @@ class MooncakeReader:
             outputs.append(non_negative_int(record, "output_length", path, place))
             hashes.add(record, "hash_ids", path, place)
         frame = build_frame(
+            path=path,
             timestamp_s=np.asarray(timestamps_ms, dtype=np.float64) / 1000.0,
             input_tokens=np.asarray(inputs, dtype=np.int64),
             output_tokens=np.asarray(outputs, dtype=np.int64),

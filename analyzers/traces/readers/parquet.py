@@ -51,7 +51,15 @@ from fcctl.analyzers.traces.readers._common import (
     show,
     stable_time_order,
 )
-from fcctl.analyzers.traces.schema import OPTIONAL_COLUMNS, SCHEMA, Order, SourceTrace, Trace
+from fcctl.analyzers.traces.schema import (
+    OPTIONAL_COLUMNS,
+    SCHEMA,
+    Order,
+    SourceTrace,
+    Trace,
+    first_bad_timestamp,
+    timestamp_rule,
+)
 from fcctl.analyzers.traces.trace_metadata import (
     METADATA_KEY,
     PARTITION_KEY,
@@ -308,9 +316,9 @@ class ParquetReader:
             if column.null_count():
                 raise _row_error(path, _first(column.is_null()) or 0, name, "must not be null")
         ts = frame["timestamp_s"].to_numpy()
-        bad = _first(~np.isfinite(ts))
+        bad = first_bad_timestamp(ts)
         if bad is not None:
-            raise _row_error(path, bad, "timestamp_s", f"must be a finite number; got {ts[bad]!r}")
+            raise _row_error(path, bad, "timestamp_s", timestamp_rule(float(ts[bad])))
         for name in ("input_tokens", "output_tokens"):
             values = frame[name].to_numpy()
             bad = _first(values < 0)

@@ -173,6 +173,7 @@ class TraceLabReader:
         )
         arrival = np.asarray(arrivals, dtype=np.float64)
         frame = build_frame(
+            path=path,
             timestamp_s=arrival - arrival.min(),
             input_tokens=np.asarray(inputs, dtype=np.int64),
             output_tokens=np.asarray(outputs, dtype=np.int64),
