@@ -123,3 +123,51 @@ def test_parquet_reader_refuses_timestamp_beyond_rule(tmp_path: Path, t: float) 
     message = error_of(path)
     assert "t.parquet: row " in message, message
     assert "column 'timestamp_s' must be a finite number of seconds within" in message, message
+
+
+def canonical_table(tmp_path: Path):
+    from fcctl.analyzers.traces.readers import read_trace
+
+    rows = [
+        {"timestamp": i * 1000, "input_length": 16, "output_length": 1, "hash_ids": [i % 2]}
+        for i in range(3)
+    ]
+    return read_trace(write_jsonl(tmp_path / "ok.jsonl", rows)).requests
+
+
+def test_parquet_extra_column_ignored_with_note(tmp_path: Path) -> None:
+    import polars as pl
+
+    from fcctl.analyzers.traces.readers import read_trace
+
+    path = tmp_path / "extra.parquet"
+    table = canonical_table(tmp_path)
+    table.with_columns(pl.lit(1).alias("mine"), pl.lit("x").alias("host")).write_parquet(path)
+    trace = read_trace(path)
+    assert "mine" not in trace.requests.columns and trace.requests.height == 3
+    assert [n for n in trace.notes if "ignored" in n] == [
+        "ignored non-canonical column(s) 'mine', 'host'"
+    ]
+
+
+def test_dataset_extra_column_and_type_in_one_file_only(tmp_path: Path) -> None:
+    import polars as pl
+
+    from fcctl.analyzers.traces.dataset import read_dataset
+
+    table = canonical_table(tmp_path)
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    # a.parquet lacks the optional type column, b.parquet has it plus a user column: the
+    # assembled table has type null for a's rows (this used to be "schema lengths differ").
+    table.write_parquet(folder / "a.parquet")
+    table.with_columns(pl.lit("chat").alias("type"), pl.lit(7).alias("mine")).write_parquet(
+        folder / "b.parquet"
+    )
+    trace = read_dataset(folder)
+    assert trace.requests.height == 6
+    types = trace.requests["type"].to_list()
+    assert (types.count("chat"), types.count(None)) == (3, 3), types
+    assert [n for n in trace.notes if "ignored" in n] == ["ignored non-canonical column(s) 'mine'"]
+    code, output = cli("analyze", str(folder))
+    assert code == 0, output

@@ -174,8 +174,11 @@ def test_rows_out_of_the_stated_order(tmp_path: Path) -> None:
 
 
 def test_extra_missing_and_mistyped_columns(tmp_path: Path) -> None:
+    # A user's own column is ignored with a note (issue #20.11), not refused.
     extra = lambda f: f.with_columns(pl.lit(1).alias("priority"))  # noqa: E731
-    expect(write_variant(tmp_path, CLAUDE, extra), "unexpected column(s) 'priority'")
+    trace = read_trace(write_variant(tmp_path, CLAUDE, extra))
+    assert "priority" not in trace.requests.columns
+    assert "ignored non-canonical column(s) 'priority'" in trace.notes
     expect(write_variant(tmp_path, CLAUDE, lambda f: f.drop("hash_ids")), "missing column")
     floats = lambda f: f.with_columns(pl.col("input_tokens").cast(pl.Float64()))  # noqa: E731
     expect(write_variant(tmp_path, CLAUDE, floats), "'input_tokens'", "got Float64")

@@ -51,7 +51,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fcctl.analyzers.traces.readers._common import TraceFormatError, check_file, fail, missing
-from fcctl.analyzers.traces.readers.parquet import PARQUET_MAGIC, ParquetReader, check_order
+from fcctl.analyzers.traces.readers.parquet import (
+    PARQUET_MAGIC,
+    ParquetReader,
+    check_order,
+    ignored_columns,
+)
 from fcctl.analyzers.traces.schema import Order, SourceTrace, Trace, table_columns
 from fcctl.analyzers.traces.trace_metadata import PartitionMetadata, TraceMetadata
 from fcctl.common.errors import FcctlInputError
@@ -530,6 +535,11 @@ def open_dataset(
                 else "per-session clocks, so the traces follow one another in file order."
             )
         )
+    # The parts' own extra columns were dropped by the Parquet reader; named once here.
+    schemas = [pl.read_parquet_schema(f.path) for f in all_files]
+    ignored = sorted({c for schema in schemas for c in ignored_columns(schema)})
+    if ignored:
+        notes.append(f"ignored non-canonical column(s) {', '.join(map(repr, ignored))}")
     converted = SourceTrace(info.path, info.format) if len(units) == 1 else None
     return Dataset(
         spec=label,
@@ -671,7 +681,9 @@ def _assemble(units: list[_Unit]) -> tuple[pl.DataFrame, np.ndarray, np.ndarray,
         file_row.append(u.file_row)
         unit_of.append(np.full(n, k, dtype=np.int64))
         offset += n
-    frame = pl.concat(frames, how="vertical_relaxed")
+    # diagonal: a file without the optional ``type`` column contributes nulls for its rows
+    # (the column is optional per file, as the Parquet reader takes it).
+    frame = pl.concat(frames, how="diagonal_relaxed")
     fno = np.concatenate(file_no)
     frow = np.concatenate(file_row)
     if order == "session":

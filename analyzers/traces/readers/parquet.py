@@ -1,9 +1,9 @@
 """Canonical Parquet, as written by :func:`analyzers.traces.canonical.write_canonical`.
 
-A Parquet file is input like any other, so it is checked like any other: exactly the canonical
+A Parquet file is input like any other, so it is checked like any other: the canonical
 columns with compatible dtypes (cast to the schema), plus optionally the columns of
-``OPTIONAL_COLUMNS`` (``type``: String, Categorical or all-null, nulls allowed; any other extra
-column is an error), then every value rule the readers
+``OPTIONAL_COLUMNS`` (``type``: String, Categorical or all-null, nulls allowed; any other column
+is the user's own: dropped, and named once in the trace's notes), then every value rule the readers
 enforce, each violation one line naming the file, the row (0-based, as polars and pyarrow
 number rows: the ``request_index`` of a canonical file) and the column:
 
@@ -34,7 +34,8 @@ null count, so they cost a few percent of reading the file.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,11 @@ _INTEGERS = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt
 NOT_NULL = ("request_index", "timestamp_s", "input_tokens", "output_tokens", "block_size_tokens")
 
 
+def ignored_columns(schema: Mapping[str, object]) -> list[str]:
+    """The columns of a Parquet schema that are neither canonical nor optional (dropped)."""
+    return [c for c in schema if c not in SCHEMA and c not in OPTIONAL_COLUMNS]
+
+
 def _row_error(path: Path, row: int, column: str, message: str) -> TraceFormatError:
     return fail(path, f"row {row}", f"column {column!r} {message}")
 
@@ -101,6 +107,9 @@ class ParquetReader:
         self, path: Path, progress: Progress, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     ) -> Trace:
         # max_line_bytes bounds text lines; Parquet has none (it is part of the protocol).
+        return self._with_ignored_note(path, self._read(path, progress))
+
+    def _read(self, path: Path, progress: Progress) -> Trace:
         size = check_file(path, "Parquet file")
         try:
             metadata = pl.read_parquet_metadata(path)
@@ -453,16 +462,20 @@ class ParquetReader:
         check_order(frame, info.order, error, parents=not part)
 
     @staticmethod
+    def _with_ignored_note(path: Path, trace: Trace) -> Trace:
+        ignored = ignored_columns(pl.read_parquet_schema(path))
+        if not ignored:
+            return trace
+        note = f"ignored non-canonical column(s) {', '.join(map(repr, ignored))}"
+        return dataclasses.replace(trace, notes=(*trace.notes, note))
+
+    @staticmethod
     def _conform(path: Path, frame: pl.DataFrame) -> pl.DataFrame:
-        """Check the columns are exactly the canonical ones with compatible dtypes; cast."""
-        extra = [c for c in frame.columns if c not in SCHEMA and c not in OPTIONAL_COLUMNS]
-        if extra:
-            raise fail(
-                path,
-                None,
-                f"unexpected column(s) {', '.join(map(repr, extra))}: a canonical table has "
-                f"exactly {', '.join(SCHEMA)} (and optionally {', '.join(OPTIONAL_COLUMNS)})",
-            )
+        """Check the canonical columns are there with compatible dtypes; cast.
+
+        Columns of the user's own (not canonical, not optional) are dropped, as table tools
+        ignore columns they do not know; :func:`ignored_columns` names them for a note.
+        """
         columns = []
         for name, dtype in SCHEMA.items():
             if name not in frame.columns:
