@@ -346,3 +346,17 @@ def test_many_overlapping_parts_within_the_open_file_limit(tmp_path: Path) -> No
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "too many dataset parts" in lines[0]
+
+
+def test_dataset_requests_claim_sizes_nothing(tmp_path: Path) -> None:
+    # issue #20.7: two 100-row parts whose metadata claims 1e11 requests used to size two
+    # 800 GB arrays from that number; now the rows read must back it first.
+    trace = read_trace(MOONCAKE)
+    req = trace.requests
+    _write_part(tmp_path / "a.parquet", trace, req[:100], 0, 10**11)
+    _write_part(tmp_path / "b.parquet", trace, req[100:200], 1, 10**11)
+    with pytest.raises(TraceFormatError) as e:
+        open_dataset(tmp_path)
+    msg = str(e.value)
+    assert "field 'dataset_requests' says 100000000000 requests" in msg, msg
+    assert "2 part(s) found hold 200 rows: a part is missing" in msg, msg

@@ -618,6 +618,16 @@ def _partitioned_unit(group: list[_File]) -> _Unit:
                 f"metadata 'fcctl.trace' differs from {display_path(head.path)}'s (same "
                 "dataset_id): the parts of one dataset share it",
             )
+    # dataset_requests is a number from metadata, so it sizes nothing until the rows read
+    # can back it: 1e11 claimed requests would otherwise be two 800 GB arrays.
+    rows = sum(f.frame.height for f in group)
+    if total > rows:
+        raise fail(
+            head.path,
+            None,
+            f"metadata 'fcctl.partition' field 'dataset_requests' says {total} requests, but "
+            f"its {len(group)} part(s) found hold {rows} rows: a part is missing",
+        )
     owner = np.full(total, -1, dtype=np.int64)
     owner_row = np.zeros(total, dtype=np.int64)
     for k, f in enumerate(group):
