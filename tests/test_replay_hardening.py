@@ -61,3 +61,25 @@ def test_out_and_emit_must_not_overlap(tmp_path: Path) -> None:
             check_distinct_outputs(out, emit)
     check_distinct_outputs(tmp_path / "a", tmp_path / "b")
     check_distinct_outputs(None, tmp_path / "b")
+
+
+def test_arrivals_overflowing_after_time_scaling_one_line_exit_2(tmp_path: Path) -> None:
+    """Five requests 1 ms apart replayed at 1e-308 requests/s: the scaled times overflow."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from fcctl.cli import app
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(
+        json.dumps({"timestamp": i, "input_length": 100, "output_length": 10,
+                    "hash_ids": [1, 2, i + 3]}) + "\n"
+        for i in range(5)
+    ))  # fmt: skip
+    for command in (["replay"], ["recommend-thresholds", "--jobs", "1"]):
+        r = CliRunner().invoke(app, [*command, str(trace), "--format", "mooncake",
+                                     "--rates", "1e-308"])  # fmt: skip
+        assert r.exit_code == 2, r.output
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--rates 1e-308 must be finite after time scaling" in lines[0]
