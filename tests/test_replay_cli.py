@@ -91,6 +91,11 @@ def test_out_dir(tmp_path: Path) -> None:
     [
         (["--policies", "lru"], "--policies: unknown policy"),
         (["--rates", "0"], "--rates: each rate must be > 0"),
+        (["--rates", "nan"], "--rates: each rate must be > 0 and finite"),
+        (["--prefill-tokens-per-s", "nan"], "--prefill-tokens-per-s: field"),
+        (["--prefill-tokens-per-s", "inf"], "--prefill-tokens-per-s: field"),
+        (["--prefill-tokens-per-s", "0"], "--prefill-tokens-per-s: field"),
+        (["--gpus", "10000000"], "--gpus: 10000000 GPUs make"),
         (["--rates", "fast"], "--rates: expected comma-separated numbers"),
         (["--hardware", "h900-8x"], "--hardware: unknown preset"),
         (["--gpu-kv", "12 parsecs"], "--gpu-kv"),

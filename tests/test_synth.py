@@ -176,3 +176,17 @@ def test_cli_writes_refuses_and_replaces(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["trace"]["requests"] == 300 and doc["reuse_access_share"] > 0.5
+
+
+def test_huge_counts_refused_against_the_memory_budget_before_allocation(tmp_path: Path) -> None:
+    """Issue #20: sizes derived from the counts are checked before numpy allocates them."""
+    runner = CliRunner()
+    for requests, sessions, flag in [(10**11, 10**11, "--sessions"), (10**11, 10, "--requests")]:
+        out = tmp_path / flag.strip("-")
+        r = runner.invoke(app, ["synth", "--requests", str(requests), "--sessions", str(sessions),
+                                "-o", str(out)])  # fmt: skip
+        assert r.exit_code == 2, r.output
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"fcctl: error: {flag}: "), r.stderr
+        assert "memory budget of" in lines[0]
+        assert not out.exists()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import keyword
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,13 +106,44 @@ def core_modules(core: Path = CORE_DIR, roots: tuple[str, ...] = ROOTS) -> tuple
     return tuple(sorted(seen))
 
 
+#: Top-level modules the emitted core imports from outside itself: a package of one of these
+#: names would shadow it (``--emit-name numpy`` cannot import its own ``import numpy``).
+IMPORTED_TOP_LEVEL = ("numpy", "torch", "kvikio", "fcctl")
+
+
 def check_name(name: str) -> str:
-    """A package name: a Python identifier, not a keyword, not ``fcctl``."""
-    if not name.isidentifier() or keyword.iskeyword(name) or name == "fcctl":
+    """A package name: a Python identifier, not a keyword, and no module the package imports.
+
+    A name of the standard library (``sys.stdlib_module_names``) or of a top-level module the
+    core imports (numpy; torch and kvikio lazily) would shadow it once the emitted directory
+    is on ``sys.path``, so the package could not import itself.
+    """
+    if not name.isidentifier() or keyword.iskeyword(name):
         raise FcctlInputError(
-            f"--emit-name: must be a Python identifier (not a keyword, not fcctl); got {name!r}"
+            f"--emit-name: must be a Python identifier, not a keyword; got {name!r}"
+        )
+    if name in sys.stdlib_module_names or name in IMPORTED_TOP_LEVEL:
+        raise FcctlInputError(
+            f"--emit-name: must not shadow a module the package imports (the standard library, "
+            f"{', '.join(IMPORTED_TOP_LEVEL)}); got {name!r}"
         )
     return name
+
+
+def check_distinct_outputs(out: Path | None, emit: Path | None) -> None:
+    """Refuse ``--out`` and ``--emit`` naming the same directory or one inside the other.
+
+    Each is written atomically (a sibling temporary, then a rename), so with overlapping paths
+    the second write would replace or nest in the first; checked before any simulation.
+    """
+    if out is None or emit is None:
+        return
+    a, b = Path(out).resolve(), Path(emit).resolve()
+    if a == b or a in b.parents or b in a.parents:
+        raise FcctlInputError(
+            f"--out, --emit: must be separate directories, neither inside the other; "
+            f"got {str(out)!r} and {str(emit)!r}"
+        )
 
 
 def thresholds_module(short_reply_tokens: int, agent_context_tokens: int,

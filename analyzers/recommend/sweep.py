@@ -373,7 +373,7 @@ def recommend_thresholds(
         raise FcctlInputError(f"--jobs: must be an integer >= 1; got {config.jobs!r}")
     rates = check_rates(config.rates)
     if config.target_rate is not None:
-        target = check_rates([config.target_rate])[0]
+        target = check_rates([config.target_rate], flag="--target-rate")[0]
         rates = tuple(sorted({*rates, target}))
     else:
         target = max(rates)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -184,6 +185,10 @@ def _coerce(where: str, key: str, value: Any) -> Any:
         if not isinstance(value, int):
             raise HardwareError(f"{where}: field {key!r}: must be a whole number; got {value!r}")
         return value
+    # NaN passes every `> 0` / `< 0` test below and inf makes every time infinite: refuse both
+    # here, where the source (flag or file) is still known.
+    if not math.isfinite(value):
+        raise HardwareError(f"{where}: field {key!r}: must be a finite number; got {value!r}")
     return float(value)
 
 

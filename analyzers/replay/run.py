@@ -24,6 +24,7 @@ from fcctl.analyzers.replay.result import (
 )
 from fcctl.analyzers.replay.store import FastStore
 from fcctl.analyzers.replay.workload import Workload, build_workload
+from fcctl.analyzers.reuse.bounded import default_memory_budget
 from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
@@ -63,14 +64,17 @@ def check_policies(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def check_rates(rates: Sequence[float]) -> tuple[float, ...]:
+def check_rates(rates: Sequence[float], flag: str = "--rates") -> tuple[float, ...]:
+    """Finite rates > 0 (requests/s), sorted and unique; a message names ``flag``."""
     out = []
     for r in rates:
         if not (isinstance(r, int | float) and np.isfinite(r) and r > 0):
-            raise FcctlInputError(f"--rates: each rate must be > 0 requests/s; got {r!r}")
+            raise FcctlInputError(
+                f"{flag}: each rate must be > 0 and finite (requests/s); got {r!r}"
+            )
         out.append(float(r))
     if not out:
-        raise FcctlInputError("--rates: give at least one rate")
+        raise FcctlInputError(f"{flag}: give at least one rate")
     return tuple(sorted(set(out)))
 
 
@@ -141,13 +145,30 @@ def simulate(
     return summarize(sim, config.keep_tables)
 
 
+#: Simulator state per serving instance, bytes (an upper estimate: heap, store rows, flags and
+#: the per-instance Python objects), for the --gpus check against the memory budget.
+WORKER_STATE_BYTES = 64 << 10
+
+
 def workers_of(geometry: KvGeometry, hardware: Hardware) -> int:
     """Serving instances on the node: one per ``tp`` GPUs."""
     if hardware.gpus < geometry.tp:
         raise FcctlInputError(
             f"--gpus: {hardware.gpus} GPUs cannot hold one instance of tp {geometry.tp}"
         )
-    return hardware.gpus // geometry.tp
+    workers = hardware.gpus // geometry.tp
+    # Each instance costs the simulator per-worker state (event heap, store rows, busy flags)
+    # before the first event: check the count against the memory budget before allocating,
+    # so `--gpus 10000000` is a one-line refusal, not a multi-GiB allocation.
+    budget = default_memory_budget()
+    cap = max(1, budget // WORKER_STATE_BYTES)
+    if workers > cap:
+        raise FcctlInputError(
+            f"--gpus: {hardware.gpus} GPUs make {workers:,} instances of tp {geometry.tp}; the "
+            f"simulator holds at most {cap:,} ({WORKER_STATE_BYTES:,} bytes each within the "
+            f"memory budget of {budget:,} bytes); got {hardware.gpus!r}"
+        )
+    return workers
 
 
 def _duration(trace: Trace) -> float | None:

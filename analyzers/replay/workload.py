@@ -90,11 +90,24 @@ class Workload:
         its scheduled start and every later turn at start + its own offset (the simulator
         then pushes turns back behind their predecessor's output)."""
         if not self.closed_loop:
-            return time_scaled(self.timestamps_s, rate)
-        schedule = schedule_by_rate(self.trace.requests, rate, seed=seed)
-        first = np.full(self.sessions, np.inf)
-        np.minimum.at(first, self.session, self.timestamps_s)
-        return schedule.start_s[self.session] + (self.timestamps_s - first[self.session])
+            with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+                arrivals = time_scaled(self.timestamps_s, rate)
+        else:
+            schedule = schedule_by_rate(self.trace.requests, rate, seed=seed)
+            first = np.full(self.sessions, np.inf)
+            np.minimum.at(first, self.session, self.timestamps_s)
+            arrivals = schedule.start_s[self.session] + (self.timestamps_s - first[self.session])
+        # Huge timestamps (or a tiny rate) overflow to inf once scaled; the event loop would
+        # then fail deep inside with a traceback, so refuse here, naming the trace and the rate.
+        bad = np.flatnonzero(~np.isfinite(arrivals))
+        if bad.shape[0]:
+            r = int(bad[0])
+            raise FcctlInputError(
+                f"{self.trace.path}: request {r}: arrival time at --rates {rate!r} must be finite "
+                f"after time scaling (timestamp_s {float(self.timestamps_s[r])!r}, first "
+                f"{float(self.timestamps_s.min())!r}); got {float(arrivals[r])!r}"
+            )
+        return arrivals
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

@@ -373,6 +373,12 @@ class _Generator:
         self.profile = profile
         self.block = block
         self.plan = _plan(profile, requests, sessions, block, seed)
+        # A batch draws every turn of _SESSION_BATCH sessions at once: with few sessions and
+        # many requests one batch is the whole trace, so its size is checked first.
+        starts = np.arange(0, sessions, _SESSION_BATCH)
+        biggest = int(np.add.reduceat(self.plan.turns, starts).max())
+        what = f"a batch of {_SESSION_BATCH} sessions draws all its turns at once:"
+        _check_memory("requests", biggest, _BATCH_BYTES_PER_REQUEST, requests, what)
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 2]))
         self.next_id = self.plan.pool_blocks
         self.next_session = 0
@@ -539,7 +545,29 @@ def generate(
             f"got {sessions!r}",
             parameter="sessions",
         )
+    _check_memory("sessions", sessions, _PLAN_BYTES_PER_SESSION, sessions, "the plan's")
     return _frames(profile, requests, sessions, seed, block, partition_rows, partition_accesses)
+
+
+#: Bytes the plan holds per session (kind, turns, start, prompt, weights, gaps and temporaries).
+_PLAN_BYTES_PER_SESSION = 96
+#: Bytes one batch holds per request (the pending columns, the draws and the sorted copy).
+_BATCH_BYTES_PER_REQUEST = 40 * 8
+
+
+def _check_memory(name: str, count: int, bytes_each: int, got: int, what: str) -> None:
+    """Refuse a size derived from the input that would not fit the memory budget, before the
+    allocation (numpy would otherwise try it, and fail or swap, many GiB later)."""
+    # Lazy: the budget lives with the bounded analysis; traces/ must not import it at load.
+    from fcctl.analyzers.reuse.bounded import default_memory_budget
+
+    budget = default_memory_budget()
+    if count * bytes_each > budget:
+        raise FcctlInputError(
+            f"{name}: {what} {count:,} {name} need about {count * bytes_each:,} bytes "
+            f"({bytes_each} each), over the memory budget of {budget:,} bytes; got {got!r}",
+            parameter=name,
+        )
 
 
 def _frames(

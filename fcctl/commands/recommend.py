@@ -116,7 +116,12 @@ def register(app: typer.Typer) -> None:
             thresholds_source,
             thresholds_toml,
         )
-        from fcctl.analyzers.recommend.emit import MANIFEST, check_name, emit_package
+        from fcctl.analyzers.recommend.emit import (
+            MANIFEST,
+            check_distinct_outputs,
+            check_name,
+            emit_package,
+        )
         from fcctl.analyzers.traces.readers import read_trace
         from fcctl.common.outdir import check_out_dir
         from fcctl.common.progress import Progress
@@ -134,6 +139,7 @@ def register(app: typer.Typer) -> None:
         )  # fmt: skip
         rate_list = parse_rates(rates)
         # Every output path is checked before the sweep, so a bad one costs nothing.
+        check_distinct_outputs(out, emit)
         if out is not None:
             check_recommend_out_dir(out, force=force)
         if emit is not None:
