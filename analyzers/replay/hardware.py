@@ -42,7 +42,6 @@ Presets (``h100-8x``, ``h200-8x``, ``b200-8x``): eight GPUs, one serving instanc
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import tomllib
 from collections.abc import Mapping
@@ -52,6 +51,8 @@ from typing import Any
 
 from fcctl.analyzers.kvmodel.tiered import DEFAULT_BUCKET_BYTES
 from fcctl.common.errors import FcctlInputError
+from fcctl.common.inputfile import parse_json, read_regular_text
+from fcctl.common.paths import display_path
 from fcctl.common.units import parse_size
 from fcctl.layout.reclaim import DEFAULT_HIGH_WATERMARK, DEFAULT_LOW_WATERMARK
 
@@ -62,6 +63,10 @@ TiB = 2**40
 _DRIVES = 8
 _DRIVE_BYTES_PER_S = 7 * GB
 _COMMAND_S_PER_DRIVE = 65536 / 0.99e9 - 65536 / 2.66e9
+
+
+# A hardware description is a few dozen lines; anything past this is not one.
+HARDWARE_FILE_CAP_BYTES = 1 * 2**20
 
 
 class HardwareError(FcctlInputError):
@@ -240,12 +245,15 @@ def load_hardware(spec: str | None) -> Hardware:
             f"--hardware: unknown preset (known: {', '.join(PRESETS)}; or a .toml file); "
             f"got {spec!r}"
         )
+    text = read_regular_text(
+        path, "hardware file", cap_bytes=HARDWARE_FILE_CAP_BYTES, error=HardwareError
+    )
     try:
-        doc = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise HardwareError(f"{path}: hardware file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise HardwareError(f"{path}: cannot read hardware file: {e}") from None
+        doc = tomllib.loads(text)
+    except RecursionError:
+        raise HardwareError(
+            f"{path}: not usable TOML: nested deeper than the parser allows"
+        ) from None
     except tomllib.TOMLDecodeError as e:
         raise HardwareError(f"{path}: not valid TOML: {e}") from None
     base_name = doc.pop("preset", DEFAULT_PRESET)
@@ -279,12 +287,9 @@ def apply_io_profile(hw: Hardware, path: str | Path) -> Hardware:
       bandwidth, over its ``read_commands`` (0 when the difference is negative).
     """
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise HardwareError(f"{p}: --io-profile: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise HardwareError(f"{p}: --io-profile: not a readable JSON document: {e}") from None
+    where = f"{display_path(p)}: --io-profile"
+    text = read_regular_text(p, "--io-profile", error=HardwareError)
+    doc = parse_json(text, where, error=HardwareError)
     if not isinstance(doc, dict) or doc.get("schema_version") != 1 or "layouts" not in doc:
         raise HardwareError(
             f"{p}: --io-profile: expected a `fcctl iobench --json` document (schema_version 1 "

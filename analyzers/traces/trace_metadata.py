@@ -69,7 +69,7 @@ def parse_trace_metadata(raw: str) -> TraceMetadata:
     """
     try:
         info = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting past the parser's depth
         raise TraceMetadataError("must be a JSON object; got text that is not JSON") from None
     if not isinstance(info, dict):
         raise TraceMetadataError(f"must be a JSON object; got {type(info).__name__}")
@@ -163,7 +163,7 @@ def parse_partition_metadata(raw: str) -> PartitionMetadata:
     """The :class:`PartitionMetadata` stored as ``raw``; TraceMetadataError if malformed."""
     try:
         info = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting past the parser's depth
         raise TraceMetadataError("must be a JSON object; got text that is not JSON") from None
     if not isinstance(info, dict):
         raise TraceMetadataError(f"must be a JSON object; got {type(info).__name__}")

@@ -30,6 +30,7 @@ from fcctl.analyzers.traces.schema import (
     timestamp_rule,
 )
 from fcctl.common.errors import FcctlInputError
+from fcctl.common.inputfile import file_kind
 from fcctl.common.paths import display_path
 from fcctl.common.progress import Progress, Task
 
@@ -110,18 +111,10 @@ def line_too_long(path: Path, lineno: int, max_line_bytes: int) -> TraceFormatEr
     return error
 
 
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
 def _not_regular(path: Path, mode: int, what: str) -> TraceFormatError:
-    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-    return TraceFormatError(f"{display_path(path)}: is {kind}, expected a regular {what}")
+    return TraceFormatError(
+        f"{display_path(path)}: is {file_kind(mode)}, expected a regular {what}"
+    )
 
 
 def missing(path: Path) -> TraceFormatError:
