@@ -2,16 +2,25 @@
 
 "If a session is only tens of MB and reuse comes quickly, tiered storage is probably fine";
 a flat per-session SSD layout is recommended "when the memory tier filters little of the reuse
-or sessions reach GBs". Concretely:
+or sessions reach GBs". Concretely, at the *reference capacity* (the largest capacity analysed
+that is <= ``reference_capacity_bytes``, by default :data:`REALISTIC_MEMORY_BYTES`, 256 GiB;
+the smallest one when all are larger), in the order the memory tier was measured in:
 
-* **flat** when either
-  - the memory tier filters little of the reuse: at the *reference capacity* (the largest
-    capacity analysed that is <= ``reference_capacity_bytes``, by default
-    :data:`REALISTIC_MEMORY_BYTES`, 256 GiB; the smallest one when all are larger) the LRU hit
-    share is below :data:`FLAT_BELOW_SHARE_OF_IDEAL` (0.5) of the ideal (infinite-cache) hit
-    share, i.e. most reuse would be served by the SSD; or
-  - sessions reach GBs: p90 per-session KV >= ``flat_session_kv_bytes`` (by default
-    :data:`FLAT_SESSION_KV_P90_BYTES`, 1 GiB).
+* **flat** when
+  - the memory tier filters little of the reuse: its LRU hit share is below
+    :data:`FLAT_BELOW_SHARE_OF_IDEAL` (0.5) of the ideal (infinite-cache) hit share, i.e. most
+    reuse would be served by the SSD; or
+  - sessions reach GBs (p90 per-session KV >= ``flat_session_kv_bytes``, by default
+    :data:`FLAT_SESSION_KV_P90_BYTES`, 1 GiB) and the memory tier, though it filters, misses
+    more than a tenth of the reuse: below :data:`SERVES_IDEAL_SHARE` (0.9) of the ideal.
+* **load-dependent** when sessions reach GBs but the memory tier serves at least
+  :data:`SERVES_IDEAL_SHARE` of the ideal at the concurrency it was measured at. The verdict
+  may not say flat against its own figure (at this concurrency the SSD would supply under a
+  tenth of the reuse, which bounds what any SSD layout can gain in hit share), nor tiered
+  (the reference capacity holds only a few sessions of that size, so with more of them active
+  at once they evict one another and the reuse comes from the SSD, where the flat layout
+  wins). Which one holds is a question of load: ``fcctl replay`` at the user's rate answers
+  it, and the conclusion says so.
 * **tiered** otherwise: sessions are tens of MB (p90 < 1 GiB) and reuse comes quickly enough
   for a realistic memory tier to serve at least half of it.
 * **unknown** without block hashes (Azure): reuse cannot be measured, so neither rule can be
@@ -19,10 +28,7 @@ or sessions reach GBs". Concretely:
 
 The memory-tier figures depend on the order requests are taken in (:data:`OrderKind`). For a
 per-session-clock trace analysed sessions one after another (``"sequential"``) they are a best
-case, and every memory-tier sentence says so. When sessions reach GBs but the memory tier
-passes, the memory-tier sentence says why that does not make the layout tiered (how few
-sessions of that size the reference capacity holds at once), so the reasons never read as a
-tier that "serves the reuse" beside a flat verdict without the link between them.
+case, and every memory-tier sentence says so.
 
 Each reason is a full sentence with the figures it was decided on; a flat verdict lists the
 triggering checks first, then the checks that passed. The same figures are in
@@ -46,11 +52,15 @@ GiB = 1 << 30
 REALISTIC_MEMORY_BYTES = 256 * GiB
 #: Below this share of the ideal hit share at the reference capacity, memory filters little.
 FLAT_BELOW_SHARE_OF_IDEAL = 0.5
+#: At or above this share of the ideal hit share at the reference capacity, the memory tier
+#: serves the reuse at the concurrency measured: the SSD supplies under a tenth of the reuse
+#: hits, so flat cannot be the verdict for sessions of any size at that concurrency.
+SERVES_IDEAL_SHARE = 0.9
 #: A p90 session (or, without sessions, request) KV at or above this is "sessions reach GBs"
 #: (the default of ``flat_session_kv_bytes``).
 FLAT_SESSION_KV_P90_BYTES = 1 * GiB
 
-Layout = Literal["flat", "tiered", "unknown"]
+Layout = Literal["flat", "tiered", "load-dependent", "unknown"]
 #: ``share``: a fraction in [0, 1]; ``bytes``: bytes of KV; ``bool``: 1 true, 0 false.
 CheckUnit = Literal["share", "bytes", "bool"]
 #: The order the memory-tier figures were measured in: ``"trace"`` (one clock, the trace's own
@@ -61,6 +71,7 @@ OrderKind = Literal["trace", "sequential", "scheduled"]
 
 #: The names a :class:`VerdictCheck` can have.
 CHECK_SHARE_OF_IDEAL = "share_of_ideal"
+CHECK_SERVES_IDEAL = "memory_serves_ideal"
 CHECK_REUSE_ACCESS_SHARE = "reuse_access_share"
 CHECK_SESSION_KV_P90 = "session_kv_p90_bytes"
 CHECK_REQUEST_KV_P90 = "request_kv_p90_bytes"
@@ -229,20 +240,43 @@ def _session_finding(
     return _Finding(check, f"{what} reach GBs: p90 session KV is {shown} (>= {limit}).")
 
 
-def _why_still_flat(ref: MemoryTierPoint, session_kv_p90_bytes: float) -> str:
-    """Why a memory tier that serves the reuse does not make GB-sized sessions tiered."""
+def _sessions_held(ref: MemoryTierPoint, session_kv_p90_bytes: float) -> str:
     cap = format_bytes(ref.capacity_bytes)
     held = math.floor(ref.capacity_bytes / session_kv_p90_bytes) if session_kv_p90_bytes else 0
     if held < 1:
-        hold = f"{cap} does not hold even one session of p90 KV"
-    else:
-        many = "session" if held == 1 else "sessions"
-        hold = f"{cap} holds only {held} {many} of p90 KV at once"
+        return f"{cap} does not hold even one session of p90 KV"
+    many = "session" if held == 1 else "sessions"
+    return f"{cap} holds only {held} {many} of p90 KV at once"
+
+
+def _why_still_flat(ref: MemoryTierPoint, session_kv_p90_bytes: float) -> str:
+    """Why a tier that serves half to nine tenths of the reuse leaves GB sessions flat."""
+    missed = _pct(1.0 - (ref.share_of_ideal or 0.0))
     return (
-        f" It does not change the verdict: sessions reach GBs, {hold} "
-        f"({format_bytes(session_kv_p90_bytes)} each), so with more sessions running at once "
-        "they evict one another and the reuse comes from the SSD, as whole-session restores "
-        "that a flat per-session layout reads in large extents."
+        f" It does not change the verdict: {missed} of the reuse still comes from the SSD "
+        f"(< {_pct(SERVES_IDEAL_SHARE)} of the ideal served), sessions reach GBs and "
+        f"{_sessions_held(ref, session_kv_p90_bytes)} "
+        f"({format_bytes(session_kv_p90_bytes)} each), so those reads are whole-session "
+        "restores that a flat per-session layout reads in large extents, and more sessions "
+        "running at once only add to them."
+    )
+
+
+def _why_load_decides(ref: MemoryTierPoint, session_kv_p90_bytes: float) -> str:
+    """Why a tier that serves the reuse at this concurrency leaves the layout to the load."""
+    return (
+        f" At this concurrency flat gains nothing on hit share, but sessions reach GBs and "
+        f"{_sessions_held(ref, session_kv_p90_bytes)} "
+        f"({format_bytes(session_kv_p90_bytes)} each): with more sessions active at once they "
+        "evict one another, the reuse comes from the SSD as whole-session restores, and a flat "
+        "per-session layout reads those in large extents."
+    )
+
+
+def _serves_ideal_check(ref: MemoryTierPoint) -> VerdictCheck:
+    share = ref.share_of_ideal or 0.0
+    return VerdictCheck(
+        CHECK_SERVES_IDEAL, share, SERVES_IDEAL_SHARE, "share", share >= SERVES_IDEAL_SHARE
     )
 
 
@@ -284,21 +318,37 @@ def decide(
         if session_kv_p90_bytes is None
         else _session_finding(session_kv_p90_bytes, sessions_inferred, flat_session_kv_bytes)
     )
+    findings = [f for f in (tier, sessions) if f is not None]
+    gb_sessions = sessions is not None and not sessions.check.passed
     if (
         tier is not None
         and tier.check.name == CHECK_SHARE_OF_IDEAL
         and tier.check.passed
-        and sessions is not None
-        and not sessions.check.passed
+        and gb_sessions
         and ref is not None
         and session_kv_p90_bytes is not None
     ):
-        tier = _Finding(tier.check, tier.reason + _why_still_flat(ref, session_kv_p90_bytes))
-    findings = [f for f in (tier, sessions) if f is not None]
+        # Sessions reach GBs while the tier filters: how much of the ideal it serves decides
+        # between flat and a verdict that only the load can settle.
+        serves = _serves_ideal_check(ref)
+        if serves.passed:
+            reason = tier.reason + _why_load_decides(ref, session_kv_p90_bytes)
+        else:
+            reason = tier.reason + _why_still_flat(ref, session_kv_p90_bytes)
+        findings = [_Finding(tier.check, reason), _Finding(serves, ""), *findings[1:]]
+        if serves.passed:
+            conclusion = (
+                "The layout depends on load: run fcctl replay at your request rate (or "
+                "analyze with --rate or --concurrent-sessions to measure the memory tier at "
+                "that concurrency) to see which one wins there."
+            )
+            reasons = [f.reason for f in findings if f.reason]
+            checks = tuple(f.check for f in findings)
+            return Verdict("load-dependent", (*reasons, conclusion), ref_cap, checks)
     checks = tuple(f.check for f in findings)
-    flat = [f.reason for f in findings if not f.check.passed]
-    tiered = [f.reason for f in findings if f.check.passed]
-    if flat:
+    flat = [f.reason for f in findings if not f.check.passed and f.reason]
+    tiered = [f.reason for f in findings if f.check.passed and f.reason]
+    if flat or not all(c.passed for c in checks):
         # The checks that passed are still figures the decision weighed: keep them, after.
         reasons = (*flat, *tiered, "A flat per-session SSD layout is recommended.")
         return Verdict("flat", reasons, ref_cap, checks)
@@ -306,6 +356,7 @@ def decide(
     if order == "sequential" and tier is not None and tier.check.name == CHECK_SHARE_OF_IDEAL:
         conclusion = (
             "Tiered storage (memory in front of SSD) is probably fine if sessions rarely "
-            "overlap; check it at your load with --rate or --concurrent-sessions."
+            "overlap; check it at your load with fcctl replay, or analyze with --rate or "
+            "--concurrent-sessions."
         )
     return Verdict("tiered", (*tiered, conclusion), ref_cap, checks)
