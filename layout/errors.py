@@ -32,3 +32,7 @@ class CorruptSessionFile(LayoutError):
 
 class VerificationError(LayoutError):
     """Bytes read back do not match what was written."""
+
+
+class SessionFileExists(LayoutError):
+    """A session file was to be created where one exists; an existing file is never replaced."""

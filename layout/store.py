@@ -42,7 +42,7 @@ import numpy as np
 from .address import MEDIUM_MEMORY, MEDIUM_SSD, encode_address
 from .buffers import aligned_buffer
 from .engines.posix import PosixEngine
-from .errors import InputError
+from .errors import InputError, SessionFileExists
 from .geometry import KvGeometry
 from .placement import Medium, Placement, PlacementRule, PlacementSignals
 from .planner import ReadPlan
@@ -233,6 +233,25 @@ class FlatStore:
         digest = hashlib.sha256(session.encode()).hexdigest()[:32]
         return self.directory / f"{digest}{SESSION_SUFFIX}"
 
+    def _create_file(self, session: str) -> SessionFile:
+        path = self.session_path(session)
+        try:
+            return SessionFile.create(
+                path,
+                self.geometry,
+                block_tokens=self.block_tokens,
+                session_id=session,
+                extent_bytes=self.extent_bytes,
+            )
+        except SessionFileExists:
+            # Another store's live file or one an earlier run left: either way its committed
+            # KV is not this store's to destroy.
+            raise InputError(
+                f"session: {session!r} already has a session file this store did not create "
+                f"({path}); it is never replaced",
+                parameter="session",
+            ) from None
+
     def write_turn(
         self, session: str, turn: int, kv: np.ndarray, *, tokens: int, medium: Medium, now_s: float
     ) -> StoredTurn:
@@ -263,14 +282,7 @@ class FlatStore:
         rows = data.reshape(layers, layer_bytes)
         if medium == Medium.SSD:
             if s.file is None:
-                s.file = SessionFile.create(
-                    self.session_path(session),
-                    self.geometry,
-                    block_tokens=self.block_tokens,
-                    session_id=session,
-                    extent_bytes=self.extent_bytes,
-                    overwrite=True,
-                )
+                s.file = self._create_file(session)
             rec = s.file.append_turn(tokens, rows)
             s.file_turn[turn] = len(s.file.turns) - 1
             stored = segment_bytes(layers, layer_bytes)
