@@ -29,9 +29,10 @@ clock, so an engine and a simulator drive the same code. Sizes are bytes, length
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
-import shutil
+import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +40,10 @@ from typing import Any
 
 import numpy as np
 
-from .address import MEDIUM_MEMORY, MEDIUM_SSD, encode_address
+from .address import MAX_NODE, MEDIUM_MEMORY, MEDIUM_SSD, encode_address
 from .buffers import aligned_buffer
 from .engines.posix import PosixEngine
-from .errors import InputError, SessionFileExists
+from .errors import InputError, SessionFileExists, StoreBusy
 from .geometry import KvGeometry
 from .placement import Medium, Placement, PlacementRule, PlacementSignals
 from .planner import ReadPlan
@@ -57,10 +58,92 @@ DEFAULT_PREFETCH_SLOTS = 2
 SESSION_SUFFIX = ".fccio"
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InputError(f"{name}: must be an integer >= {minimum}; got {value!r}", parameter=name)
+def _check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        rule = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise InputError(f"{name}: must be an integer {rule}; got {value!r}", parameter=name)
     return value
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_dev, st.st_ino)
+
+
+# Lock files this process holds, by (st_dev, st_ino). flock excludes two open file
+# descriptions in one process on local file systems, but where it is emulated with POSIX
+# record locks (NFS) those are per process and a second store of the same process would get
+# the lock too; this registry refuses it there as well.
+_HELD: set[tuple[int, int]] = set()
+_HELD_GUARD = threading.Lock()
+
+
+class _RankLock:
+    """The exclusive lock of one (node, rank) on a directory: ``n{node}-r{rank}.lock``, held
+    with ``flock`` for the store's life, across processes and within one.
+
+    The lock file may be removed (``close(remove=True)``) while held, so a taker checks after
+    ``flock`` that the name still leads to the inode it locked; otherwise it locked a removed
+    file and tries again on the new one.
+    """
+
+    def __init__(self, path: Path, node: int, rank: int) -> None:
+        self.path = path
+        for _ in range(100):  # each retry means a holder removed the file in between
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:
+                raise InputError(
+                    f"directory: removed while the store opened; got {str(path.parent)!r}",
+                    parameter="directory",
+                ) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                os.close(fd)
+                raise StoreBusy(path.parent, node, rank, holder) from None
+            except BaseException:
+                os.close(fd)
+                raise
+            try:
+                same = _identity(os.stat(path)) == _identity(os.fstat(fd))
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            self.identity = _identity(os.fstat(fd))
+            with _HELD_GUARD:
+                if self.identity in _HELD:
+                    os.close(fd)
+                    raise StoreBusy(path.parent, node, rank, f"pid {os.getpid()}, this process")
+                _HELD.add(self.identity)
+            # Who holds it, for the message a refused store gets.
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+            self._fd: int | None = fd
+            return
+        raise StoreBusy(path.parent, node, rank, "a holder that keeps removing its lock")
+
+    def release(self, *, remove: bool) -> None:
+        if self._fd is None:
+            return
+        if remove:
+            # Unlinked while still held: a waiting taker then finds the name gone or new.
+            try:
+                if _identity(os.stat(self.path)) == self.identity:
+                    self.path.unlink()
+            except FileNotFoundError:
+                pass
+        with _HELD_GUARD:
+            _HELD.discard(self.identity)
+        os.close(self._fd)  # releases the flock
+        self._fd = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +209,7 @@ class FlatStore:
         rule: PlacementRule | None = None,
         now_s: float,
         node: int = 0,
+        rank: int = 0,
         prefetch_slots: int = DEFAULT_PREFETCH_SLOTS,
         high_watermark: float = DEFAULT_HIGH_WATERMARK,
         low_watermark: float = DEFAULT_LOW_WATERMARK,
@@ -139,7 +223,8 @@ class FlatStore:
             )
         self.geometry = geometry
         self.block_tokens = _check_int("block_tokens", block_tokens, 1)
-        self.node = _check_int("node", node, 0)
+        self.node = _check_int("node", node, 0, MAX_NODE)
+        self.rank = _check_int("rank", rank, 0)
         self.rule = rule or PlacementRule()
         self.extent_bytes = extent_bytes  # session files grow by this much (SessionFile checks)
         self.piece_bytes = geometry.bytes_per_block_per_layer(block_tokens)
@@ -158,14 +243,27 @@ class FlatStore:
         self._arena_end = 0  # host arena: memory addresses are bump-allocated, never reused
         self._now = float("-inf")
         self._clock(now_s)
+        self._made_directory = False  # open() sets it when it created the directory
+        # Last, once every argument checked: from here the store holds its (node, rank).
+        self._lock = _RankLock(self.directory / f"{self._prefix}.lock", self.node, self.rank)
 
     @classmethod
     def open(
         cls, directory: str | os.PathLike[str], geometry: KvGeometry, **options: Any
     ) -> FlatStore:
         """Open a store on ``directory`` (created when missing); options as ``__init__``."""
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        return cls(directory, geometry, **options)
+        try:
+            Path(directory).mkdir(parents=True)
+            made = True
+        except FileExistsError:
+            made = False
+        store = cls(directory, geometry, **options)
+        store._made_directory = made
+        return store
+
+    @property
+    def _prefix(self) -> str:
+        return f"n{self.node}-r{self.rank}"
 
     # clock ------------------------------------------------------------------------------
     def _clock(self, now_s: float) -> None:
@@ -229,9 +327,10 @@ class FlatStore:
         return s
 
     def session_path(self, session: str) -> Path:
-        """The session's file: a hash of its id, so any id is a safe file name."""
+        """The session's file: ``n{node}-r{rank}-`` and a hash of its id (any id is a safe
+        file name), so the ranks and nodes sharing a directory never share a file."""
         digest = hashlib.sha256(session.encode()).hexdigest()[:32]
-        return self.directory / f"{digest}{SESSION_SUFFIX}"
+        return self.directory / f"{self._prefix}-{digest}{SESSION_SUFFIX}"
 
     def _create_file(self, session: str) -> SessionFile:
         path = self.session_path(session)
@@ -519,7 +618,9 @@ class FlatStore:
 
     # lifetime ---------------------------------------------------------------------------
     def close(self, *, remove: bool = False) -> None:
-        """Close every session file; with ``remove`` delete them (and the directory if empty)."""
+        """Close every session file and give up the (node, rank); with ``remove`` delete the
+        files this store created (never another's) and its lock file, and the directory when
+        :meth:`open` created it and nothing else is left in it."""
         for s in self._sessions.values():
             if s.file is not None:
                 path = s.file.path
@@ -527,8 +628,12 @@ class FlatStore:
                 if remove:
                     path.unlink(missing_ok=True)
                 s.file = None
-        if remove and self.directory.is_dir() and not any(self.directory.iterdir()):
-            shutil.rmtree(self.directory, ignore_errors=True)
+        self._lock.release(remove=remove)
+        if remove and self._made_directory:
+            try:
+                self.directory.rmdir()  # only when empty: other stores' files stay
+            except OSError:
+                pass
 
     def __enter__(self) -> FlatStore:
         return self

@@ -4,13 +4,14 @@ processes; every committed turn of each store restores byte for byte."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fcctl.layout import FlatStore, KvGeometry
-from fcctl.layout.errors import InputError
+from fcctl.layout.errors import InputError, StoreBusy
 from fcctl.layout.placement import Medium
 from fcctl.layout.session_file import SessionFile
 
@@ -31,35 +32,80 @@ def _kv(store: FlatStore, tokens: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, shape, dtype=np.uint8)
 
 
-def _write(store: FlatStore, session: str, seed: int) -> list[np.ndarray]:
+def _write(store: FlatStore, session: str, seed: int, start_s: float = 1.0) -> list[np.ndarray]:
     data = [_kv(store, t, seed * 100 + i) for i, t in enumerate(TOKENS)]
     for i, (t, kv) in enumerate(zip(TOKENS, data, strict=True)):
-        store.write_turn(session, i, kv, tokens=t, medium=Medium.SSD, now_s=1.0 + i)
+        store.write_turn(session, i, kv, tokens=t, medium=Medium.SSD, now_s=start_s + i)
     return data
 
 
 def _restored(store: FlatStore, session: str) -> np.ndarray:
-    plan = store.plan_restore(session, sum(TOKENS), now_s=10.0)
+    plan = store.plan_restore(session, sum(TOKENS), now_s=100.0)
     assert plan.tokens == sum(TOKENS)
     out = np.zeros((GEOMETRY.layers, plan.layer_bytes), dtype=np.uint8)
-    store.restore(plan, out, now_s=10.0)
+    store.restore(plan, out, now_s=100.0)
     return out
 
 
-def test_a_second_store_never_replaces_the_first_ones_file(tmp_path: Path) -> None:
+def test_a_second_store_of_the_same_rank_is_refused_and_the_first_keeps_its_kv(
+    tmp_path: Path,
+) -> None:
     # Two stores of the same (default) node and rank on one directory, writing one session
     # name: the old store created the file with overwrite=True and renamed its own over the
     # first one's, whose committed KV was gone (a CRC mismatch at restore).
     first = _store(tmp_path)
     written = _write(first, "chat-1", seed=1)
-    second = _store(tmp_path)
-    with pytest.raises(InputError) as info:
-        second.write_turn("chat-1", 0, _kv(second, 9, 7), tokens=9, medium=Medium.SSD, now_s=1.0)
-    assert info.value.parameter == "session" and "chat-1" in str(info.value)
+    with pytest.raises(StoreBusy) as info:
+        _store(tmp_path)
+    assert isinstance(info.value, InputError) and info.value.parameter == "rank"
+    assert str(tmp_path) in str(info.value) and f"pid {os.getpid()}" in str(info.value)
     assert np.array_equal(_restored(first, "chat-1"), np.concatenate(written, axis=1))
-    second.close(remove=True)
-    assert np.array_equal(_restored(first, "chat-1"), np.concatenate(written, axis=1))
+    # Another rank is no competitor: its own lock and its own files.
+    with _store(tmp_path, rank=1) as other:
+        _write(other, "chat-1", seed=2)
     first.close()
+    # Closed, the (node, rank) is free again; a file an earlier store left is never replaced.
+    again = _store(tmp_path)
+    with pytest.raises(InputError) as refused:
+        again.write_turn("chat-1", 0, _kv(again, 9, 7), tokens=9, medium=Medium.SSD, now_s=1.0)
+    assert refused.value.parameter == "session" and "chat-1" in str(refused.value)
+    again.close(remove=True)
+    with SessionFile.open(first.session_path("chat-1")) as left:
+        for turn, data in enumerate(written):
+            for layer in range(GEOMETRY.layers):
+                assert left.read_layer(turn, layer) == data[layer].tobytes()
+
+
+def test_ranks_and_nodes_share_a_directory_with_their_own_files(tmp_path: Path) -> None:
+    # A TP=2 engine (ranks 0 and 1) and a second node's rank 0 on one directory, all writing
+    # the same session names: each has its own files, every byte comes back.
+    stores = [_store(tmp_path, rank=0), _store(tmp_path, rank=1), _store(tmp_path, node=1)]
+    written = {}
+    for j, session in enumerate(("a", "b")):
+        for i, store in enumerate(stores):
+            written[i, session] = _write(store, session, seed=10 * i + j, start_s=10.0 * j)
+    paths = {store.session_path(s) for store in stores for s in ("a", "b")}
+    assert len(paths) == 6 and all(p.exists() for p in paths)
+    assert {p.name[:6] for p in paths} == {"n0-r0-", "n0-r1-", "n1-r0-"}
+    for (i, session), data in written.items():
+        assert np.array_equal(_restored(stores[i], session), np.concatenate(data, axis=1))
+    for store in stores:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "parameter"),
+    [({"rank": -1}, "rank"), ({"rank": 1.0}, "rank"), ({"rank": True}, "rank"),
+     ({"node": 4096}, "node"), ({"node": -1}, "node")],
+)  # fmt: skip
+def test_bad_node_or_rank_names_the_parameter(
+    tmp_path: Path, options: dict[str, object], parameter: str
+) -> None:
+    with pytest.raises(InputError) as info:
+        _store(tmp_path, **options)
+    assert info.value.parameter == parameter and str(info.value).startswith(f"{parameter}:")
+    assert "got" in str(info.value)
+    assert list(tmp_path.iterdir()) == []  # refused before taking a lock
 
 
 def test_create_never_replaces_an_existing_file(tmp_path: Path) -> None:
