@@ -254,6 +254,13 @@ class SessionFile:
         return self._path
 
     @property
+    def identity(self) -> tuple[int, int]:
+        """``(st_dev, st_ino)`` of the open file: which file this is, whatever now has its name
+        (a caller that removes it checks the name still leads here)."""
+        st = os.fstat(self._require_open())
+        return (st.st_dev, st.st_ino)
+
+    @property
     def geometry(self) -> KvGeometry:
         return self._header.geometry
 

@@ -190,6 +190,7 @@ class _Session:
         self.name = name
         self.turns: list[StoredTurn | None] = []  # None: reclaimed
         self.file: SessionFile | None = None
+        self.identity: tuple[int, int] | None = None  # the file this store created, if any
         self.file_turn: dict[int, int] = {}  # session turn -> turn index in the file
         self.memory: dict[int, np.ndarray] = {}  # session turn -> (layers, layer_bytes)
         self.tokens = 0
@@ -382,6 +383,7 @@ class FlatStore:
         if medium == Medium.SSD:
             if s.file is None:
                 s.file = self._create_file(session)
+                s.identity = s.file.identity
             rec = s.file.append_turn(tokens, rows)
             s.file_turn[turn] = len(s.file.turns) - 1
             stored = segment_bytes(layers, layer_bytes)
@@ -576,10 +578,7 @@ class FlatStore:
         dropped = []
         for r in self.ssd.reclaim(now_s):
             s = self._sessions[str(r.session)]
-            if s.file is not None:
-                s.file.close()
-                s.file.path.unlink(missing_ok=True)
-                s.file = None
+            self._drop_file(s, remove=True)
             for turn in s.file_turn:
                 s.turns[turn] = None
             s.file_turn.clear()
@@ -617,17 +616,29 @@ class FlatStore:
         return out
 
     # lifetime ---------------------------------------------------------------------------
+    def _drop_file(self, s: _Session, *, remove: bool) -> None:
+        """Close the session's file; with ``remove`` delete it, but only while its name still
+        leads to the file this store created: a file someone put in its place is theirs."""
+        if s.file is None:
+            return
+        path = s.file.path
+        s.file.close()
+        s.file = None
+        if remove and s.identity is not None:
+            try:
+                if _identity(os.stat(path)) == s.identity:
+                    path.unlink()
+            except FileNotFoundError:
+                pass
+        if remove:
+            s.identity = None
+
     def close(self, *, remove: bool = False) -> None:
         """Close every session file and give up the (node, rank); with ``remove`` delete the
         files this store created (never another's) and its lock file, and the directory when
         :meth:`open` created it and nothing else is left in it."""
         for s in self._sessions.values():
-            if s.file is not None:
-                path = s.file.path
-                s.file.close()
-                if remove:
-                    path.unlink(missing_ok=True)
-                s.file = None
+            self._drop_file(s, remove=remove)
         self._lock.release(remove=remove)
         if remove and self._made_directory:
             try:

@@ -124,3 +124,43 @@ def test_create_never_replaces_an_existing_file(tmp_path: Path) -> None:
     with SessionFile.create(path, GEOMETRY, block_tokens=BLOCK, overwrite=True) as s:
         assert s.turns == ()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.fccio"]  # no temporary left
+
+
+def test_close_remove_deletes_only_the_files_this_store_created(tmp_path: Path) -> None:
+    directory = tmp_path / "kv"
+    rank0, rank1 = _store(directory, rank=0), _store(directory, rank=1)
+    written = {rank: _write(store, "s", seed=rank) for rank, store in ((0, rank0), (1, rank1))}
+    _write(rank0, "t", seed=5, start_s=10.0)
+    # A file put in place of one of rank 0's (an older store that still renamed over names,
+    # an operator's copy): it is not rank 0's to delete.
+    foreign = directory / "foreign.fccio"
+    with SessionFile.create(foreign, GEOMETRY, block_tokens=BLOCK, session_id="theirs"):
+        pass
+    os.replace(foreign, rank0.session_path("t"))
+    rank0.close(remove=True)
+    assert not rank0.session_path("s").exists()
+    with SessionFile.open(rank0.session_path("t")) as kept:
+        assert kept.session_id == "theirs"
+    rank0.session_path("t").unlink()
+    # Rank 1's files, lock and data are untouched; the directory stays while it has them.
+    assert sorted(p.name for p in directory.iterdir()) == sorted(
+        [rank1.session_path("s").name, "n0-r1.lock"]
+    )
+    assert np.array_equal(_restored(rank1, "s"), np.concatenate(written[1], axis=1))
+    rank1.close(remove=True)
+    assert list(directory.iterdir()) == []  # rank 1 did not create the directory: it stays
+    directory.rmdir()
+
+
+def test_reclaim_removes_only_its_own_file(tmp_path: Path) -> None:
+    store = _store(tmp_path, ssd_bytes=100_000)  # two sessions of 49,152 bytes: over the mark
+    _write(store, "old", seed=1)
+    foreign = tmp_path / "foreign.fccio"
+    with SessionFile.create(foreign, GEOMETRY, block_tokens=BLOCK, session_id="theirs"):
+        pass
+    os.replace(foreign, store.session_path("old"))
+    _write(store, "new", seed=2, start_s=10.0)
+    assert [r.session for r in store.reclaim(20.0)] == ["old"]
+    with SessionFile.open(store.session_path("old")) as kept:
+        assert kept.session_id == "theirs"
+    store.close(remove=True)
