@@ -5,6 +5,11 @@ processes; every committed turn of each store restores byte for byte."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +23,7 @@ from fcctl.layout.session_file import SessionFile
 GEOMETRY = KvGeometry("sharing-test", layers=3, kv_heads=2, head_dim=16, tp=2)
 BLOCK = 4
 TOKENS = (9, 4, 13)  # three SSD turns per session
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _store(directory: Path, **options: object) -> FlatStore:
@@ -164,3 +170,113 @@ def test_reclaim_removes_only_its_own_file(tmp_path: Path) -> None:
     with SessionFile.open(store.session_path("old")) as kept:
         assert kept.session_id == "theirs"
     store.close(remove=True)
+
+
+# --------------------------------------------------------------------------- two processes
+
+SESSIONS = ("chat-1", "chat-2", "agent-7")
+
+# One engine process: waits for the start signal, writes every session's turns (interleaved
+# across sessions, as requests arrive), then optionally says so and waits to be released or
+# killed. A refused store prints its one-line error and exits 2, as a CLI would.
+_ENGINE = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    import numpy as np
+    from fcctl.layout import FlatStore, KvGeometry
+    from fcctl.layout.errors import StoreBusy
+    from fcctl.layout.placement import Medium
+    directory, rank, go, hold = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+    geometry = KvGeometry("sharing-test", layers=3, kv_heads=2, head_dim=16, tp=2)
+    while not go.exists():
+        time.sleep(0.002)
+    try:
+        store = FlatStore(directory, geometry, block_tokens=4, host_bytes=0, ssd_bytes=2**30,
+                          now_s=0.0, extent_bytes=2**16, rank=rank)
+    except StoreBusy as e:
+        print(e)
+        sys.exit(2)
+    now = 0.0
+    for turn, tokens in enumerate(TOKENS):
+        for s, session in enumerate(SESSIONS):
+            shape = (geometry.layers, store.layer_bytes_for(tokens))
+            kv = np.random.default_rng([rank, s, turn]).integers(0, 256, shape, dtype=np.uint8)
+            store.write_turn(session, turn, kv, tokens=tokens, medium=Medium.SSD, now_s=now)
+            now += 1.0
+    if hold:
+        Path(hold + ".ready").touch()
+        while not Path(hold).exists():
+            time.sleep(0.01)
+    store.close()
+    """
+).replace("TOKENS", repr(TOKENS)).replace("SESSIONS", repr(SESSIONS))
+
+
+def _engine(directory: Path, rank: int, go: Path, hold: str = "") -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen(
+        [sys.executable, "-c", _ENGINE, str(directory), str(rank), str(go), hold],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+def _check_committed(directory: Path, rank: int) -> None:
+    """Every turn the engine of ``rank`` wrote, byte for byte, from its files alone."""
+    names = _store(directory, rank=rank)  # the naming rule, and proof the rank is free again
+    for s, session in enumerate(SESSIONS):
+        with SessionFile.open(names.session_path(session)) as f:
+            assert f.session_id == session and len(f.turns) == len(TOKENS)
+            for turn, tokens in enumerate(TOKENS):
+                shape = (GEOMETRY.layers, f.layer_bytes_for(tokens))
+                rng = np.random.default_rng([rank, s, turn])
+                expected = rng.integers(0, 256, shape, dtype=np.uint8)
+                for layer in range(GEOMETRY.layers):
+                    assert f.read_layer(turn, layer) == expected[layer].tobytes()
+    names.close()
+
+
+def test_two_processes_of_two_ranks_write_the_same_sessions_at_once(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    directory = tmp_path / "kv"
+    directory.mkdir()
+    procs = [_engine(directory, rank, go) for rank in (0, 1)]
+    go.touch()  # both start writing the same session names together
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out
+    for rank in (0, 1):
+        _check_committed(directory, rank)
+    assert len(list(directory.glob("*.fccio"))) == 2 * len(SESSIONS)
+
+
+def test_a_second_process_of_the_same_rank_is_refused(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    go.touch()
+    directory = tmp_path / "kv"
+    directory.mkdir()
+    hold = tmp_path / "release"
+    first = _engine(directory, 0, go, hold=str(hold))
+    _wait_for(Path(f"{hold}.ready"), first)  # it has written everything and holds rank 0
+    second = _engine(directory, 0, go)
+    out, _ = second.communicate(timeout=120)
+    assert second.returncode == 2, out
+    assert out.startswith("rank: node 0 rank 0 already has an open store") and (
+        f"pid {first.pid}" in out
+    )
+    # The holder dies without closing: the kernel frees the lock, no committed turn is lost
+    # and the next store of rank 0 opens.
+    first.send_signal(signal.SIGKILL)
+    assert first.wait(timeout=60) == -signal.SIGKILL
+    _check_committed(directory, 0)
