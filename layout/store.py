@@ -1,7 +1,11 @@
 """FlatStore: the engine-facing facade of the core (placement, session files, reclaim, scheduling).
 
-One object an engine opens per serving instance (per rank: sizes are one rank's KV). It ties
-together what the rest of the core defines and fcctl's simulator runs:
+One object an engine opens per serving instance and rank (sizes are one rank's KV). Ranks,
+engine processes and nodes may share a directory: a store names its files
+``n{node}-r{rank}-<hash>.fccio``, holds ``n{node}-r{rank}.lock`` while open (a second store of
+that (node, rank) raises :class:`.errors.StoreBusy`), never replaces a file it did not create
+and removes only its own (docs/layout.md, section 6). It ties together what the rest of the
+core defines and fcctl's simulator runs:
 
 * :meth:`FlatStore.place` applies :class:`.placement.PlacementRule` to the signals an engine
   has before prefill (turn, context, previous reply, prefix reference count) and the store's

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fcctl.layout import FlatStore, KvGeometry
-from fcctl.layout.errors import InputError, StoreBusy
+from fcctl.layout import FlatStore, KvGeometry, StoreBusy
+from fcctl.layout.errors import InputError
 from fcctl.layout.placement import Medium
 from fcctl.layout.session_file import SessionFile
 
@@ -280,3 +280,11 @@ def test_a_second_process_of_the_same_rank_is_refused(tmp_path: Path) -> None:
     first.send_signal(signal.SIGKILL)
     assert first.wait(timeout=60) == -signal.SIGKILL
     _check_committed(directory, 0)
+
+
+def test_the_emitted_readme_tells_each_rank_to_open_its_own_store() -> None:
+    from fcctl.analyzers.recommend.emit import readme_text
+
+    text = readme_text("pkg", 256, 32768, {"trace": "t.jsonl"})
+    assert "rank=tp_rank" in text and "node=node_id" in text
+    assert "n{node}-r{rank}-*.fccio" in text and "StoreBusy" in text
