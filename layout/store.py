@@ -37,6 +37,7 @@ import fcntl
 import hashlib
 import os
 import threading
+import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,24 +131,32 @@ class _RankLock:
             # Who holds it, for the message a refused store gets.
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
-            self._fd: int | None = fd
+            # A store dropped without close() still frees its (node, rank) when collected.
+            self._unlock = weakref.finalize(self, _unlock, fd, self.identity)
             return
         raise StoreBusy(path.parent, node, rank, "a holder that keeps removing its lock")
 
+    @property
+    def held(self) -> bool:
+        return self._unlock.alive
+
     def release(self, *, remove: bool) -> None:
-        if self._fd is None:
+        if not self.held:
             return
         if remove:
-            # Unlinked while still held: a waiting taker then finds the name gone or new.
+            # Unlinked while still held: a later taker finds the name gone or new (see above).
             try:
                 if _identity(os.stat(self.path)) == self.identity:
                     self.path.unlink()
             except FileNotFoundError:
                 pass
-        with _HELD_GUARD:
-            _HELD.discard(self.identity)
-        os.close(self._fd)  # releases the flock
-        self._fd = None
+        self._unlock()
+
+
+def _unlock(fd: int, identity: tuple[int, int]) -> None:
+    with _HELD_GUARD:
+        _HELD.discard(identity)
+    os.close(fd)  # releases the flock
 
 
 @dataclass(frozen=True)
@@ -367,6 +376,14 @@ class FlatStore:
         :meth:`place` sends such a write to SSD.
         """
         self._clock(now_s)
+        if not self._lock.held:
+            # Its (node, rank) may belong to another store by now: writing would be a second
+            # writer after all.
+            raise InputError(
+                f"session: node {self.node} rank {self.rank}'s store on {self.directory} is "
+                f"closed; got a write of session {session!r} (open a new FlatStore)",
+                parameter="session",
+            )
         s = self._session(session, create=True)
         if turn != len(s.turns):
             raise InputError(

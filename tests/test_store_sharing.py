@@ -4,6 +4,7 @@ processes; every committed turn of each store restores byte for byte."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -112,6 +113,22 @@ def test_bad_node_or_rank_names_the_parameter(
     assert info.value.parameter == parameter and str(info.value).startswith(f"{parameter}:")
     assert "got" in str(info.value)
     assert list(tmp_path.iterdir()) == []  # refused before taking a lock
+
+
+def test_a_closed_or_dropped_store_gives_up_its_rank(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    _write(store, "s", seed=1)
+    store.close()
+    with _store(tmp_path):  # a successor holds the rank
+        # The closed store would be a second writer of that rank.
+        with pytest.raises(InputError, match="is closed") as info:
+            store.write_turn("t", 0, _kv(store, 4, 0), tokens=4, medium=Medium.SSD, now_s=9.0)
+        assert info.value.parameter == "session"
+        assert not store.session_path("t").exists()
+    dropped = _store(tmp_path)
+    del dropped  # never closed: collecting it frees the rank
+    gc.collect()
+    _store(tmp_path).close(remove=True)
 
 
 def test_create_never_replaces_an_existing_file(tmp_path: Path) -> None:
