@@ -101,9 +101,10 @@ class _RankLock:
         for _ in range(100):  # each retry means a holder removed the file in between
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            except FileNotFoundError:
+            except OSError as e:  # removed meanwhile, read-only, not ours to write
                 raise InputError(
-                    f"directory: removed while the store opened; got {str(path.parent)!r}",
+                    f"directory: cannot create the store's lock file {path.name} there "
+                    f"({e.strerror}); got {str(path.parent)!r}",
                     parameter="directory",
                 ) from None
             try:
