@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -305,3 +306,34 @@ def test_the_emitted_readme_tells_each_rank_to_open_its_own_store() -> None:
     text = readme_text("pkg", 256, 32768, {"trace": "t.jsonl"})
     assert "rank=tp_rank" in text and "node=node_id" in text
     assert "n{node}-r{rank}-*.fccio" in text and "StoreBusy" in text
+
+
+def test_the_rank_lock_has_one_holder_while_holders_remove_it(tmp_path: Path) -> None:
+    # Stores of one rank opened and closed with remove=True (which unlinks the lock file while
+    # holding it) from several threads: a taker that locked the unlinked file must see that
+    # and retry, or it and the taker of the new file would both hold the rank.
+    holders: list[int] = []
+    overlaps: list[int] = []
+    guard = threading.Lock()
+
+    def churn(worker: int) -> None:
+        for _ in range(300):
+            try:
+                store = _store(tmp_path)
+            except StoreBusy:
+                continue
+            with guard:
+                holders.append(worker)
+                if len(holders) > 1:
+                    overlaps.append(len(holders))
+            time.sleep(0)
+            with guard:
+                holders.remove(worker)
+            store.close(remove=True)
+
+    threads = [threading.Thread(target=churn, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert overlaps == []
