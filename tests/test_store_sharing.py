@@ -5,6 +5,7 @@ processes; every committed turn of each store restores byte for byte."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 import signal
 import subprocess
@@ -199,13 +200,14 @@ SESSIONS = ("chat-1", "chat-2", "agent-7")
 # killed. A refused store prints its one-line error and exits 2, as a CLI would.
 _ENGINE = textwrap.dedent(
     """
-    import sys, time
+    import json, sys, time
     from pathlib import Path
     import numpy as np
     from fcctl.layout import FlatStore, KvGeometry
     from fcctl.layout.errors import StoreBusy
     from fcctl.layout.placement import Medium
     directory, rank, go, hold = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+    TOKENS, SESSIONS = json.loads(sys.argv[5])
     geometry = KvGeometry("sharing-test", layers=3, kv_heads=2, head_dim=16, tp=2)
     while not go.exists():
         time.sleep(0.002)
@@ -228,13 +230,22 @@ _ENGINE = textwrap.dedent(
             time.sleep(0.01)
     store.close()
     """
-).replace("TOKENS", repr(TOKENS)).replace("SESSIONS", repr(SESSIONS))
+)
 
 
 def _engine(directory: Path, rank: int, go: Path, hold: str = "") -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.Popen(
-        [sys.executable, "-c", _ENGINE, str(directory), str(rank), str(go), hold],
+        [
+            sys.executable,
+            "-c",
+            _ENGINE,
+            str(directory),
+            str(rank),
+            str(go),
+            hold,
+            json.dumps([TOKENS, SESSIONS]),
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
