@@ -28,7 +28,14 @@ from .engines import (
     probe_engine,
     read_plan,
 )
-from .errors import CorruptSessionFile, InputError, LayoutError, VerificationError
+from .errors import (
+    CorruptSessionFile,
+    InputError,
+    LayoutError,
+    SessionFileExists,
+    StoreBusy,
+    VerificationError,
+)
 from .geometry import KvGeometry, ModelInfo, geometry_from_hf_config, model_geometry, preset_names
 from .planner import Extent, ReadCommand, ReadPlan, plan_reads
 from .session_file import SessionFile
@@ -59,7 +66,9 @@ __all__ = [
     "RestorePlan",
     "RestoreStats",
     "SessionFile",
+    "SessionFileExists",
     "StagingWindow",
+    "StoreBusy",
     "StoredTurn",
     "TurnRecord",
     "VerificationError",

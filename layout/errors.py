@@ -32,3 +32,25 @@ class CorruptSessionFile(LayoutError):
 
 class VerificationError(LayoutError):
     """Bytes read back do not match what was written."""
+
+
+class SessionFileExists(LayoutError):
+    """A session file was to be created where one exists; an existing file is never replaced."""
+
+
+class StoreBusy(InputError):
+    """A second store for a (node, rank) already held on a directory: one store at a time owns
+    a (node, rank)'s session files, across processes and within one."""
+
+    def __init__(self, directory: object, node: int, rank: int, holder: str) -> None:
+        held_by = f" (held by {holder})" if holder else ""
+        super().__init__(
+            f"rank: node {node} rank {rank} already has an open store on {directory}"
+            f"{held_by}; one store per (node, rank) and directory at a time: give each engine "
+            f"process its own rank (or node), or close the other store; got rank={rank!r}",
+            parameter="rank",
+        )
+        self.directory = directory
+        self.node = node
+        self.rank = rank
+        self.holder = holder

@@ -29,6 +29,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import secrets
 import stat
 import time
 import zlib
@@ -40,7 +41,7 @@ import numpy as np
 
 from .alignment import align_up
 from .checksum import crc32
-from .errors import CorruptSessionFile, LayoutError, VerificationError
+from .errors import CorruptSessionFile, LayoutError, SessionFileExists, VerificationError
 from .geometry import KvGeometry
 from .planner import DEFAULT_GAP_BYTES, Extent, ReadPlan, plan_reads
 from .session_format import (
@@ -158,9 +159,12 @@ class SessionFile:
         """Create an empty session file, pre-allocated to whole extents of ``extent_bytes``
         holding at least the headers plus ``reserve_bytes`` of segments.
 
-        The file is built under a temporary name and renamed into place, so ``path`` either
-        does not exist or is a valid, empty session file. Refuses an existing ``path`` unless
-        ``overwrite``. The returned object is the file's (exclusive) writer.
+        The file is built under a temporary name and hard-linked into place, so ``path`` either
+        does not exist or is a valid, empty session file, and an existing ``path`` is never
+        replaced: it raises :class:`SessionFileExists`, however the two creators race. With
+        ``overwrite`` an existing file is replaced, but only one no writer holds (another
+        writer's file raises :class:`LayoutError`). The returned object is the file's
+        (exclusive) writer.
         """
         p = Path(path)
         if not isinstance(block_tokens, int) or block_tokens < 1:
@@ -173,9 +177,7 @@ class SessionFile:
             raise LayoutError(f"{p}: reserve_bytes must be an integer >= 0; got {reserve_bytes!r}")
         encode_name(p, "session_id", session_id, truncate=False)
         if p.exists() and not overwrite:
-            raise LayoutError(
-                f"{p}: session file already exists (pass overwrite=True to replace it)"
-            )
+            raise _exists(p)  # early, before allocating; _publish decides under the race
         if not p.parent.is_dir():
             raise LayoutError(f"{p}: directory {p.parent} does not exist")
         capacity = align_up(DATA_START + reserve_bytes, extent_bytes)
@@ -194,15 +196,17 @@ class SessionFile:
             created_unix_ns=time.time_ns(),
             session_id=session_id,
         )
-        tmp = p.with_name(f".{p.name}.creating-{os.getpid()}")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        # Unique per call (two creators in one process share the pid), and O_EXCL: a
+        # temporary name is never shared either.
+        tmp = p.with_name(f".{p.name}.creating-{os.getpid()}-{secrets.token_hex(8)}")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             _allocate(fd, 0, capacity)
             _write_all(fd, bytes(SLOT_BYTES), 0)  # slot 0: generation 0, invalid until used
             _write_all(fd, pack_header(p, header), slot_offset(header.generation))
             os.fsync(fd)
-            _lock(fd, p)  # flock follows the inode through the rename: no writer gap
-            os.replace(tmp, p)
+            _lock(fd, p)  # flock follows the inode through link/rename: no writer gap
+            _publish(tmp, p, overwrite)
         except BaseException:
             os.close(fd)
             tmp.unlink(missing_ok=True)
@@ -248,6 +252,13 @@ class SessionFile:
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def identity(self) -> tuple[int, int]:
+        """``(st_dev, st_ino)`` of the open file: which file this is, whatever now has its name
+        (a caller that removes it checks the name still leads here)."""
+        st = os.fstat(self._require_open())
+        return (st.st_dev, st.st_ino)
 
     @property
     def geometry(self) -> KvGeometry:
@@ -607,6 +618,60 @@ def _commit_recovered(fd: int, path: Path, header: Header) -> Header:
     _write_all(fd, pack_header(path, commit), slot_offset(commit.generation))
     os.fdatasync(fd)
     return commit
+
+
+def _exists(path: Path) -> SessionFileExists:
+    return SessionFileExists(
+        f"{path}: session file already exists; it is never replaced (another writer's or an "
+        "earlier run's KV: open it, or pass overwrite=True to replace a file no writer holds)"
+    )
+
+
+# link(2) errors of a file system without hard links (vfat, some FUSE and network mounts).
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK}
+
+
+def _publish(tmp: Path, path: Path, overwrite: bool) -> None:
+    """Give the finished file at ``tmp`` the name ``path``.
+
+    Without ``overwrite`` it never replaces an existing ``path``: ``link`` fails atomically
+    when the name exists (a rename would silently replace it, whatever was checked before).
+    Where hard links are refused, ``path`` is first claimed with ``O_EXCL`` (empty, briefly,
+    until the rename over it), which is just as exclusive. With ``overwrite``, the existing
+    file's writer lock is taken first and held across the rename, so a file a writer holds is
+    never replaced and no writer can take the old file meanwhile.
+    """
+    if overwrite:
+        try:
+            old = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            old = None
+        try:
+            if old is not None:
+                _lock(old, path)
+            os.replace(tmp, path)
+        finally:
+            if old is not None:
+                os.close(old)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise _exists(path) from None
+    except OSError as e:
+        if e.errno not in _NO_LINKS:
+            raise
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except FileExistsError:
+            raise _exists(path) from None
+        try:
+            os.replace(tmp, path)  # over the empty placeholder this call just created
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return
+    os.unlink(tmp)
 
 
 def _lock(fd: int, path: Path) -> None:

@@ -1,7 +1,11 @@
 """FlatStore: the engine-facing facade of the core (placement, session files, reclaim, scheduling).
 
-One object an engine opens per serving instance (per rank: sizes are one rank's KV). It ties
-together what the rest of the core defines and fcctl's simulator runs:
+One object an engine opens per serving instance and rank (sizes are one rank's KV). Ranks,
+engine processes and nodes may share a directory: a store names its files
+``n{node}-r{rank}-<hash>.fccio``, holds ``n{node}-r{rank}.lock`` while open (a second store of
+that (node, rank) raises :class:`.errors.StoreBusy`), never replaces a file it did not create
+and removes only its own (docs/layout.md, section 6). It ties together what the rest of the
+core defines and fcctl's simulator runs:
 
 * :meth:`FlatStore.place` applies :class:`.placement.PlacementRule` to the signals an engine
   has before prefill (turn, context, previous reply, prefix reference count) and the store's
@@ -29,9 +33,11 @@ clock, so an engine and a simulator drive the same code. Sizes are bytes, length
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
-import shutil
+import threading
+import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +45,10 @@ from typing import Any
 
 import numpy as np
 
-from .address import MEDIUM_MEMORY, MEDIUM_SSD, encode_address
+from .address import MAX_NODE, MEDIUM_MEMORY, MEDIUM_SSD, encode_address
 from .buffers import aligned_buffer
 from .engines.posix import PosixEngine
-from .errors import InputError
+from .errors import InputError, SessionFileExists, StoreBusy
 from .geometry import KvGeometry
 from .placement import Medium, Placement, PlacementRule, PlacementSignals
 from .planner import ReadPlan
@@ -57,10 +63,101 @@ DEFAULT_PREFETCH_SLOTS = 2
 SESSION_SUFFIX = ".fccio"
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InputError(f"{name}: must be an integer >= {minimum}; got {value!r}", parameter=name)
+def _check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        rule = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise InputError(f"{name}: must be an integer {rule}; got {value!r}", parameter=name)
     return value
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_dev, st.st_ino)
+
+
+# Lock files this process holds, by (st_dev, st_ino). flock excludes two open file
+# descriptions in one process on local file systems, but where it is emulated with POSIX
+# record locks (NFS) those are per process and a second store of the same process would get
+# the lock too; this registry refuses it there as well.
+_HELD: set[tuple[int, int]] = set()
+_HELD_GUARD = threading.Lock()
+
+
+class _RankLock:
+    """The exclusive lock of one (node, rank) on a directory: ``n{node}-r{rank}.lock``, held
+    with ``flock`` for the store's life, across processes and within one.
+
+    The lock file may be removed (``close(remove=True)``) while held, so a taker checks after
+    ``flock`` that the name still leads to the inode it locked; otherwise it locked a removed
+    file and tries again on the new one.
+    """
+
+    def __init__(self, path: Path, node: int, rank: int) -> None:
+        self.path = path
+        for _ in range(100):  # each retry means a holder removed the file in between
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:  # removed meanwhile, read-only, not ours to write
+                raise InputError(
+                    f"directory: cannot create the store's lock file {path.name} there "
+                    f"({e.strerror}); got {str(path.parent)!r}",
+                    parameter="directory",
+                ) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                os.close(fd)
+                raise StoreBusy(path.parent, node, rank, holder) from None
+            except BaseException:
+                os.close(fd)
+                raise
+            try:
+                same = _identity(os.stat(path)) == _identity(os.fstat(fd))
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            self.identity = _identity(os.fstat(fd))
+            with _HELD_GUARD:
+                if self.identity in _HELD:
+                    os.close(fd)
+                    raise StoreBusy(path.parent, node, rank, f"pid {os.getpid()}, this process")
+                _HELD.add(self.identity)
+            # Who holds it, for the message a refused store gets.
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+            # A store dropped without close() still frees its (node, rank) when collected.
+            self._unlock = weakref.finalize(self, _unlock, fd, self.identity)
+            return
+        raise StoreBusy(path.parent, node, rank, "a holder that keeps removing its lock")
+
+    @property
+    def held(self) -> bool:
+        return self._unlock.alive
+
+    def release(self, *, remove: bool) -> None:
+        if not self.held:
+            return
+        if remove:
+            # Unlinked while still held: a later taker finds the name gone or new (see above).
+            try:
+                if _identity(os.stat(self.path)) == self.identity:
+                    self.path.unlink()
+            except FileNotFoundError:
+                pass
+        self._unlock()
+
+
+def _unlock(fd: int, identity: tuple[int, int]) -> None:
+    with _HELD_GUARD:
+        _HELD.discard(identity)
+    os.close(fd)  # releases the flock
 
 
 @dataclass(frozen=True)
@@ -107,6 +204,7 @@ class _Session:
         self.name = name
         self.turns: list[StoredTurn | None] = []  # None: reclaimed
         self.file: SessionFile | None = None
+        self.identity: tuple[int, int] | None = None  # the file this store created, if any
         self.file_turn: dict[int, int] = {}  # session turn -> turn index in the file
         self.memory: dict[int, np.ndarray] = {}  # session turn -> (layers, layer_bytes)
         self.tokens = 0
@@ -126,6 +224,7 @@ class FlatStore:
         rule: PlacementRule | None = None,
         now_s: float,
         node: int = 0,
+        rank: int = 0,
         prefetch_slots: int = DEFAULT_PREFETCH_SLOTS,
         high_watermark: float = DEFAULT_HIGH_WATERMARK,
         low_watermark: float = DEFAULT_LOW_WATERMARK,
@@ -139,7 +238,8 @@ class FlatStore:
             )
         self.geometry = geometry
         self.block_tokens = _check_int("block_tokens", block_tokens, 1)
-        self.node = _check_int("node", node, 0)
+        self.node = _check_int("node", node, 0, MAX_NODE)
+        self.rank = _check_int("rank", rank, 0)
         self.rule = rule or PlacementRule()
         self.extent_bytes = extent_bytes  # session files grow by this much (SessionFile checks)
         self.piece_bytes = geometry.bytes_per_block_per_layer(block_tokens)
@@ -158,14 +258,27 @@ class FlatStore:
         self._arena_end = 0  # host arena: memory addresses are bump-allocated, never reused
         self._now = float("-inf")
         self._clock(now_s)
+        self._made_directory = False  # open() sets it when it created the directory
+        # Last, once every argument checked: from here the store holds its (node, rank).
+        self._lock = _RankLock(self.directory / f"{self._prefix}.lock", self.node, self.rank)
 
     @classmethod
     def open(
         cls, directory: str | os.PathLike[str], geometry: KvGeometry, **options: Any
     ) -> FlatStore:
         """Open a store on ``directory`` (created when missing); options as ``__init__``."""
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        return cls(directory, geometry, **options)
+        try:
+            Path(directory).mkdir(parents=True)
+            made = True
+        except FileExistsError:
+            made = False
+        store = cls(directory, geometry, **options)
+        store._made_directory = made
+        return store
+
+    @property
+    def _prefix(self) -> str:
+        return f"n{self.node}-r{self.rank}"
 
     # clock ------------------------------------------------------------------------------
     def _clock(self, now_s: float) -> None:
@@ -229,9 +342,29 @@ class FlatStore:
         return s
 
     def session_path(self, session: str) -> Path:
-        """The session's file: a hash of its id, so any id is a safe file name."""
+        """The session's file: ``n{node}-r{rank}-`` and a hash of its id (any id is a safe
+        file name), so the ranks and nodes sharing a directory never share a file."""
         digest = hashlib.sha256(session.encode()).hexdigest()[:32]
-        return self.directory / f"{digest}{SESSION_SUFFIX}"
+        return self.directory / f"{self._prefix}-{digest}{SESSION_SUFFIX}"
+
+    def _create_file(self, session: str) -> SessionFile:
+        path = self.session_path(session)
+        try:
+            return SessionFile.create(
+                path,
+                self.geometry,
+                block_tokens=self.block_tokens,
+                session_id=session,
+                extent_bytes=self.extent_bytes,
+            )
+        except SessionFileExists:
+            # Another store's live file or one an earlier run left: either way its committed
+            # KV is not this store's to destroy.
+            raise InputError(
+                f"session: {session!r} already has a session file this store did not create "
+                f"({path}); it is never replaced",
+                parameter="session",
+            ) from None
 
     def write_turn(
         self, session: str, turn: int, kv: np.ndarray, *, tokens: int, medium: Medium, now_s: float
@@ -244,6 +377,14 @@ class FlatStore:
         :meth:`place` sends such a write to SSD.
         """
         self._clock(now_s)
+        if not self._lock.held:
+            # Its (node, rank) may belong to another store by now: writing would be a second
+            # writer after all.
+            raise InputError(
+                f"session: node {self.node} rank {self.rank}'s store on {self.directory} is "
+                f"closed; got a write of session {session!r} (open a new FlatStore)",
+                parameter="session",
+            )
         s = self._session(session, create=True)
         if turn != len(s.turns):
             raise InputError(
@@ -263,14 +404,8 @@ class FlatStore:
         rows = data.reshape(layers, layer_bytes)
         if medium == Medium.SSD:
             if s.file is None:
-                s.file = SessionFile.create(
-                    self.session_path(session),
-                    self.geometry,
-                    block_tokens=self.block_tokens,
-                    session_id=session,
-                    extent_bytes=self.extent_bytes,
-                    overwrite=True,
-                )
+                s.file = self._create_file(session)
+                s.identity = s.file.identity
             rec = s.file.append_turn(tokens, rows)
             s.file_turn[turn] = len(s.file.turns) - 1
             stored = segment_bytes(layers, layer_bytes)
@@ -465,10 +600,7 @@ class FlatStore:
         dropped = []
         for r in self.ssd.reclaim(now_s):
             s = self._sessions[str(r.session)]
-            if s.file is not None:
-                s.file.close()
-                s.file.path.unlink(missing_ok=True)
-                s.file = None
+            self._drop_file(s, remove=True)
             for turn in s.file_turn:
                 s.turns[turn] = None
             s.file_turn.clear()
@@ -506,17 +638,35 @@ class FlatStore:
         return out
 
     # lifetime ---------------------------------------------------------------------------
+    def _drop_file(self, s: _Session, *, remove: bool) -> None:
+        """Close the session's file; with ``remove`` delete it, but only while its name still
+        leads to the file this store created: a file someone put in its place is theirs."""
+        if s.file is None:
+            return
+        path = s.file.path
+        s.file.close()
+        s.file = None
+        if remove and s.identity is not None:
+            try:
+                if _identity(os.stat(path)) == s.identity:
+                    path.unlink()
+            except FileNotFoundError:
+                pass
+        if remove:
+            s.identity = None
+
     def close(self, *, remove: bool = False) -> None:
-        """Close every session file; with ``remove`` delete them (and the directory if empty)."""
+        """Close every session file and give up the (node, rank); with ``remove`` delete the
+        files this store created (never another's) and its lock file, and the directory when
+        :meth:`open` created it and nothing else is left in it."""
         for s in self._sessions.values():
-            if s.file is not None:
-                path = s.file.path
-                s.file.close()
-                if remove:
-                    path.unlink(missing_ok=True)
-                s.file = None
-        if remove and self.directory.is_dir() and not any(self.directory.iterdir()):
-            shutil.rmtree(self.directory, ignore_errors=True)
+            self._drop_file(s, remove=remove)
+        self._lock.release(remove=remove)
+        if remove and self._made_directory:
+            try:
+                self.directory.rmdir()  # only when empty: other stores' files stay
+            except OSError:
+                pass
 
     def __enter__(self) -> FlatStore:
         return self

@@ -262,6 +262,14 @@ Check it runs here: `python -m {name}.smoke`.
 Every call takes the engine's clock `now_s` (seconds); nothing starts a thread or reads the wall
 clock. Sizes are one tensor-parallel rank's KV.
 
+Each rank opens its own store, and all ranks (and engine processes, and nodes) may share one
+directory: a store writes only `n{{node}}-r{{rank}}-*.fccio` and holds the lock
+`n{{node}}-r{{rank}}.lock` while open, so pass every process its own `rank=` (the TP rank; a
+global rank when several instances on one node share the directory) and `node=`. A second
+store of a (node, rank) already open is refused (`StoreBusy`, naming the holder's pid); a
+session file already there (an earlier run's) is never replaced, and `close(remove=True)`
+deletes only the files that store created.
+
 ```python
 import numpy as np
 from {name}.geometry import model_geometry
@@ -269,8 +277,9 @@ from {name}.placement import Medium
 from {name}.store import FlatStore
 from {name}.thresholds import RULE
 
-store = FlatStore.open("/nvme/kv", model_geometry("llama-3.1-8b"), block_tokens=16,
-                       host_bytes=64 << 30, ssd_bytes=2 << 40, rule=RULE, now_s=now)
+store = FlatStore.open("/nvme/kv", model_geometry("llama-3.1-8b", tp=tp), block_tokens=16,
+                       host_bytes=64 << 30, ssd_bytes=2 << 40, rule=RULE, now_s=now,
+                       node=node_id, rank=tp_rank)   # this process's own files and lock
 # before prefill: where will this turn's new KV go?
 p = store.place(turn=t, context_tokens=ctx, previous_reply_tokens=prev_reply,
                 prefix_ref_count=refs, new_tokens=new, now_s=now)
