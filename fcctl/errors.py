@@ -36,10 +36,42 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     return typer.Exit(code)
 
 
+#: Library (and :mod:`fcctl.api`) parameters whose flag is not ``--name-with-dashes``: the one
+#: place where a parameter named in a message becomes the flag the user typed.
+FLAGS: Mapping[str, str] = {
+    "config_path": "--model-config",
+    "memory_capacities_bytes": "--memory",
+    "rate_requests_per_s": "--rate",
+    "flat_session_kv_bytes": "--flat-session-kv",
+    "reference_capacity_bytes": "--reference-capacity",
+    "memory_budget_bytes": "--memory-budget",
+    "short_reply_tokens": "--short-reply",
+    "agent_context_tokens": "--agent-context",
+    "short_reply_grid": "--short-reply",
+    "agent_context_grid": "--agent-context",
+    "gpu_kv_bytes": "--gpu-kv",
+    "host_memory_bytes": "--host-memory",
+    "ssd_bytes": "--ssd",
+    "staging_bytes": "--staging",
+    "size_limit_bytes": "--size-limit",
+    "bucket_bytes": "--bucket-size",
+    "memory_tier_bytes": "--memory-tier",
+    "max_command_bytes": "--max-command",
+    "free_margin_bytes": "--free-margin",
+    "engine_threads": "--threads",
+    "fio_runtime_s": "--fio-runtime",
+}
+
+
 def flag_for(parameter: str, flags: Mapping[str, str] | None = None) -> str:
-    """The command-line flag of a library parameter: ``kv_dtype`` -> ``--kv-dtype``."""
+    """The command-line flag of a library parameter: ``kv_dtype`` -> ``--kv-dtype``.
+
+    ``flags`` (one command's exceptions) win over :data:`FLAGS`.
+    """
     if flags and parameter in flags:
         return flags[parameter]
+    if parameter in FLAGS:
+        return FLAGS[parameter]
     return "--" + parameter.replace("_", "-")
 
 

@@ -67,22 +67,23 @@ def default_grid(
     )
 
 
-def check_grid(values: Sequence[int], flag: str) -> tuple[int, ...]:
+def check_grid(values: Sequence[int], parameter: str) -> tuple[int, ...]:
     """A user's grid: integers >= 0 tokens, at least one; repeats dropped, sorted."""
     out = set()
     for v in values:
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise FcctlInputError(
-                f"{flag}: each threshold must be an integer >= 0 tokens; got {v!r}"
+                f"{parameter}: each threshold must be an integer >= 0 tokens; got {v!r}",
+                parameter=parameter,
             )
         out.add(v)
     if not out:
-        raise FcctlInputError(f"{flag}: give at least one threshold")
+        raise FcctlInputError(f"{parameter}: give at least one threshold", parameter=parameter)
     return tuple(sorted(out))
 
 
-def parse_grid(text: str, flag: str) -> tuple[int, ...]:
-    """``"256,512,1024"`` as a grid (``flag`` names the option in errors)."""
+def parse_grid(text: str, parameter: str) -> tuple[int, ...]:
+    """``"256,512,1024"`` as a grid (``parameter`` names the argument in errors)."""
     items = [s.strip() for s in str(text).split(",")]
     values = []
     for item in items:
@@ -90,7 +91,8 @@ def parse_grid(text: str, flag: str) -> tuple[int, ...]:
             values.append(int(item))
         except ValueError:
             raise FcctlInputError(
-                f"{flag}: expected comma-separated whole token counts like 256,512,1024; "
-                f"got {text!r}"
+                f"{parameter}: expected comma-separated whole token counts like 256,512,1024; "
+                f"got {text!r}",
+                parameter=parameter,
             ) from None
-    return check_grid(values, flag)
+    return check_grid(values, parameter)

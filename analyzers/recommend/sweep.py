@@ -382,9 +382,9 @@ def recommend_thresholds(
     default_short, default_agent = default_grid(
         signals.input_tokens, signals.output_tokens, signals.prev_request
     )
-    shorts = (check_grid(config.short_reply_grid, "--short-reply")
+    shorts = (check_grid(config.short_reply_grid, "short_reply_grid")
               if config.short_reply_grid is not None else default_short)  # fmt: skip
-    agents = (check_grid(config.agent_context_grid, "--agent-context")
+    agents = (check_grid(config.agent_context_grid, "agent_context_grid")
               if config.agent_context_grid is not None else default_agent)  # fmt: skip
     ideal = workload.ideal_hit_share
     if config.short_reply_grid is None and config.agent_context_grid is None:

@@ -21,14 +21,6 @@ from fcctl.commands.options import (
 )
 from fcctl.errors import cli_errors
 
-# Library parameters whose names are not the flag's (``kv_dtype`` -> ``--kv-dtype`` is the rule).
-_FLAGS = {
-    "rate_requests_per_s": "--rate",
-    "flat_session_kv_bytes": "--flat-session-kv",
-    "reference_capacity_bytes": "--reference-capacity",
-    "config_path": "--model-config",
-}
-
 
 def _library_warnings_note(caught: list[warnings.WarningMessage]) -> str | None:
     """At most one line about warnings raised by libraries during the run (None: there were none).
@@ -46,7 +38,7 @@ def _library_warnings_note(caught: list[warnings.WarningMessage]) -> str | None:
 
 def register(app: typer.Typer) -> None:
     @app.command("analyze")
-    @cli_errors(flags=_FLAGS)
+    @cli_errors
     def analyze(
         trace: Annotated[
             Path,
@@ -164,16 +156,9 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Measure block reuse, reuse distances, session KV sizes and memory-tier hit shares."""
-        from fcctl.analyzers.reuse.analyze import VerdictThresholds, check_schedule_args
-        from fcctl.analyzers.reuse.bounded import analyze_dataset, check_engine, check_sample_rate
-        from fcctl.analyzers.traces.dataset import Dataset, is_dataset_spec, open_dataset
-        from fcctl.analyzers.traces.readers import read_trace
-        from fcctl.common.errors import FcctlInputError
+        from fcctl import api
         from fcctl.common.paths import display_path
-        from fcctl.common.progress import Progress
         from fcctl.common.signals import interrupts_raise
-        from fcctl.common.units import parse_size, parse_size_list
-        from fcctl.layout.geometry import model_geometry
         from fcctl.reports.analyze_report import (
             check_analyze_out_dir,
             print_summary,
@@ -184,76 +169,18 @@ def register(app: typer.Typer) -> None:
         # way out and the exit status is 128 + N.
         with interrupts_raise(), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            # Flags first: a typo should fail before minutes of parsing.
-            geometry = model_geometry(model, config_path=model_config, tp=tp, kv_dtype=kv_dtype)
-            capacities = parse_size_list(memory, what="--memory") if memory is not None else None
-            check_schedule_args(rate, concurrent_sessions)
-            thresholds = VerdictThresholds(
-                flat_session_kv_bytes=parse_size(flat_session_kv, what="--flat-session-kv"),
-                reference_capacity_bytes=parse_size(
-                    reference_capacity, what="--reference-capacity"
-                ),
-            )
-            line_limit = parse_size(max_line_bytes, what="--max-line-bytes")
-            budget = (
-                parse_size(memory_budget, what="--memory-budget")
-                if memory_budget is not None
-                else None
-            )
-            if sample_rate is not None:
-                check_sample_rate(sample_rate)
-            check_engine(engine, scheduler)
+            # Refused before the analysis, not after minutes of it.
             if out is not None:
                 check_analyze_out_dir(out, force=force)
-            dataset_input = is_dataset_spec(trace)
-            if dataset_input and (columns is not None or format not in (None, "parquet")):
-                raise FcctlInputError(
-                    f"format: {display_path(trace)} is a dataset of canonical Parquet files; "
-                    "--format and --columns apply to one trace file (convert it first)",
-                    parameter="format",
-                )
-            with Progress(enabled=True) as progress:
-                if engine == "dask":
-                    from fcctl.analyzers.reuse.dask_engine import analyze_dask
-
-                    result = analyze_dask(
-                        trace,
-                        geometry=geometry,
-                        scheduler=scheduler,
-                        memory_budget_bytes=budget,
-                        sample_rate=sample_rate,
-                        memory_capacities_bytes=capacities,
-                        progress=progress,
-                        thresholds=thresholds,
-                        rate_requests_per_s=rate,
-                        concurrent_sessions=concurrent_sessions,
-                        seed=seed,
-                    )
-                else:
-                    if dataset_input:
-                        data = open_dataset(trace, progress)
-                    else:
-                        data = Dataset.from_trace(
-                            read_trace(
-                                trace,
-                                format,
-                                progress=progress,
-                                max_line_bytes=line_limit,
-                                columns=columns,
-                            )
-                        )
-                    result = analyze_dataset(
-                        data,
-                        geometry=geometry,
-                        memory_budget_bytes=budget,
-                        sample_rate=sample_rate,
-                        memory_capacities_bytes=capacities,
-                        progress=progress,
-                        rate_requests_per_s=rate,
-                        concurrent_sessions=concurrent_sessions,
-                        seed=seed,
-                        thresholds=thresholds,
-                    )
+            result = api.analyze(
+                trace, format=format, columns=columns, max_line_bytes=max_line_bytes,
+                model=model, model_config=model_config, tp=tp, kv_dtype=kv_dtype,
+                memory_capacities_bytes=memory, rate_requests_per_s=rate,
+                concurrent_sessions=concurrent_sessions, seed=seed,
+                flat_session_kv_bytes=flat_session_kv, reference_capacity_bytes=reference_capacity,
+                memory_budget_bytes=memory_budget, sample_rate=sample_rate, engine=engine,
+                scheduler=scheduler, progress=True,
+            )  # fmt: skip
             if out is not None:
                 names = write_out_dir(result, out, force=force)
                 print(f"wrote {display_path(out)}: {', '.join(names)}", file=sys.stderr)

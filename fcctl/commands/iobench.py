@@ -150,50 +150,21 @@ def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
         ] = None,
     ) -> None:
         """Write sessions as flat files and as eviction-ordered buckets; restore both cold; fio."""
+        from fcctl import api
         from fcctl.common.outdir import atomic_out_dir, check_out_dir
-        from fcctl.common.units import parse_int_list, parse_size
-        from fcctl.iobench.config import IobenchConfig
-        from fcctl.iobench.run import run_iobench
 
         if out is not None:  # refused before the run, not after minutes of it
             check_out_dir(out, force=force, marker=OUT_MARKER, command="iobench")
-        config = IobenchConfig(
-            directory=dir,
-            force=force,
-            keep=keep,
-            layout=layout,
-            trace=trace,
-            trace_format=trace_format,
-            scale=scale,
-            size_limit_bytes=parse_size(size_limit, what="--size-limit"),
-            sessions=sessions,
-            tokens=tokens,
-            turns=turns,
-            model=model,
-            model_config=model_config,
-            tp=tp,
-            kv_dtype=kv_dtype,
-            block_tokens=block_tokens,
-            bucket_bytes=parse_size(bucket_size, what="--bucket-size"),
-            memory_tier_bytes=None
-            if memory_tier is None
-            else parse_size(memory_tier, what="--memory-tier"),
-            concurrency=tuple(parse_int_list(concurrency, what="--concurrency")),
-            repeat=repeat,
-            engine=engine,
-            engine_threads=threads,
-            max_command_bytes=None
-            if max_command is None
-            else parse_size(max_command, what="--max-command"),
-            buffers=buffers,
-            fio=not no_fio,
-            fio_runtime_s=fio_runtime,
-            verify_checksums=verify_checksums,
-            free_margin_bytes=None
-            if free_margin is None
-            else parse_size(free_margin, what="--free-margin"),
-        )
-        result = run_iobench(config, progress=True, hooks=hooks)
+        result = api.iobench(
+            dir, force=force, keep=keep, layout=layout, trace=trace, trace_format=trace_format,
+            scale=scale, size_limit_bytes=size_limit, sessions=sessions, tokens=tokens,
+            turns=turns, model=model, model_config=model_config, tp=tp, kv_dtype=kv_dtype,
+            block_tokens=block_tokens, bucket_bytes=bucket_size, memory_tier_bytes=memory_tier,
+            concurrency=concurrency, repeat=repeat, engine=engine, engine_threads=threads,
+            max_command_bytes=max_command, buffers=buffers, fio=not no_fio,
+            fio_runtime_s=fio_runtime, verify_checksums=verify_checksums,
+            free_margin_bytes=free_margin, progress=True, hooks=hooks,
+        )  # fmt: skip
         if keep:
             print(f"iobench: kept the files in {result.directory}", file=sys.stderr)
 

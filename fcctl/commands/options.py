@@ -12,15 +12,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from fcctl.commands import FORMAT_NAMES
 from fcctl.layout.geometry import preset_names
-
-if TYPE_CHECKING:
-    from fcctl.analyzers.replay import Hardware
 
 #: Every preset, for --help (the geometry module is light: no numpy, no torch).
 _PRESETS = ", ".join(preset_names())
@@ -92,41 +89,6 @@ IoProfileOpt = Annotated[
     typer.Option("--io-profile", help="`fcctl iobench --json` document: SSD figures."),
 ]
 ScheduleSeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the session schedule.")]
-
-
-def hardware_from_flags(hardware: str | None, io_profile: Path | None, **sizes: Any) -> Hardware:
-    """The simulated node: preset or hw.toml, then the size and rate flags, then an io-profile.
-
-    ``sizes`` are library field names (``gpus``, ``gpu_kv_bytes``, ...); a ``*_bytes`` value is
-    a size string such as ``40GiB``; the flag in a message is the name without ``_bytes``, with
-    dashes; ``None`` leaves the preset's value.
-    """
-    from fcctl.analyzers.replay import apply_io_profile, load_hardware, with_values
-    from fcctl.common.units import parse_size
-
-    hw = load_hardware(hardware)
-    for key, value in sizes.items():
-        if value is None:
-            continue
-        flag = f"--{key.replace('_bytes', '').replace('_', '-')}"
-        if key.endswith("_bytes"):
-            value = parse_size(value, what=flag)
-        hw = with_values(hw, {key: value}, flag)
-    if io_profile is not None:
-        hw = apply_io_profile(hw, io_profile)
-    return hw
-
-
-def parse_rates(rates: str) -> tuple[float, ...]:
-    """``--rates`` as numbers; anything else is an input error naming the flag."""
-    from fcctl.common.errors import FcctlInputError
-
-    try:
-        return tuple(float(x) for x in rates.split(","))
-    except ValueError:
-        raise FcctlInputError(
-            f"--rates: expected comma-separated numbers like 0.1,0.5; got {rates!r}"
-        ) from None
 
 
 def print_result(result: Any, *, as_json: bool, print_summary: Callable[[Any], None]) -> None:

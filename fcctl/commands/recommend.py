@@ -26,18 +26,14 @@ from fcctl.commands.options import (
     SsdOpt,
     StagingOpt,
     TpOpt,
-    hardware_from_flags,
-    parse_rates,
     print_result,
 )
 from fcctl.errors import cli_errors
 
-_FLAGS = {"config_path": "--model-config"}
-
 
 def register(app: typer.Typer) -> None:
     @app.command("recommend-thresholds")
-    @cli_errors(flags=_FLAGS)
+    @cli_errors
     def recommend_thresholds(
         trace: Annotated[Path, typer.Argument(help="Trace file (anything analyze reads).")],
         format: FormatOpt = None,
@@ -108,36 +104,27 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Recommend FlatCake's placement thresholds for a trace: sweep, baselines, misplacement."""
-        from fcctl.analyzers.recommend import (
-            RecommendConfig,
-            default_jobs,
-            parse_grid,
-            recommend_thresholds,
-            thresholds_source,
-            thresholds_toml,
-        )
+        from fcctl import api
+        from fcctl.analyzers.recommend import thresholds_source, thresholds_toml
         from fcctl.analyzers.recommend.emit import (
             MANIFEST,
             check_distinct_outputs,
             check_name,
             emit_package,
         )
-        from fcctl.analyzers.traces.readers import read_trace
         from fcctl.common.outdir import check_out_dir
-        from fcctl.common.progress import Progress
-        from fcctl.layout.geometry import model_geometry
+        from fcctl.errors import flag_for
         from fcctl.reports.recommend_report import (
             check_recommend_out_dir,
             print_summary,
             write_out_dir,
         )
 
-        geometry = model_geometry(model, config_path=model_config, tp=tp, kv_dtype=kv_dtype)
-        hw = hardware_from_flags(
-            hardware, io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv, host_memory_bytes=host_memory,
-            ssd_bytes=ssd, staging_bytes=staging, prefill_tokens_per_s=prefill_tokens_per_s,
+        node = api.hardware(
+            hardware, io_profile=io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv,
+            host_memory_bytes=host_memory, ssd_bytes=ssd, staging_bytes=staging,
+            prefill_tokens_per_s=prefill_tokens_per_s, source_of=flag_for,
         )  # fmt: skip
-        rate_list = parse_rates(rates)
         # Every output path is checked before the sweep, so a bad one costs nothing.
         check_distinct_outputs(out, emit)
         if out is not None:
@@ -146,27 +133,12 @@ def register(app: typer.Typer) -> None:
             check_name(emit_name)
             check_out_dir(emit, force=force, marker=f"{emit_name}/{MANIFEST}",
                           command="--emit", flag="--emit")  # fmt: skip
-        config = RecommendConfig(
-            geometry=geometry,
-            hardware=hw,
-            rates=rate_list,
-            short_reply_grid=None
-            if short_reply is None
-            else parse_grid(short_reply, "--short-reply"),
-            agent_context_grid=None
-            if agent_context is None
-            else parse_grid(agent_context, "--agent-context"),
-            objective=objective,
-            target_rate=target_rate,
-            seed=seed,
-            jobs=default_jobs() if jobs is None else jobs,
-        )
-        with Progress(enabled=True) as progress:
-            # No name holds the parsed trace here: with worker processes the sweep can let go
-            # of it once they have their copies.
-            result = recommend_thresholds(
-                read_trace(trace, format, progress=progress), config, progress=progress
-            )
+        result = api.recommend_thresholds(
+            trace, format=format, rates=rates, short_reply_grid=short_reply,
+            agent_context_grid=agent_context, objective=objective, target_rate=target_rate,
+            model=model, model_config=model_config, tp=tp, kv_dtype=kv_dtype, hardware=node,
+            seed=seed, jobs=jobs, progress=True,
+        )  # fmt: skip
         if out is not None:
             written = write_out_dir(result, out, force=force)
             print(f"wrote {out}: {', '.join(written)}", file=sys.stderr)

@@ -25,23 +25,14 @@ from fcctl.commands.options import (
     SsdOpt,
     StagingOpt,
     TpOpt,
-    hardware_from_flags,
-    parse_rates,
     print_result,
 )
 from fcctl.errors import cli_errors
 
-# Library parameters whose flag is not simply --name-with-dashes.
-_FLAGS = {
-    "config_path": "--model-config",
-    "short_reply_tokens": "--short-reply",
-    "agent_context_tokens": "--agent-context",
-}
-
 
 def register(app: typer.Typer) -> None:
     @app.command("replay")
-    @cli_errors(flags=_FLAGS)
+    @cli_errors
     def replay(
         trace: Annotated[Path, typer.Argument(help="Trace file (anything analyze reads).")],
         format: FormatOpt = None,
@@ -81,35 +72,23 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Replay a trace under load: reused KV delivered to the GPU, TTFT, SSD traffic."""
-        from fcctl.analyzers.replay import ReplayConfig, replay_trace
-        from fcctl.analyzers.traces.readers import read_trace
-        from fcctl.common.progress import Progress
-        from fcctl.layout.geometry import model_geometry
-        from fcctl.layout.placement import PlacementRule
+        from fcctl import api
+        from fcctl.errors import flag_for
         from fcctl.reports.replay_report import check_replay_out_dir, print_summary, write_out_dir
 
-        geometry = model_geometry(model, config_path=model_config, tp=tp, kv_dtype=kv_dtype)
-        hw = hardware_from_flags(
-            hardware, io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv, host_memory_bytes=host_memory,
-            ssd_bytes=ssd, staging_bytes=staging, prefill_tokens_per_s=prefill_tokens_per_s,
+        node = api.hardware(
+            hardware, io_profile=io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv,
+            host_memory_bytes=host_memory, ssd_bytes=ssd, staging_bytes=staging,
+            prefill_tokens_per_s=prefill_tokens_per_s, source_of=flag_for,
         )  # fmt: skip
-        rule_args = {}
-        if short_reply is not None:
-            rule_args["short_reply_tokens"] = short_reply
-        if agent_context is not None:
-            rule_args["agent_context_tokens"] = agent_context
-        rule = PlacementRule(**rule_args)
-        rate_list = parse_rates(rates)
-        names = tuple(p.strip() for p in policies.split(",") if p.strip())
         if out is not None:
             check_replay_out_dir(out, force=force)
-        config = ReplayConfig(
-            geometry=geometry, hardware=hw, policies=names, rates=rate_list, placement=rule,
-            seed=seed, keep_tables=out is not None,
+        result = api.replay(
+            trace, format=format, policies=policies, rates=rates, model=model,
+            model_config=model_config, tp=tp, kv_dtype=kv_dtype, hardware=node,
+            short_reply_tokens=short_reply, agent_context_tokens=agent_context, seed=seed,
+            keep_tables=out is not None, progress=True,
         )  # fmt: skip
-        with Progress(enabled=True) as progress:
-            parsed = read_trace(trace, format, progress=progress)
-            result = replay_trace(parsed, config, progress=progress)
         if out is not None:
             written = write_out_dir(result, out, force=force)
             print(f"wrote {out}: {', '.join(written)}", file=sys.stderr)

@@ -1,0 +1,519 @@
+"""fcctl's public Python API: one call per command, returning the command's frozen result.
+
+Every decision a command makes lives here, not in the CLI: whether a source is one trace file
+or a dataset of canonical Parquet files, whether the analysis runs in this process or on Dask,
+how the simulated node is put together from a preset and overrides. ``fcctl <command>`` parses
+its flags, makes one of these calls and renders the result, so a notebook gets exactly the
+figures the CLI prints (``fcctl.common.jsonio.dumps(result)`` is the ``--json`` document).
+
+Sizes are bytes: an ``int``, or a size string such as ``"64GiB"`` (binary and decimal units,
+see :func:`fcctl.common.units.parse_size`). Bad input raises
+:class:`~fcctl.common.errors.InputError` (a ``ValueError``) whose ``parameter`` names the
+argument at fault and whose message starts with ``"{parameter}: "``; a run that failed on this
+machine raises :class:`~fcctl.common.errors.RunFailed`.
+
+This module imports nothing heavy at import time (numpy, polars load on the first call), so
+``import fcctl`` stays light. See docs/python-api.md for a worked example.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fcctl.analyzers.recommend import RecommendResult
+    from fcctl.analyzers.replay import Hardware, ReplayResult
+    from fcctl.analyzers.reuse.analyze import AnalysisResult
+    from fcctl.analyzers.traces.schema import Trace
+    from fcctl.common.progress import Progress
+    from fcctl.iobench.result import IobenchResult
+    from fcctl.iobench.run import RunHooks
+    from fcctl.layout.geometry import KvGeometry
+
+__all__ = [
+    "analyze",
+    "geometry",
+    "hardware",
+    "iobench",
+    "read_trace",
+    "recommend_thresholds",
+    "replay",
+]
+
+Size = int | str
+Sizes = str | Sequence[int]
+
+#: Defaults shared by several calls (the CLI's defaults are these).
+DEFAULT_MODEL = "llama-3.1-8b"
+DEFAULT_MAX_LINE_BYTES: Size = "64MiB"
+
+
+def _size(value: Size, parameter: str) -> int:
+    """``value`` in bytes; an error names ``parameter``."""
+    from fcctl.common.errors import UnitError
+    from fcctl.common.units import parse_size
+
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise UnitError(
+            f"{parameter}: expected bytes (an int) or a size like 64GiB; got {value!r}",
+            parameter=parameter,
+        )
+    try:
+        return parse_size(value, what=parameter)
+    except UnitError as e:
+        raise UnitError(str(e), parameter=parameter) from None
+
+
+def _optional_size(value: Size | None, parameter: str) -> int | None:
+    return None if value is None else _size(value, parameter)
+
+
+def _sizes(value: Sizes, parameter: str) -> list[int]:
+    """A comma-separated size list, or a sequence of sizes; each > 0."""
+    from fcctl.common.errors import UnitError
+    from fcctl.common.units import parse_size_list
+
+    if isinstance(value, str):
+        try:
+            return parse_size_list(value, what=parameter)
+        except UnitError as e:
+            raise UnitError(str(e), parameter=parameter) from None
+    out = []
+    for item in value:
+        size = _size(item, parameter)
+        if size <= 0:
+            raise UnitError(
+                f"{parameter}: each size must be > 0; got {item!r}", parameter=parameter
+            )
+        out.append(size)
+    return out
+
+
+def _numbers(value: str | Sequence[float], parameter: str, example: str) -> tuple[float, ...]:
+    """Comma-separated numbers (or a sequence of them) as floats; an error names ``parameter``."""
+    from fcctl.common.errors import FcctlInputError
+
+    try:
+        if isinstance(value, str):
+            return tuple(float(x) for x in value.split(","))
+        return tuple(float(x) for x in value)
+    except (TypeError, ValueError):
+        raise FcctlInputError(
+            f"{parameter}: expected comma-separated numbers like {example}; got {value!r}",
+            parameter=parameter,
+        ) from None
+
+
+def _names(value: str | Sequence[str]) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    return tuple(p.strip() for p in items if p.strip())
+
+
+@contextlib.contextmanager
+def _progress(progress: Progress | bool) -> Iterator[Progress]:
+    """The caller's display, or one of our own (``True``: a bar on stderr when a terminal)."""
+    from fcctl.common.progress import Progress
+
+    if isinstance(progress, Progress):
+        yield progress
+        return
+    with Progress(enabled=bool(progress)) as own:
+        yield own
+
+
+def geometry(
+    model: str = DEFAULT_MODEL,
+    *,
+    model_config: str | Path | None = None,
+    tp: int | None = None,
+    kv_dtype: str | None = None,
+) -> KvGeometry:
+    """The KV geometry of ``model`` (a preset name) or of a Hugging Face ``model_config``
+    (config.json, overrides ``model``), over ``tp`` tensor-parallel ranks (default 1) with the
+    KV stored as ``kv_dtype`` (bf16, fp16, fp8, fp32; default: the model's)."""
+    from fcctl.layout.geometry import model_geometry
+
+    config = None if model_config is None else Path(model_config)
+    return model_geometry(model, config_path=config, tp=tp, kv_dtype=kv_dtype)
+
+
+def read_trace(
+    source: str | Path,
+    *,
+    format: str | None = None,
+    columns: str | Mapping[str, str] | None = None,
+    max_line_bytes: Size = DEFAULT_MAX_LINE_BYTES,
+    progress: Progress | bool = False,
+) -> Trace:
+    """Read one trace file (or Claude Code directory) into the canonical trace.
+
+    ``format``: a reader name (``fcctl convert --help`` lists them); ``None`` detects it.
+    ``columns``: the ``generic`` format's column mapping (``"timestamp=ts,input=in,output=out"``).
+    ``max_line_bytes``: the longest line read (bytes); a longer one is an error.
+    ``progress``: ``True`` draws a bar on stderr when it is a terminal.
+    The trace's ``requests`` table is a polars DataFrame.
+    """
+    from fcctl.analyzers.traces.readers import read_trace as read
+
+    limit = _size(max_line_bytes, "max_line_bytes")
+    with _progress(progress) as bar:
+        return read(source, format, progress=bar, max_line_bytes=limit, columns=columns)
+
+
+def analyze(
+    source: str | Path,
+    *,
+    format: str | None = None,
+    columns: str | Mapping[str, str] | None = None,
+    max_line_bytes: Size = DEFAULT_MAX_LINE_BYTES,
+    model: str = DEFAULT_MODEL,
+    model_config: str | Path | None = None,
+    tp: int | None = None,
+    kv_dtype: str | None = None,
+    memory_capacities_bytes: Sizes | None = None,
+    rate_requests_per_s: float | None = None,
+    concurrent_sessions: int | None = None,
+    seed: int = 0,
+    flat_session_kv_bytes: Size = "1GiB",
+    reference_capacity_bytes: Size = "256GiB",
+    memory_budget_bytes: Size | None = None,
+    sample_rate: float | None = None,
+    engine: str = "local",
+    scheduler: str | None = None,
+    progress: Progress | bool = False,
+) -> AnalysisResult:
+    """Measure block reuse, reuse distances, session KV sizes and memory-tier hit shares.
+
+    ``source``: a trace file, a Claude Code directory, or a dataset (a directory or glob of
+    canonical Parquet files, as ``fcctl convert --partition-by`` and ``fcctl synth`` write).
+    ``format``/``columns``/``max_line_bytes``: as :func:`read_trace` (one trace file only).
+    ``model``/``model_config``/``tp``/``kv_dtype``: as :func:`geometry`; the KV bytes are the
+    node total over the ``tp`` ranks.
+    ``memory_capacities_bytes``: memory-tier capacities (default 16GiB,64GiB,256GiB,1TiB).
+    ``rate_requests_per_s``: interleave a per-session-clock trace's sessions by Poisson session
+    starts at this rate (requests/s); or ``concurrent_sessions`` at once; ``seed`` seeds it.
+    ``flat_session_kv_bytes``/``reference_capacity_bytes``: the verdict's thresholds.
+    ``memory_budget_bytes``: memory the analysis may use (default 30% of this machine's);
+    ``sample_rate``: a SHARDS rate (0 < R <= 1) instead of the one the budget picks.
+    ``engine``: ``"local"`` (this process) or ``"dask"`` (the cluster at ``scheduler``, an
+    address such as ``tcp://10.0.0.5:8786``, or a local one).
+    Tables (``result.tables``) are polars DataFrames.
+    """
+    from fcctl.analyzers.reuse.analyze import VerdictThresholds, check_schedule_args
+    from fcctl.analyzers.reuse.bounded import analyze_dataset, check_engine, check_sample_rate
+    from fcctl.analyzers.traces.dataset import Dataset, is_dataset_spec, open_dataset
+    from fcctl.common.errors import FcctlInputError
+    from fcctl.common.paths import display_path
+
+    # Every parameter first: a typo should fail before minutes of parsing.
+    kv = geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
+    capacities = (
+        None
+        if memory_capacities_bytes is None
+        else _sizes(memory_capacities_bytes, "memory_capacities_bytes")
+    )
+    check_schedule_args(rate_requests_per_s, concurrent_sessions)
+    thresholds = VerdictThresholds(
+        flat_session_kv_bytes=_size(flat_session_kv_bytes, "flat_session_kv_bytes"),
+        reference_capacity_bytes=_size(reference_capacity_bytes, "reference_capacity_bytes"),
+    )
+    line_limit = _size(max_line_bytes, "max_line_bytes")
+    budget = _optional_size(memory_budget_bytes, "memory_budget_bytes")
+    if sample_rate is not None:
+        check_sample_rate(sample_rate)
+    check_engine(engine, scheduler)
+    dataset_input = is_dataset_spec(source)
+    if dataset_input and (columns is not None or format not in (None, "parquet")):
+        raise FcctlInputError(
+            f"format: {display_path(Path(source))} is a dataset of canonical Parquet files; "
+            "format and columns apply to one trace file (convert it first)",
+            parameter="format",
+        )
+    with _progress(progress) as bar:
+        if engine == "dask":
+            from fcctl.analyzers.reuse.dask_engine import analyze_dask
+
+            return analyze_dask(
+                source, geometry=kv, scheduler=scheduler, memory_budget_bytes=budget,
+                sample_rate=sample_rate, memory_capacities_bytes=capacities, progress=bar,
+                thresholds=thresholds, rate_requests_per_s=rate_requests_per_s,
+                concurrent_sessions=concurrent_sessions, seed=seed,
+            )  # fmt: skip
+        if dataset_input:
+            data = open_dataset(source, bar)
+        else:
+            data = Dataset.from_trace(
+                read_trace(
+                    source, format=format, columns=columns, max_line_bytes=line_limit,
+                    progress=bar,
+                )
+            )  # fmt: skip
+        return analyze_dataset(
+            data, geometry=kv, memory_budget_bytes=budget, sample_rate=sample_rate,
+            memory_capacities_bytes=capacities, progress=bar, thresholds=thresholds,
+            rate_requests_per_s=rate_requests_per_s, concurrent_sessions=concurrent_sessions,
+            seed=seed,
+        )  # fmt: skip
+
+
+def hardware(
+    preset: str | Path | None = None,
+    *,
+    io_profile: str | Path | None = None,
+    gpus: int | None = None,
+    gpu_kv_bytes: Size | None = None,
+    host_memory_bytes: Size | None = None,
+    ssd_bytes: Size | None = None,
+    staging_bytes: Size | None = None,
+    prefill_tokens_per_s: float | None = None,
+    source_of: Callable[[str], str] | None = None,
+) -> Hardware:
+    """The simulated node: a preset name (h100-8x, h200-8x, b200-8x; default h200-8x) or a
+    hw.toml file, then the overrides, then the SSD figures of an ``io_profile`` (an
+    ``fcctl iobench --json`` document).
+
+    ``gpus``: GPUs on the node; ``gpu_kv_bytes``: KV-cache bytes per GPU; ``host_memory_bytes``,
+    ``ssd_bytes``: KV capacity per node; ``staging_bytes``: the tiered policy's host staging
+    buffer; ``prefill_tokens_per_s``: a prefill rate (tokens/s) instead of the fitted model.
+    ``None`` keeps the preset's value. ``hardware.sources`` records each override as its
+    parameter name, or as ``source_of(parameter)`` (the CLI records its flag).
+    """
+    from fcctl.analyzers.replay import apply_io_profile, load_hardware, with_values
+
+    label = source_of or (lambda parameter: parameter)
+    hw = load_hardware(None if preset is None else str(preset))
+    overrides = {
+        "gpus": gpus,
+        "gpu_kv_bytes": gpu_kv_bytes,
+        "host_memory_bytes": host_memory_bytes,
+        "ssd_bytes": ssd_bytes,
+        "staging_bytes": staging_bytes,
+        "prefill_tokens_per_s": prefill_tokens_per_s,
+    }
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key.endswith("_bytes"):
+            value = _size(value, key)  # type: ignore[arg-type]
+        hw = with_values(hw, {key: value}, label(key))
+    if io_profile is not None:
+        hw = apply_io_profile(hw, io_profile)
+    return hw
+
+
+def _node(hw: Hardware | None) -> Hardware:
+    """``hw``, or the default preset (a parameter named ``hardware`` hides :func:`hardware`)."""
+    from fcctl.analyzers.replay import load_hardware
+
+    return load_hardware(None) if hw is None else hw
+
+
+def replay(
+    source: str | Path | Trace,
+    *,
+    format: str | None = None,
+    policies: str | Sequence[str] = ("memory-only", "tiered", "flat", "flat-fcfs"),
+    rates: str | Sequence[float] = (0.1, 0.25, 0.5, 1.0),
+    model: str = DEFAULT_MODEL,
+    model_config: str | Path | None = None,
+    tp: int | None = None,
+    kv_dtype: str | None = None,
+    hardware: Hardware | None = None,
+    short_reply_tokens: int | None = None,
+    agent_context_tokens: int | None = None,
+    seed: int = 0,
+    keep_tables: bool = False,
+    progress: Progress | bool = False,
+) -> ReplayResult:
+    """Replay a trace through each policy at each request rate: reused KV delivered to the GPU,
+    TTFT, SSD traffic.
+
+    ``source``: a trace file (anything :func:`read_trace` reads, with ``format``) or a trace
+    already read. ``policies``: registry names (``fcctl.analyzers.replay.POLICIES``), a list or
+    comma-separated. ``rates``: requests/s. ``model``...``kv_dtype``: as :func:`geometry`.
+    ``hardware``: the node (:func:`hardware`; default the h200-8x preset).
+    ``short_reply_tokens``/``agent_context_tokens``: the placement thresholds (tokens; default
+    the placement rule's). ``seed``: the session schedule's. ``keep_tables``: keep the
+    per-request polars DataFrames (``write_out_dir`` needs them).
+    """
+    from fcctl.analyzers.replay import ReplayConfig, replay_trace
+    from fcctl.layout.placement import PlacementRule
+
+    kv = geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
+    rule_args = {}
+    if short_reply_tokens is not None:
+        rule_args["short_reply_tokens"] = short_reply_tokens
+    if agent_context_tokens is not None:
+        rule_args["agent_context_tokens"] = agent_context_tokens
+    config = ReplayConfig(
+        geometry=kv, hardware=_node(hardware), policies=_names(policies),
+        rates=_numbers(rates, "rates", "0.1,0.5"), placement=PlacementRule(**rule_args),
+        seed=seed, keep_tables=keep_tables,
+    )  # fmt: skip
+    with _progress(progress) as bar:
+        trace = _trace(source, format, bar)
+        return replay_trace(trace, config, progress=bar)
+
+
+def _trace(source: str | Path | Trace, format: str | None, progress: Progress) -> Trace:
+    from fcctl.analyzers.traces.schema import Trace
+
+    if isinstance(source, Trace):
+        return source
+    return read_trace(source, format=format, progress=progress)
+
+
+def _grid(value: str | Sequence[int] | None, parameter: str) -> tuple[int, ...] | None:
+    from fcctl.analyzers.recommend.grid import check_grid, parse_grid
+
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return parse_grid(value, parameter)
+    return check_grid(value, parameter)
+
+
+def recommend_thresholds(
+    source: str | Path | Trace,
+    *,
+    format: str | None = None,
+    rates: str | Sequence[float] = (0.1, 0.25, 0.5, 1.0),
+    short_reply_grid: str | Sequence[int] | None = None,
+    agent_context_grid: str | Sequence[int] | None = None,
+    objective: str = "hit",
+    target_rate: float | None = None,
+    model: str = DEFAULT_MODEL,
+    model_config: str | Path | None = None,
+    tp: int | None = None,
+    kv_dtype: str | None = None,
+    hardware: Hardware | None = None,
+    seed: int = 0,
+    jobs: int | None = None,
+    progress: Progress | bool = False,
+) -> RecommendResult:
+    """Sweep FlatCake's placement thresholds on a trace and recommend a pair.
+
+    ``short_reply_grid``/``agent_context_grid``: thresholds to sweep (tokens; a list or
+    ``"256,512,1024"``; default from the trace's percentiles). ``objective``: ``"hit"`` (highest
+    GPU hit share, ties by p99 TTFT) or ``"ttft-p99"``. ``target_rate``: the rate (requests/s)
+    the pick is made at (default the highest of ``rates``). ``jobs``: simulations run in
+    parallel processes (default the CPUs available). Other parameters as :func:`replay`.
+    """
+    from fcctl.analyzers.recommend import RecommendConfig, default_jobs
+    from fcctl.analyzers.recommend import recommend_thresholds as sweep
+
+    config = RecommendConfig(
+        geometry=geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype),
+        hardware=_node(hardware),
+        rates=_numbers(rates, "rates", "0.1,0.5"),
+        short_reply_grid=_grid(short_reply_grid, "short_reply_grid"),
+        agent_context_grid=_grid(agent_context_grid, "agent_context_grid"),
+        objective=objective,
+        target_rate=target_rate,
+        seed=seed,
+        jobs=default_jobs() if jobs is None else jobs,
+    )
+    with _progress(progress) as bar:
+        # No name here holds a trace read from a file: with worker processes the sweep can let
+        # go of it once they have their copies.
+        return sweep(_trace(source, format, bar), config, progress=bar)
+
+
+def iobench(
+    directory: str | Path | None = None,
+    *,
+    force: bool = False,
+    keep: bool = False,
+    layout: str = "both",
+    trace: str | Path | None = None,
+    trace_format: str | None = None,
+    scale: float = 1.0,
+    size_limit_bytes: Size = "2GiB",
+    sessions: int = 16,
+    tokens: int = 1024,
+    turns: int = 4,
+    model: str = DEFAULT_MODEL,
+    model_config: str | Path | None = None,
+    tp: int | None = None,
+    kv_dtype: str | None = None,
+    block_tokens: int = 16,
+    bucket_bytes: Size = "256MiB",
+    memory_tier_bytes: Size | None = None,
+    concurrency: str | Sequence[int] = (1, 4, 16),
+    repeat: int = 1,
+    engine: str | None = None,
+    engine_threads: int | None = None,
+    max_command_bytes: Size | None = None,
+    buffers: str = "auto",
+    fio: bool = True,
+    fio_runtime_s: float = 1.5,
+    verify_checksums: bool = True,
+    free_margin_bytes: Size | None = None,
+    progress: bool = False,
+    hooks: RunHooks | None = None,
+) -> IobenchResult:
+    """Write sessions as flat per-session files and as eviction-ordered buckets, restore both
+    cold, and measure fio's sequential read as the reference.
+
+    ``directory``: where to write (a new subdirectory; default a new temp dir); ``force``: use
+    a non-empty one; ``keep``: keep the files. ``layout``: flat, eviction or both.
+    ``trace``/``trace_format``: take sessions and turns from a trace, token counts times
+    ``scale``, fitted under ``size_limit_bytes`` (per layout); else ``sessions`` synthetic
+    sessions of ``tokens`` tokens in ``turns`` turns. ``model``...``kv_dtype``: as
+    :func:`geometry`, one rank's KV. ``block_tokens``: tokens per KV page; ``bucket_bytes``:
+    eviction bucket file size; ``memory_tier_bytes``: the baseline's LRU memory tier (default
+    1/8 of the workload). ``concurrency``: sessions restored at once (a list or ``"1,4,16"``);
+    ``repeat``: runs (medians reported). ``engine``: posix or kvikio (default kvikio where it
+    can read); ``engine_threads``: commands in flight; ``max_command_bytes``: split flat reads.
+    ``buffers``: host, gpu or auto. ``fio``: run the reference for ``fio_runtime_s`` seconds per
+    job. ``verify_checksums``: check layer checksums inside the timed restore.
+    ``free_margin_bytes``: free space to leave (default max(1GiB, 5%)). ``hooks``: plug points
+    for tests and embedders (:class:`~fcctl.iobench.run.RunHooks`).
+    Call ``result.check_verified()`` to raise if a piece read back wrong.
+    """
+    from fcctl.common.errors import UnitError
+    from fcctl.common.units import parse_int_list
+    from fcctl.iobench.config import IobenchConfig
+    from fcctl.iobench.run import run_iobench
+
+    if isinstance(concurrency, str):
+        try:
+            restore_at_once = tuple(parse_int_list(concurrency, what="concurrency"))
+        except UnitError as e:
+            raise UnitError(str(e), parameter="concurrency") from None
+    else:
+        restore_at_once = tuple(concurrency)
+    config = IobenchConfig(
+        directory=None if directory is None else Path(directory),
+        force=force,
+        keep=keep,
+        layout=layout,
+        trace=None if trace is None else Path(trace),
+        trace_format=trace_format,
+        scale=scale,
+        size_limit_bytes=_size(size_limit_bytes, "size_limit_bytes"),
+        sessions=sessions,
+        tokens=tokens,
+        turns=turns,
+        model=model,
+        model_config=None if model_config is None else Path(model_config),
+        tp=tp,
+        kv_dtype=kv_dtype,
+        block_tokens=block_tokens,
+        bucket_bytes=_size(bucket_bytes, "bucket_bytes"),
+        memory_tier_bytes=_optional_size(memory_tier_bytes, "memory_tier_bytes"),
+        concurrency=restore_at_once,
+        repeat=repeat,
+        engine=engine,
+        engine_threads=engine_threads,
+        max_command_bytes=_optional_size(max_command_bytes, "max_command_bytes"),
+        buffers=buffers,
+        fio=fio,
+        fio_runtime_s=fio_runtime_s,
+        verify_checksums=verify_checksums,
+        free_margin_bytes=_optional_size(free_margin_bytes, "free_margin_bytes"),
+    )
+    return run_iobench(config, progress=progress, hooks=hooks)
