@@ -392,6 +392,8 @@ def recommend_thresholds(
     hardware: Hardware | None = None,
     seed: int = 0,
     jobs: int | None = None,
+    decision_margin_pp: float = 1.0,
+    decision_ttft_margin: float = 0.1,
     progress: Progress | bool = False,
 ) -> RecommendResult:
     """Sweep FlatCake's placement thresholds on a trace and recommend a pair.
@@ -400,7 +402,10 @@ def recommend_thresholds(
     ``"256,512,1024"``; default from the trace's percentiles). ``objective``: ``"hit"`` (highest
     GPU hit share, ties by p99 TTFT) or ``"ttft-p99"``. ``target_rate``: the rate (requests/s)
     the pick is made at (default the highest of ``rates``). ``jobs``: simulations run in
-    parallel processes (default the CPUs available). Other parameters as :func:`replay`.
+    parallel processes (default the CPUs available). ``decision_margin_pp`` (percentage points
+    of GPU hit share) and ``decision_ttft_margin`` (a fraction of mean TTFT): pairs closer than
+    both are equal, and when all are, the thresholds do not matter (the default pair is
+    recommended). Other parameters as :func:`replay`.
     """
     from fcctl.analyzers.recommend import RecommendConfig, default_jobs
     from fcctl.analyzers.recommend import recommend_thresholds as sweep
@@ -415,6 +420,8 @@ def recommend_thresholds(
         target_rate=target_rate,
         seed=seed,
         jobs=default_jobs() if jobs is None else jobs,
+        decision_margin_pp=decision_margin_pp,
+        decision_ttft_margin=decision_ttft_margin,
     )
     with _progress(progress) as bar:
         # No name here holds a trace read from a file: with worker processes the sweep can let

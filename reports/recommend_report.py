@@ -116,6 +116,18 @@ def render_summary(result: RecommendResult, console: Console) -> None:
         f"GPU hit share {fmt.share(rec.gpu_hit_share)}, TTFT mean "
         f"{fmt.seconds(rec.ttft_s.mean)}, p99 {fmt.seconds(rec.ttft_s.p99)}"
     )
+    sp = rec.spread
+    spread = (
+        f"{sp.pairs} pairs at {rec.rate:g} req/s span "
+        f"{'n/a' if sp.hit_share_pp is None else f'{sp.hit_share_pp:.2f}'} pp of GPU hit share "
+        f"and x{'n/a' if sp.ttft_mean_ratio is None else f'{sp.ttft_mean_ratio:.3f}'} of mean "
+        f"TTFT (margins {sp.margin_pp:g} pp, {100 * sp.ttft_margin:g} %)"
+    )
+    if rec.matters:
+        console.print(f"the thresholds matter: {spread}; {rec.why}")
+    else:
+        console.print(f"the thresholds do not matter here: {spread}; the default pair is "
+                      "recommended (and emitted with --emit)")  # fmt: skip
     console.print("misplacement cost:")
     for m in result.misplacement:
         console.print(f"  {misplacement_sentence(result, m)}")

@@ -21,11 +21,18 @@ from fcctl.analyzers.recommend import (
     recommend_thresholds,
     threshold_classes,
 )
-from fcctl.analyzers.recommend.sweep import misplacement_pairs
+from fcctl.analyzers.recommend.sweep import (
+    MAX_GRID_EXTENSIONS,
+    extend_axis,
+    matters,
+    misplacement_pairs,
+    spread_of,
+)
 from fcctl.analyzers.replay import PRESETS, build_workload
 from fcctl.analyzers.traces.readers import read_trace
 from fcctl.analyzers.traces.schema import Trace
 from fcctl.layout.geometry import model_geometry
+from fcctl.layout.placement import DEFAULT_AGENT_CONTEXT_TOKENS, DEFAULT_SHORT_REPLY_TOKENS
 from tests.conftest import SAMPLES
 from tests.replay_helpers import BLOCK_TOKENS, TINY, tiny_node, trace_of
 
@@ -68,9 +75,12 @@ GOOD_AGENT = (1000, 30_000)  # between the chats' contexts and the agents' conte
 
 
 def test_known_right_thresholds_win() -> None:
+    # Margins 0: on this small trace the right pairs are only 0.15 % faster (mean TTFT), which
+    # the default margins call "does not matter" (test_thresholds_that_do_not_matter).
     config = RecommendConfig(
         geometry=TINY, hardware=tiny_node(host=120), rates=(0.5, 2.0),
         short_reply_grid=(100, *GOOD_SHORT), agent_context_grid=(128, *GOOD_AGENT),
+        decision_margin_pp=0.0, decision_ttft_margin=0.0,
     )  # fmt: skip
     result = recommend_thresholds(chats_and_agents(), config)
     rec = result.recommendation
@@ -174,16 +184,26 @@ def test_target_rate_and_objective() -> None:
     config = RecommendConfig(
         geometry=TINY, hardware=tiny_node(host=120), rates=(2.0,), target_rate=0.5,
         short_reply_grid=(100, 400), agent_context_grid=(128, 1000), objective="ttft-p99",
+        decision_margin_pp=0.0, decision_ttft_margin=0.0,
     )  # fmt: skip
     result = recommend_thresholds(chats_and_agents(), config)
     assert [r.rate for r in result.rates] == [0.5, 2.0]  # the target rate is added
     rec = result.recommendation
     at = [g for g in result.grid if g.rate == 0.5]
     assert rec.rate == 0.5 and rec.ttft_s.p99 == min(g.ttft_s.p99 or 0 for g in at)
-    assert (rec.short_reply_tokens, rec.agent_context_tokens) == (
-        pick(at, "ttft-p99").short_reply_tokens,
-        pick(at, "ttft-p99").agent_context_tokens,
-    )
+    if rec.matters:
+        chosen = pick(at, "ttft-p99")
+        assert (rec.short_reply_tokens, rec.agent_context_tokens) == (
+            chosen.short_reply_tokens,
+            chosen.agent_context_tokens,
+        )
+    else:  # at 0.5 req/s every pair measures the same: even margins of 0 see no difference
+        assert rec.spread.hit_share_pp == 0 and rec.spread.ttft_mean_ratio == 1
+        assert len({(g.gpu_hit_share, g.ttft_s.mean) for g in at}) == 1
+        assert (rec.short_reply_tokens, rec.agent_context_tokens) == (
+            DEFAULT_SHORT_REPLY_TOKENS,
+            DEFAULT_AGENT_CONTEXT_TOKENS,
+        )
 
 
 @pytest.mark.slow
@@ -206,3 +226,60 @@ def test_default_run_on_the_mooncake_synthetic_trace(shared_traces: Path) -> Non
     )
     for r in result.rates:
         assert r.policies["flat"].gpu_hit_share <= (result.ideal_hit_share or 1) + 1e-12
+
+
+def test_spread_and_matters_by_the_margins() -> None:
+    def cell(hit: float, mean: float) -> GridCell:
+        return GridCell(1, 1, 1.0, hit, Ttft(mean, mean), 0)
+
+    same = spread_of([cell(0.5, 1.0), cell(0.5, 1.0)], 1.0, 0.1)
+    assert (same.hit_share_pp, same.ttft_mean_ratio, matters(same)) == (0.0, 1.0, False)
+    # 1 pp apart is within a 1 pp margin; just over it matters.
+    assert not matters(spread_of([cell(0.50, 1.0), cell(0.51, 1.0)], 1.0, 0.1))
+    assert matters(spread_of([cell(0.50, 1.0), cell(0.5101, 1.0)], 1.0, 0.1))
+    # 10 % slower is within a 10 % margin; 11 % matters even with equal hit shares.
+    assert not matters(spread_of([cell(0.5, 1.0), cell(0.5, 1.1)], 1.0, 0.1))
+    assert matters(spread_of([cell(0.5, 1.0), cell(0.5, 1.11)], 1.0, 0.1))
+    assert not matters(spread_of([cell(0.5, 1.0)], 0.0, 0.0))  # one pair: nothing to choose
+    # A pair without figures cannot be shown equal: it matters (the pick rule decides).
+    assert matters(spread_of([cell(0.5, 1.0), GridCell(2, 2, 1.0, None, Ttft(None, None), 0)],
+                             1.0, 0.1))  # fmt: skip
+
+
+def test_extend_axis_rule() -> None:
+    assert extend_axis((128, 256, 1024), 1024) == 2048  # the largest: double it
+    assert extend_axis((128, 256, 1024), 128) == 64  # the smallest: half it
+    assert extend_axis((1, 8), 1) == 0 and extend_axis((0, 8), 0) is None  # 0 is the floor
+    assert extend_axis((128, 256, 1024), 256) is None  # inside: nothing to extend
+    assert extend_axis((256,), 256) is None  # one value: no edge to speak of
+
+
+def test_default_grid_extends_when_the_pick_sits_on_its_edge() -> None:
+    """Margins 0 on the hand-made trace with a big host: the pick starts on both default axes'
+    largest values, so each gains the next power of two; the final pick is measured on the grid
+    as extended and the notes say what was added."""
+    config = RecommendConfig(
+        geometry=TINY, hardware=tiny_node(host=120), rates=(0.5, 2.0),
+        decision_margin_pp=0.0, decision_ttft_margin=0.0,
+    )  # fmt: skip
+    trace = chats_and_agents()
+    w = build_workload(trace, TINY, 1)
+    shorts0, agents0 = default_grid(w.input_tokens, w.output_tokens, w.prev_request)
+    result = recommend_thresholds(trace, config)
+    rec = result.recommendation
+    shorts = sorted({g.short_reply_tokens for g in result.grid})
+    agents = sorted({g.agent_context_tokens for g in result.grid})
+    added_s, added_a = sorted(set(shorts) - set(shorts0)), sorted(set(agents) - set(agents0))
+    assert added_s and added_a and set(shorts0) <= set(shorts) and set(agents0) <= set(agents)
+    assert len(added_s) <= MAX_GRID_EXTENSIONS and len(added_a) <= MAX_GRID_EXTENSIONS
+    assert added_s[0] == 2 * max(shorts0) and added_a[0] == 2 * max(agents0)
+    # The grid is still a full product at every rate (each added pair ran at each rate).
+    assert len(result.grid) == len(shorts) * len(agents) * 2
+    at = [g for g in result.grid if g.rate == rec.rate]
+    assert rec.matters and (rec.short_reply_tokens, rec.agent_context_tokens) == (
+        pick(at, "hit").short_reply_tokens, pick(at, "hit").agent_context_tokens,
+    )  # fmt: skip
+    notes = " ".join(result.facts.notes)
+    assert f"short-reply grid was extended by {added_s[0]:,}" in notes
+    assert f"agent-context grid was extended by {added_a[0]:,}" in notes
+    assert "wider" not in notes

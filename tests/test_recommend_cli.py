@@ -17,10 +17,13 @@ from tests.conftest import SAMPLES
 
 runner = CliRunner()
 MOONCAKE = str(SAMPLES / "mooncake_conversation_2k.jsonl")
-# A small node so the placement matters on the 2,000-request sample; a 2x2 grid, two rates.
-SMALL = ["--gpus", "2", "--gpu-kv", "2GiB", "--host-memory", "4GiB", "--ssd", "64GiB",
-         "--rates", "0.5,2", "--short-reply", "128,512", "--agent-context", "4096,16384",
-         "--jobs", "1"]  # fmt: skip
+# A small node on the 2,000-request sample; a 2x2 grid, two rates. The pairs differ by less than
+# the default margins (0.2 pp, 0.4 % TTFT: test_thresholds_that_do_not_matter), so these tests
+# compare exactly (margins 0): the pick among measured differences, and the grid as given.
+NODE = ["--gpus", "2", "--gpu-kv", "2GiB", "--host-memory", "4GiB", "--ssd", "64GiB",
+        "--rates", "0.5,2", "--short-reply", "128,512", "--agent-context", "4096,16384",
+        "--jobs", "1"]  # fmt: skip
+SMALL = [*NODE, "--decision-margin-pp", "0", "--decision-ttft-margin", "0"]
 
 
 def _run(*args: str) -> Any:
@@ -37,10 +40,13 @@ def doc() -> dict[str, Any]:
 def test_json_keys_exactly_as_issue_9(doc: dict[str, Any]) -> None:
     assert list(doc) == ["schema_version", "recommendation", "ideal_hit_share", "rates", "grid",
                          "misplacement", "hardware", "provenance"]  # fmt: skip
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     rec = doc["recommendation"]
     assert list(rec) == ["short_reply_tokens", "agent_context_tokens", "rate", "gpu_hit_share",
-                         "ttft_s"]  # fmt: skip
+                         "ttft_s", "matters", "spread", "why"]  # fmt: skip
+    assert list(rec["spread"]) == ["pairs", "hit_share_pp", "ttft_mean_ratio", "margin_pp",
+                                   "ttft_margin"]  # fmt: skip
+    assert rec["matters"] is True and rec["spread"]["pairs"] == 4
     assert list(rec["ttft_s"]) == ["mean", "p99"] and rec["rate"] == 2.0
     assert len(doc["grid"]) == 2 * 2 * 2
     for g in doc["grid"]:
@@ -56,6 +62,36 @@ def test_json_keys_exactly_as_issue_9(doc: dict[str, Any]) -> None:
     assert rec["gpu_hit_share"] == best
     assert doc["hardware"]["host_memory_bytes"]["value"] == 4 * 2**30
     assert doc["provenance"]["fcctl_version"]
+
+
+def test_thresholds_that_do_not_matter(tmp_path: Path) -> None:
+    """Default margins on the same run: every pair is within 1 pp and 10 %, so the command says
+    the thresholds do not matter, recommends and emits the placement's default pair (measured,
+    on the grid), and suggests no wider grid."""
+    from fcctl.layout.placement import DEFAULT_AGENT_CONTEXT_TOKENS, DEFAULT_SHORT_REPLY_TOKENS
+
+    emit = tmp_path / "emit"
+    result = _run(MOONCAKE, *NODE, "--json", "--emit", str(emit), "--emit-name", "fcs")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    rec = doc["recommendation"]
+    sp = rec["spread"]
+    assert rec["matters"] is False and "do not matter" in rec["why"]
+    assert sp["hit_share_pp"] <= sp["margin_pp"] == 1.0
+    assert sp["ttft_mean_ratio"] <= 1 + sp["ttft_margin"] and sp["ttft_margin"] == 0.1
+    default = (DEFAULT_SHORT_REPLY_TOKENS, DEFAULT_AGENT_CONTEXT_TOKENS)
+    assert (rec["short_reply_tokens"], rec["agent_context_tokens"]) == default
+    at = [g for g in doc["grid"] if g["rate"] == rec["rate"]]
+    hits = [g["gpu_hit_share"] for g in at]
+    assert sp["pairs"] == len(at) == 9  # the 2x2 grid gained the default values: 3x3
+    assert abs(sp["hit_share_pp"] - 100 * (max(hits) - min(hits))) < 1e-9
+    cell = next(g for g in at if (g["short_reply_tokens"], g["agent_context_tokens"]) == default)
+    assert cell["gpu_hit_share"] == rec["gpu_hit_share"] and cell["ttft_s"] == rec["ttft_s"]
+    text = (emit / "fcs" / "thresholds.py").read_text()
+    assert f"SHORT_REPLY_TOKENS = {default[0]}" in text
+    summary = _run(MOONCAKE, *NODE)
+    assert "the thresholds do not matter here" in summary.stdout
+    assert "wider" not in summary.stdout
 
 
 def test_human_summary() -> None:
@@ -82,7 +118,7 @@ def test_out_and_emit(tmp_path: Path, doc: dict[str, Any]) -> None:
     assert toml["thresholds"] == {"short_reply_tokens": rec["short_reply_tokens"],
                                   "agent_context_tokens": rec["agent_context_tokens"]}  # fmt: skip
     assert toml["source"]["rate_per_s"] == 2.0 and toml["source"]["trace"] == MOONCAKE
-    assert pl.read_parquet(out / "grid.parquet").height == 8
+    assert pl.read_parquet(out / "grid.parquet").height == 8  # a given grid is not extended
     assert pl.read_parquet(out / "misplacement.parquet").height == 6
     pkg = emit / "fcs"
     assert (pkg / "MANIFEST").is_file() and (pkg / "store.py").is_file()
@@ -114,6 +150,8 @@ def test_out_and_emit(tmp_path: Path, doc: dict[str, Any]) -> None:
         (["--out", "same", "--emit", "same"], "--out, --emit: must be separate"),
         (["--out", "a", "--emit", "a/pkg"], "--out, --emit: must be separate"),
         (["--jobs", "0"], "--jobs: must be an integer >= 1"),
+        (["--decision-margin-pp", "-1"], "--decision-margin-pp: must be finite, in 0..100"),
+        (["--decision-ttft-margin", "nan"], "--decision-ttft-margin: must be finite"),
         (["--emit", "x", "--emit-name", "not-a-name"], "--emit-name: must be a Python identifier"),
         (["--hardware", "h900-8x"], "--hardware: unknown preset"),
         (["--host-memory", "lots"], "--host-memory"),

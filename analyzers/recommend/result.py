@@ -14,7 +14,7 @@ from typing import Any
 from fcctl.analyzers.replay.result import RateResult
 from fcctl.common.provenance import Provenance
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: recommendation.matters, recommendation.spread, recommendation.why
 NOT_JSON = {"json": False}
 
 #: The misplacement changes, in the order they are evaluated and shown.
@@ -49,14 +49,36 @@ class GridCell:
 
 
 @dataclass(frozen=True)
+class Spread:
+    """How far apart the grid's pairs are at the target rate (docs/recommend.md, "Do the
+    thresholds matter?"): ``hit_share_pp`` is the highest GPU hit share minus the lowest, in
+    percentage points; ``ttft_mean_ratio`` the highest mean TTFT over the lowest (None when a
+    pair has no TTFT); ``pairs`` how many pairs were compared; the margins are the decision's."""
+
+    pairs: int
+    hit_share_pp: float | None
+    ttft_mean_ratio: float | None
+    margin_pp: float
+    ttft_margin: float
+
+
+@dataclass(frozen=True)
 class Recommendation:
-    """The picked pair and its figures at the target ``rate``."""
+    """The recommended pair and its figures at the target ``rate``.
+
+    ``matters`` is False when no pair of the grid is apart from another by more than the
+    margins (``spread``); the pair is then the placement's default one, measured like the rest.
+    ``why`` says in one sentence how the pair was chosen.
+    """
 
     short_reply_tokens: int
     agent_context_tokens: int
     rate: float
     gpu_hit_share: float | None
     ttft_s: Ttft
+    matters: bool
+    spread: Spread
+    why: str
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,21 @@ pair with the highest GPU hit share; ties (exactly equal shares) go to the lower
 then the smaller short-reply threshold, then the smaller agent-context threshold (when nothing
 measured tells them apart, keep less in memory: host memory is the scarce tier).
 
+**Do the thresholds matter?** (:func:`spread_of`) At the target rate, the grid's pairs are
+compared on the decision's two figures (:mod:`fcctl.analyzers.replay.decision`): they *matter*
+when the highest GPU hit share exceeds the lowest by more than ``margin_pp`` percentage points,
+or the highest mean TTFT exceeds the lowest by more than ``ttft_margin`` (relative). When they do
+not, the recommendation is the placement's default pair (:mod:`fcctl.layout.placement`), added
+to the grid and simulated like every other pair if the grid lacks it, and no note suggests a
+wider grid: a wider one moves nothing the margins can see.
+
+**Grid extension** (:func:`extend_axis`). When the thresholds matter and the pick sits on an
+edge of a *default* grid axis (its largest value, or its smallest above 0), that axis gains the
+next power of two beyond the edge (double the largest; half the smallest, 1 -> 0), the new pairs
+run at every rate, and the pick is made again; at most :data:`MAX_GRID_EXTENSIONS` values per
+axis, each stated in a note. A grid the user gave is never extended (a note says the pick is on
+its edge).
+
 **Misplacement** (:data:`~.result.CHANGES`): the recommended pair with one threshold halved or
 doubled, ``agent_context_tokens = 0`` (every later turn with a context is an agent turn: every
 short chat goes to SSD), and both thresholds at :data:`ALL_MEMORY_TOKENS` (every later turn is a
@@ -51,6 +66,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -63,6 +79,7 @@ from fcctl.analyzers.recommend.result import (
     Recommendation,
     RecommendResult,
     RunFacts,
+    Spread,
     Ttft,
 )
 from fcctl.analyzers.replay import (
@@ -75,6 +92,7 @@ from fcctl.analyzers.replay import (
     build_workload,
     simulate,
 )
+from fcctl.analyzers.replay.decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins
 from fcctl.analyzers.replay.hardware import hardware_document
 from fcctl.analyzers.replay.run import DEFAULT_SEED, check_rates, workers_of
 from fcctl.analyzers.traces.schema import Trace
@@ -82,7 +100,11 @@ from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
 from fcctl.common.provenance import collect_provenance, utc_now
 from fcctl.layout.geometry import KvGeometry
-from fcctl.layout.placement import PlacementRule
+from fcctl.layout.placement import (
+    DEFAULT_AGENT_CONTEXT_TOKENS,
+    DEFAULT_SHORT_REPLY_TOKENS,
+    PlacementRule,
+)
 
 OBJECTIVES: tuple[str, ...] = ("hit", "ttft-p99")
 #: Both thresholds for "every session in memory": above any token count a trace holds.
@@ -90,6 +112,9 @@ ALL_MEMORY_TOKENS = 2**62
 #: The policies of ``rates[].policies``, in replay's order; ``flat`` at the recommended pair.
 RATE_POLICIES: tuple[str, ...] = ("memory-only", "tiered", "flat", "flat-fcfs")
 _THRESHOLD_FREE = ("memory-only", "tiered")
+Notes = tuple[str, ...]
+#: Values a default grid axis may gain beyond its edge (module docstring, "Grid extension").
+MAX_GRID_EXTENSIONS = 3
 
 # Threshold classes of one request (rules 3-6 of layout.placement, in its order).
 CLASS_FIRST_TURN = 0
@@ -101,7 +126,9 @@ CLASS_SHORT_REPLY_CHAT = 3
 @dataclass(frozen=True)
 class RecommendConfig:
     """What to sweep: geometry, hardware, rates (requests/s), grids (tokens; ``None``: the
-    default grid of :mod:`.grid`), objective, target rate, seed, worker processes."""
+    default grid of :mod:`.grid`), objective, target rate, seed, worker processes, and the
+    margins within which pairs count as equal (percentage points of hit share; a fraction of
+    mean TTFT: :mod:`fcctl.analyzers.replay.decision`)."""
 
     geometry: KvGeometry
     hardware: Hardware
@@ -112,6 +139,8 @@ class RecommendConfig:
     target_rate: float | None = None
     seed: int = DEFAULT_SEED
     jobs: int = 1
+    decision_margin_pp: float = DEFAULT_MARGIN_PP
+    decision_ttft_margin: float = DEFAULT_TTFT_MARGIN
 
 
 @dataclass(frozen=True)
@@ -337,27 +366,156 @@ def _notes(w: Workload) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _edge_notes(
-    short: int, agent: int, shorts: tuple[int, ...], agents: tuple[int, ...]
-) -> tuple[str, ...]:
-    """A pick on the grid's edge may have a better neighbour outside it: say which way."""
-    notes = []
-    for name, flag, value, grid in (
-        ("short-reply", "--short-reply", short, shorts),
-        ("agent-context", "--agent-context", agent, agents),
-    ):
-        if len(grid) > 1 and value in (grid[0], grid[-1]):
-            side = "largest" if value == grid[-1] else "smallest"
-            notes.append(
-                f"the {name} threshold picked ({value:,}) is the grid's {side}: a wider "
-                f"{flag} grid may find a better one (the misplacement rows try half and double)"
-            )
-    return tuple(notes)
+def spread_of(cells: Sequence[GridCell], margin_pp: float, ttft_margin: float) -> Spread:
+    """How far apart ``cells`` (one rate) are on hit share and mean TTFT (module docstring)."""
+    hits = [100.0 * c.gpu_hit_share for c in cells if c.gpu_hit_share is not None]
+    ttfts = [c.ttft_s.mean for c in cells if c.ttft_s.mean is not None]
+    hit_pp = max(hits) - min(hits) if hits else None
+    ratio = None
+    if ttfts and len(ttfts) == len(cells) and min(ttfts) > 0:
+        ratio = max(ttfts) / min(ttfts)
+    return Spread(len(cells), hit_pp, ratio, margin_pp, ttft_margin)
+
+
+def matters(spread: Spread) -> bool:
+    """Whether any two pairs are apart by more than the margins (a missing figure: True, the
+    conservative answer, since nothing shows the pairs equal)."""
+    if spread.pairs < 2:
+        return False
+    if spread.hit_share_pp is None or spread.ttft_mean_ratio is None:
+        return True
+    return spread.hit_share_pp > spread.margin_pp or spread.ttft_mean_ratio > 1 + spread.ttft_margin
+
+
+def extend_axis(grid: tuple[int, ...], value: int) -> int | None:
+    """The value a default axis gains when the pick ``value`` sits on its edge, or None."""
+    if len(grid) < 2 or value not in (grid[0], grid[-1]):
+        return None
+    if value == grid[-1]:
+        return max(1, 2 * value)
+    return value // 2 if value > 0 else None
 
 
 def default_jobs() -> int:
     """CPUs this process may run on (the sweep's default worker processes)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _why(spread: Spread, objective: str) -> str:
+    if not matters(spread):
+        if spread.pairs < 2:
+            return "one pair on the grid: the placement's default pair"
+        return (
+            f"the thresholds do not matter here: the {spread.pairs} pairs are within "
+            f"{spread.margin_pp:g} pp of GPU hit share and {100 * spread.ttft_margin:g} % of mean "
+            "TTFT of each other; the placement's default pair"
+        )
+    first = "GPU hit share" if objective == "hit" else "p99 TTFT"
+    return f"the best of {spread.pairs} pairs by {first} at the target rate"
+
+
+def _choose(
+    runner: _Runner,
+    grid: tuple[GridCell, ...],
+    rates: tuple[float, ...],
+    target: float,
+    shorts: tuple[int, ...],
+    agents: tuple[int, ...],
+    config: RecommendConfig,
+    task: Any,
+) -> tuple[GridCell, Spread, tuple[GridCell, ...], tuple[int, ...], tuple[int, ...], Notes]:
+    """The recommended cell (module docstring: the pick, whether the thresholds matter, grid
+    extension), with the grid as it ends and the notes that say what changed it."""
+    extendable = {
+        "short-reply": config.short_reply_grid is None,
+        "agent-context": config.agent_context_grid is None,
+    }
+    added: dict[str, list[int]] = {"short-reply": [], "agent-context": []}
+    added_default = False
+    while True:
+        at_target = [g for g in grid if g.rate == target]
+        spread = spread_of(at_target, config.decision_margin_pp, config.decision_ttft_margin)
+        new_shorts, new_agents = shorts, agents
+        if matters(spread):
+            best = pick(at_target, config.objective)
+            for name, axis, value in (
+                ("short-reply", shorts, best.short_reply_tokens),
+                ("agent-context", agents, best.agent_context_tokens),
+            ):
+                more = extend_axis(axis, value)
+                if more is None or not extendable[name] or len(added[name]) >= MAX_GRID_EXTENSIONS:
+                    continue
+                added[name].append(more)
+                if name == "short-reply":
+                    new_shorts = tuple(sorted({*shorts, more}))
+                else:
+                    new_agents = tuple(sorted({*agents, more}))
+        elif not added_default and (
+            DEFAULT_SHORT_REPLY_TOKENS not in shorts or DEFAULT_AGENT_CONTEXT_TOKENS not in agents
+        ):
+            added_default = True
+            new_shorts = tuple(sorted({*shorts, DEFAULT_SHORT_REPLY_TOKENS}))
+            new_agents = tuple(sorted({*agents, DEFAULT_AGENT_CONTEXT_TOKENS}))
+        else:
+            key = (DEFAULT_SHORT_REPLY_TOKENS, DEFAULT_AGENT_CONTEXT_TOKENS)
+            best = next(
+                (g for g in at_target if (g.short_reply_tokens, g.agent_context_tokens) == key),
+                None,
+            ) or pick(at_target, config.objective)  # a one-pair grid without the default
+        if (new_shorts, new_agents) == (shorts, agents):
+            break
+        have = {(g.short_reply_tokens, g.agent_context_tokens) for g in at_target}
+        cells = [
+            Cell("flat", r, cs, ca)
+            for r in rates
+            for cs in new_shorts
+            for ca in new_agents
+            if (cs, ca) not in have
+        ]
+        task.add_total(len(cells))
+        runner.run(cells)
+        shorts, agents = new_shorts, new_agents
+        grid = tuple(
+            _grid_cell(cs, ca, r, runner.get(Cell("flat", r, cs, ca)))
+            for r in rates
+            for cs in shorts
+            for ca in agents
+        )
+    return best, spread, grid, shorts, agents, _grid_notes(best, spread, shorts, agents, added,
+                                                           extendable, added_default)  # fmt: skip
+
+
+def _grid_notes(
+    best: GridCell,
+    spread: Spread,
+    shorts: tuple[int, ...],
+    agents: tuple[int, ...],
+    added: dict[str, list[int]],
+    extendable: dict[str, bool],
+    added_default: bool,
+) -> tuple[str, ...]:
+    notes = []
+    if added_default:
+        notes.append("the grid gained the placement's default pair, the recommendation when the "
+                     "thresholds do not matter")  # fmt: skip
+    for name, axis, value in (
+        ("short-reply", shorts, best.short_reply_tokens),
+        ("agent-context", agents, best.agent_context_tokens),
+    ):
+        if added[name]:
+            values = ", ".join(f"{v:,}" for v in added[name])
+            notes.append(
+                f"the {name} grid was extended by {values} tokens: the pick sat on its edge "
+                f"(at most {MAX_GRID_EXTENSIONS} values are added per threshold)"
+            )
+        if matters(spread) and extend_axis(axis, value) is not None:
+            if not extendable[name]:
+                notes.append(f"the {name} threshold picked ({value:,}) is on the edge of the "
+                             "given grid (a given grid is not extended)")  # fmt: skip
+            else:
+                notes.append(f"the {name} threshold picked ({value:,}) is still on the grid's "
+                             f"edge after {MAX_GRID_EXTENSIONS} extensions")  # fmt: skip
+    return tuple(notes)
 
 
 def recommend_thresholds(
@@ -371,6 +529,7 @@ def recommend_thresholds(
         )
     if not isinstance(config.jobs, int) or config.jobs < 1:
         raise FcctlInputError(f"--jobs: must be an integer >= 1; got {config.jobs!r}")
+    check_margins(config.decision_margin_pp, config.decision_ttft_margin)
     rates = check_rates(config.rates)
     if config.target_rate is not None:
         target = check_rates([config.target_rate], flag="--target-rate")[0]
@@ -414,7 +573,9 @@ def recommend_thresholds(
                 _grid_cell(c.short_reply_tokens, c.agent_context_tokens, c.rate, runner.get(c))
                 for c in grid_cells
             )
-            best = pick([g for g in grid if g.rate == target], config.objective)
+            best, spread, grid, shorts, agents, grid_notes = _choose(
+                runner, grid, rates, target, shorts, agents, config, task
+            )
             s, a = best.short_reply_tokens, best.agent_context_tokens
             changes = misplacement_pairs(s, a)
             fcfs_cells = [Cell("flat-fcfs", r, s, a) for r in rates]
@@ -441,7 +602,16 @@ def recommend_thresholds(
         )
     return RecommendResult(
         schema_version=SCHEMA_VERSION,
-        recommendation=Recommendation(s, a, target, best.gpu_hit_share, best.ttft_s),
+        recommendation=Recommendation(
+            short_reply_tokens=s,
+            agent_context_tokens=a,
+            rate=target,
+            gpu_hit_share=best.gpu_hit_share,
+            ttft_s=best.ttft_s,
+            matters=matters(spread),
+            spread=spread,
+            why=_why(spread, config.objective),
+        ),
         ideal_hit_share=ideal,
         rates=tuple(rate_results),
         grid=grid,
@@ -452,6 +622,6 @@ def recommend_thresholds(
             facts,
             simulations_run=runner.simulated,
             simulations_reused=runner.reused,
-            notes=facts.notes + _edge_notes(s, a, shorts, agents),
+            notes=facts.notes + grid_notes,
         ),
     )

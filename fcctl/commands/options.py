@@ -89,6 +89,21 @@ IoProfileOpt = Annotated[
     typer.Option("--io-profile", help="`fcctl iobench --json` document: SSD figures."),
 ]
 ScheduleSeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the session schedule.")]
+# The decision's margins (analyzers/replay/decision.py; defaults there, repeated in the help).
+DecisionMarginOpt = Annotated[
+    float,
+    typer.Option(
+        "--decision-margin-pp",
+        help="GPU hit share (percentage points) one choice must lead by to count as better.",
+    ),
+]
+DecisionTtftMarginOpt = Annotated[
+    float,
+    typer.Option(
+        "--decision-ttft-margin",
+        help="Mean TTFT (a fraction: 0.1 = 10 %) one choice must lead by to count as better.",
+    ),
+]
 
 
 def print_result(result: Any, *, as_json: bool, print_summary: Callable[[Any], None]) -> None:

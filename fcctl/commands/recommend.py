@@ -10,6 +10,8 @@ from typing import Annotated
 import typer
 
 from fcctl.commands.options import (
+    DecisionMarginOpt,
+    DecisionTtftMarginOpt,
     FormatOpt,
     GpuKvOpt,
     GpusOpt,
@@ -78,6 +80,8 @@ def register(app: typer.Typer) -> None:
         prefill_tokens_per_s: PrefillTokensPerSOpt = None,
         io_profile: IoProfileOpt = None,
         seed: ScheduleSeedOpt = 0,
+        decision_margin_pp: DecisionMarginOpt = 1.0,
+        decision_ttft_margin: DecisionTtftMarginOpt = 0.1,
         jobs: Annotated[
             int | None,
             typer.Option("--jobs", help="Simulations run in parallel processes [CPUs available]."),
@@ -137,7 +141,8 @@ def register(app: typer.Typer) -> None:
             trace, format=format, rates=rates, short_reply_grid=short_reply,
             agent_context_grid=agent_context, objective=objective, target_rate=target_rate,
             model=model, model_config=model_config, tp=tp, kv_dtype=kv_dtype, hardware=node,
-            seed=seed, jobs=jobs, progress=True,
+            seed=seed, jobs=jobs, decision_margin_pp=decision_margin_pp,
+            decision_ttft_margin=decision_ttft_margin, progress=True,
         )  # fmt: skip
         if out is not None:
             written = write_out_dir(result, out, force=force)

@@ -38,6 +38,13 @@ class Task:
         if self._progress is not None:
             self._progress.update(self._task_id, completed=completed / self._per_unit)
 
+    def add_total(self, amount: float) -> None:
+        """Grow the total by ``amount`` (work found on the way, e.g. an extended grid)."""
+        if self._progress is not None and amount:
+            for task in self._progress.tasks:
+                if task.id == self._task_id and task.total is not None:
+                    self._progress.update(self._task_id, total=task.total + amount / self._per_unit)
+
     def describe(self, description: str) -> None:
         """Rename the line (e.g. to name the phase now running)."""
         if self._progress is not None:
