@@ -21,17 +21,20 @@ OUT_MARKER = "replay.json"
 
 def _table(result: ReplayResult) -> Table:
     t = Table(title="fcctl replay: reused blocks delivered to the GPU before prefill")
-    for col in ("rate/s", "policy", "GPU hit", "TTFT mean s", "p50", "p99", "SSD read",
-                "amplif.", "prefetch mean s", "p99", "cancelled", "recomputed tok"):  # fmt: skip
+    for col in ("rate/s", "got/s", "policy", "prefill", "SSD", "GPU hit", "TTFT s", "p99",
+                "SSD read", "amp.", "prefetch s", "p99", "cancel", "recomp. tok"):  # fmt: skip
         t.add_column(col, justify="left" if col in ("policy",) else "right")
     for rate in result.rates:
         for name, p in rate.policies.items():
+            u = p.utilisation
             t.add_row(
                 f"{rate.rate:g}",
+                fmt.sig3(p.achieved_rate.central, "-") + ("*" if p.saturated else ""),
                 name,
+                f"{fmt.share(u.prefill_mean)}/{fmt.share(u.prefill_max)}",
+                fmt.share(u.ssd_read),
                 fmt.share(p.gpu_hit_share, "-"),
                 fmt.sig3(p.ttft_s.mean, "-"),
-                fmt.sig3(p.ttft_s.p50, "-"),
                 fmt.sig3(p.ttft_s.p99, "-"),
                 fmt.size_2dp(p.ssd_read_bytes),
                 fmt.fixed2(p.read_amplification, "-"),
@@ -43,7 +46,29 @@ def _table(result: ReplayResult) -> Table:
     return t
 
 
+def decision_lines(result: ReplayResult) -> list[str]:
+    """One line per load point, the decision first (docs/simulator.md, "The decision")."""
+    lines = []
+    for rate in result.rates:
+        d = rate.decision
+        achieved = [p.achieved_rate.central for p in rate.policies.values()]
+        got = [a for a in achieved if a is not None]
+        reached = f", achieved {fmt.sig3(min(got))}-{fmt.sig3(max(got))}" if got else ""
+        lines.append(f"at {rate.rate:g} req/s offered{reached}: {d.best} ({d.why})")
+    m = result.decision_margins
+    div = result.divergence_rate
+    lines.append(
+        "divergence rate: "
+        + ("none (no load run shows a lead)" if div is None else f"{div:g} req/s")
+        + f" (the lowest load at which one layout leads by more than {m['margin_pp']:g} pp of "
+        f"GPU hit share or {100 * m['ttft_margin']:g} % of mean TTFT)"
+    )
+    return lines
+
+
 def render_summary(result: ReplayResult, console: Console) -> None:
+    for line in decision_lines(result):
+        console.print(f"decision {line}")
     tr = result.trace
     console.print(
         f"trace {tr.path} ({tr.format}): {tr.requests:,} requests, {tr.block_accesses:,} block "
@@ -53,6 +78,12 @@ def render_summary(result: ReplayResult, console: Console) -> None:
     ideal = fmt.share(result.ideal_hit_share, "-")
     console.print(f"ideal hit share (reuse access share): {ideal}")
     console.print(_table(result))
+    console.print(
+        "got/s: requests served per second in the steady-state window (arrivals 10-90 %), * "
+        "saturated (more than 10 % below the offered or arriving rate); prefill: busy share of "
+        "the span, mean/busiest worker; SSD: share of the span the read link is busy; TTFT over "
+        "the window"
+    )
     for note in result.notes:
         console.print(f"note: {note}")
 

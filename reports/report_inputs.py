@@ -29,7 +29,14 @@ from fcctl.common.errors import FcctlInputError
 from fcctl.common.paths import display_path
 
 #: The newest schema_version of each command's document this fcctl reads.
-SUPPORTED_SCHEMA = 1
+#: replay 2: the operating point per policy, a decision per rate, TTFT over the window;
+#: recommend-thresholds 2: recommendation.matters/spread/why (and replay's policy objects).
+SUPPORTED_SCHEMA: dict[str, int] = {
+    "analyze": 1,
+    "iobench": 1,
+    "replay": 2,
+    "recommend-thresholds": 2,
+}
 
 
 class ReportInputError(FcctlInputError):
@@ -217,10 +224,11 @@ def read_document(file: Path, directory: Path | None = None) -> Input:
         raise ReportInputError(
             f"{where}: schema_version: expected a whole number; got {_short(version)}"
         )
-    if version > SUPPORTED_SCHEMA:
+    newest = SUPPORTED_SCHEMA.get(command, 1)
+    if version > newest:
         raise ReportInputError(
             f"{where}: schema_version {version} of fcctl {command} is newer than this fcctl "
-            f"reads (up to {SUPPORTED_SCHEMA}); upgrade fcctl"
+            f"reads (up to {newest}); upgrade fcctl"
         )
     if version < 1:
         raise ReportInputError(f"{where}: schema_version must be >= 1; got {version}")

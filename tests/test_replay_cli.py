@@ -28,7 +28,8 @@ TIGHT = ["--gpu-kv", "8GiB", "--host-memory", "16GiB", "--ssd", "64GiB", "--stag
 POLICY_KEYS = {
     "gpu_hit_share", "ideal_hit_share", "ttft_s", "ssd_read_bytes", "read_amplification",
     "prefetch_s", "cancelled_prefetches", "recomputed_tokens", "peak_host_memory_bytes",
-    "peak_staging_bytes", "peak_ssd_bytes",
+    "peak_staging_bytes", "peak_ssd_bytes", "offered_rate", "achieved_rate", "saturated",
+    "concurrency", "utilisation", "staging", "sessions_active", "queue_depth",
 }  # fmt: skip
 
 
@@ -40,15 +41,24 @@ def test_json_document_and_golden() -> None:
     result = _run(CLAUDE, "--rates", "0.5,2", *TIGHT, "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)  # exactly one document
-    assert doc["schema_version"] == 1
-    assert {"trace", "kv", "hardware", "ideal_hit_share", "rates", "provenance"} <= set(doc)
+    assert doc["schema_version"] == 2
+    assert {"trace", "kv", "hardware", "ideal_hit_share", "rates", "divergence_rate",
+            "decision_margins", "provenance"} <= set(doc)  # fmt: skip
     assert [r["rate"] for r in doc["rates"]] == [0.5, 2.0]
     for r in doc["rates"]:
         assert list(r["policies"]) == ["memory-only", "tiered", "flat", "flat-fcfs"]
+        assert list(r["decision"]) == ["best", "margin_pp", "ttft_ratio", "ssd_read_ratio", "why"]
         for p in r["policies"].values():
             assert POLICY_KEYS <= set(p)
-            assert set(p["ttft_s"]) == {"mean", "p50", "p99"}
-            assert set(p["prefetch_s"]) == {"mean", "p99"}
+            assert list(p["ttft_s"]) == ["mean", "p50", "p99", "ssd", "no_ssd", "window_s",
+                                         "requests"]  # fmt: skip
+            assert list(p["prefetch_s"]) == ["mean", "wait_mean", "read_mean", "p99"]
+            assert p["offered_rate"] == r["rate"]
+            assert list(p["achieved_rate"]) == ["whole", "central"]
+            assert list(p["utilisation"]) == ["prefill_mean", "prefill_max", "decode_mean",
+                                              "ssd_read", "ssd_write", "pcie"]  # fmt: skip
+            assert list(p["staging"]) == ["bytes", "peak_bytes", "mean_bytes"]
+            assert list(p["sessions_active"]) == ["mean", "max"]
             assert p["ideal_hit_share"] == doc["ideal_hit_share"]
             assert p["gpu_hit_share"] <= doc["ideal_hit_share"]
     hw = doc["hardware"]
@@ -69,7 +79,10 @@ def test_human_table() -> None:
     out = result.stdout
     assert "ideal hit share (reuse access share): 92.64%" in out
     assert "memory-only" in out and "flat" in out and "tiered" not in out
-    assert "TTFT mean s" in out
+    assert "TTFT s" in out and "got/s" in out
+    # The summary starts with the decision at each load point, then the divergence rate.
+    assert out.startswith("decision at 1 req/s offered, achieved ")
+    assert "decision divergence rate: " in out
 
 
 def test_out_dir(tmp_path: Path) -> None:
@@ -81,7 +94,7 @@ def test_out_dir(tmp_path: Path) -> None:
                      "requests-tiered-rate1.parquet", "ttft.png"]  # fmt: skip
     table = pl.read_parquet(out / "requests-flat-rate1.parquet")
     assert table.height == 264 and "ttft_s" in table.columns
-    assert json.loads((out / "replay.json").read_text())["schema_version"] == 1
+    assert json.loads((out / "replay.json").read_text())["schema_version"] == 2
     again = _run(CLAUDE, "--rates", "1", "--out", str(out))
     assert again.exit_code == 2 and "--force" in again.stderr
 

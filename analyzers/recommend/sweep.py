@@ -90,6 +90,7 @@ from fcctl.analyzers.replay import (
     ReplayConfig,
     Workload,
     build_workload,
+    decision_of,
     simulate,
 )
 from fcctl.analyzers.replay.decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins
@@ -591,7 +592,8 @@ def recommend_thresholds(
             "flat": runner.get(Cell("flat", r, s, a)),
             "flat-fcfs": runner.get(Cell("flat-fcfs", r, s, a)),
         }
-        rate_results.append(RateResult(r, policies))
+        margins = (config.decision_margin_pp, config.decision_ttft_margin)
+        rate_results.append(RateResult(r, policies, decision_of(policies, *margins)))
     misplacement = []
     for change, cs, ca in changes:
         p = runner.get(Cell("flat", target, cs, ca))

@@ -19,6 +19,7 @@ from fcctl.analyzers.replay.result import PolicyResult, RateResult, ReplayResult
 from fcctl.analyzers.replay.run import (
     DEFAULT_RATES,
     ReplayConfig,
+    decision_of,
     replay_trace,
     simulate,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "Workload",
     "apply_io_profile",
     "build_workload",
+    "decision_of",
     "load_hardware",
     "replay_trace",
     "simulate",

@@ -165,10 +165,19 @@ def decide(
                 f"TTFT ({shares})"
             )
         else:
-            why = (
-                f"no layout leads the others by more than {margin_pp:g} pp of GPU hit share or "
-                f"{100.0 * ttft_margin:g} % of mean TTFT ({shares})"
-            )
+            # Name the layouts that tie at the top: those no other candidate leads.
+            top = [a for a in names if not any(leads(fig[b], fig[a], margin_pp, ttft_margin)
+                                               for b in names if b != a)]  # fmt: skip
+            trail = [n for n in names if n not in top]
+            within = f"{margin_pp:g} pp of GPU hit share or {100.0 * ttft_margin:g} % of mean TTFT"
+            if trail:
+                why = (
+                    f"{' and '.join(top)} tie (none leads another by more than {within}); "
+                    f"{', '.join(trail)} trail{'s' if len(trail) == 1 else ''}"
+                )
+            else:
+                why = f"no layout leads the others by more than {within}"
+            why += f" ({shares})"
     sat = [n for n in names if fig[n].saturated]
     if sat:
         why += f"; saturated (cannot reach the offered load): {', '.join(sat)}"

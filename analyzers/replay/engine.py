@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 
 from fcctl.analyzers.replay.hardware import Hardware
-from fcctl.analyzers.replay.timemodel import EventQueue, PsLink, prefill_s
+from fcctl.analyzers.replay.timemodel import EventQueue, LevelMeter, PsLink, prefill_s
 from fcctl.analyzers.replay.workload import Workload
 
 #: Progress callback: requests finished so far.
@@ -85,6 +85,12 @@ class RequestLog:
     ssd_read_commands: list[int] = field(init=False)
     prefetch_s: list[float] = field(init=False)
     cancelled: list[bool] = field(init=False)
+    # Phase times (seconds on the run's clock): loads done (queued for the worker), SSD read
+    # started (after waiting for staging, window or queue), prefill started, decode done.
+    ready_s: list[float] = field(init=False)
+    read_start_s: list[float] = field(init=False)
+    start_s: list[float] = field(init=False)
+    end_s: list[float] = field(init=False)
 
     def __post_init__(self) -> None:
         n = self.n
@@ -99,6 +105,10 @@ class RequestLog:
         self.ssd_read_commands = [0] * n
         self.prefetch_s = [math.nan] * n
         self.cancelled = [False] * n
+        self.ready_s = [math.nan] * n
+        self.read_start_s = [math.nan] * n
+        self.start_s = [math.nan] * n
+        self.end_s = [math.nan] * n
 
 
 class Simulation:
@@ -122,6 +132,8 @@ class Simulation:
         self.rate = rate
         self.events = EventQueue()
         self.ssd_link = PsLink(self.events)
+        #: Staging bytes held (tiered: host staging; flat: the GPU read windows in use).
+        self.staging = LevelMeter()
         self.log = RequestLog(workload.requests)
         self.progress = progress
         tp = workload.geometry.tp
@@ -183,7 +195,12 @@ class Simulation:
 
     def make_ready(self, r: int, now: float) -> None:
         """The policy says ``r``'s loads are over; start its worker if idle."""
+        self.log.ready_s[r] = now
         self.try_start(int(self.w.worker[r]), now)
+
+    def read_started(self, r: int, now: float) -> None:
+        """The policy started ``r``'s SSD read (its wait for staging or a window is over)."""
+        self.log.read_start_s[r] = now
 
     def try_start(self, w: int, now: float) -> None:
         if self.busy[w]:
@@ -194,6 +211,7 @@ class Simulation:
         self.busy[w] = True
         self.policy.on_prefill_start(r, now)
         log = self.log
+        log.start_s[r] = now
         inp = int(self.w.input_tokens[r])
         cached = min(log.delivered_blocks[r] * self.w.block_tokens, inp)
         t = self.copy_s(log.copy_blocks[r]) + prefill_s(
@@ -221,6 +239,7 @@ class Simulation:
         self.try_start(w, now)
 
     def _decode_done(self, now: float, r: Any) -> None:
+        self.log.end_s[r] = now
         self.policy.on_decode_done(r, now)
 
     # results -------------------------------------------------------------------------------
@@ -250,5 +269,10 @@ class Simulation:
                 "ssd_read_commands": np.array(log.ssd_read_commands, dtype=np.int64),
                 "prefetch_s": np.array(log.prefetch_s),
                 "cancelled": np.array(log.cancelled, dtype=np.bool_),
+                "copy_blocks": np.array(log.copy_blocks, dtype=np.int64),
+                "ready_s": np.array(log.ready_s),
+                "read_start_s": np.array(log.read_start_s),
+                "start_s": np.array(log.start_s),
+                "end_s": np.array(log.end_s),
             }
-        ).with_columns(pl.col("prefetch_s").fill_nan(None))
+        ).with_columns(pl.col("prefetch_s", "read_start_s").fill_nan(None))

@@ -8,9 +8,17 @@ from typing import Any
 
 import polars as pl
 
+from fcctl.analyzers.replay.decision import Decision
+from fcctl.analyzers.replay.operating import (
+    AchievedRate,
+    MeanMax,
+    QueueDepth,
+    Staging,
+    Utilisation,
+)
 from fcctl.common.provenance import Provenance
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: operating point per policy, decision per rate, window TTFT
 NOT_JSON = {"json": False}
 
 
@@ -41,15 +49,37 @@ class KvSummary:
 
 
 @dataclass(frozen=True)
-class TtftStats:
+class Percentiles:
+    """Mean, median and p99 (seconds) of the ``requests`` counted; None when there are none."""
+
     mean: float | None
     p50: float | None
     p99: float | None
+    requests: int
+
+
+@dataclass(frozen=True)
+class TtftStats:
+    """TTFT of the requests arriving in the steady-state window ``window_s`` [start, end]
+    (docs/simulator.md): all of them, those that read from SSD, those that did not."""
+
+    mean: float | None
+    p50: float | None
+    p99: float | None
+    ssd: Percentiles
+    no_ssd: Percentiles
+    window_s: tuple[float, float]
+    requests: int
 
 
 @dataclass(frozen=True)
 class PrefetchStats:
+    """Prefetch time of the requests that read from SSD (arrival to loads done), and its two
+    parts: waiting (staging, window or SSD queue) and reading."""
+
     mean: float | None
+    wait_mean: float | None
+    read_mean: float | None
     p99: float | None
 
 
@@ -75,14 +105,25 @@ class PolicyResult:
     ssd_read_commands: int
     ssd_delivered_bytes: int
     makespan_s: float
+    offered_rate: float | None
+    achieved_rate: AchievedRate
+    saturated: bool
+    concurrency: int | None
+    utilisation: Utilisation
+    staging: Staging
+    sessions_active: MeanMax
+    queue_depth: QueueDepth
     details: Mapping[str, Any]
     table: pl.DataFrame | None = field(default=None, metadata=NOT_JSON, compare=False)
 
 
 @dataclass(frozen=True)
 class RateResult:
+    """One load point: every policy, and the decision between them (analyzers/replay/decision)."""
+
     rate: float
     policies: Mapping[str, PolicyResult]
+    decision: Decision
 
 
 @dataclass(frozen=True)
@@ -104,5 +145,7 @@ class ReplayResult:
     load: Mapping[str, Any]
     ideal_hit_share: float | None
     rates: tuple[RateResult, ...]
+    divergence_rate: float | None
+    decision_margins: Mapping[str, float]
     notes: tuple[str, ...]
     provenance: Provenance

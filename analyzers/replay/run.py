@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import polars as pl
 
+from fcctl.analyzers.replay.decision import (
+    DEFAULT_MARGIN_PP,
+    DEFAULT_TTFT_MARGIN,
+    Decision,
+    PolicyFigures,
+    check_margins,
+    decide,
+    divergence_rate,
+)
 from fcctl.analyzers.replay.engine import Simulation
 from fcctl.analyzers.replay.hardware import Hardware, hardware_document
+from fcctl.analyzers.replay.operating import Window, operating_point
 from fcctl.analyzers.replay.policies import DEFAULT_POLICIES, POLICIES
 from fcctl.analyzers.replay.result import (
     SCHEMA_VERSION,
     KvSummary,
+    Percentiles,
     PlacementSettings,
     PolicyResult,
     PrefetchStats,
@@ -47,6 +59,8 @@ class ReplayConfig:
     placement: PlacementRule = field(default_factory=PlacementRule)
     seed: int = DEFAULT_SEED
     keep_tables: bool = False  # per-request tables for --out
+    decision_margin_pp: float = DEFAULT_MARGIN_PP
+    decision_ttft_margin: float = DEFAULT_TTFT_MARGIN
 
 
 def check_policies(names: Sequence[str]) -> tuple[str, ...]:
@@ -82,7 +96,45 @@ def _pct(values: np.ndarray, q: float) -> float | None:
     return float(np.percentile(values, q)) if values.shape[0] else None
 
 
-def summarize(sim: Simulation, keep_table: bool) -> PolicyResult:
+def _mean(values: np.ndarray) -> float | None:
+    return float(values.mean()) if values.shape[0] else None
+
+
+def _percentiles(values: np.ndarray) -> Percentiles:
+    return Percentiles(_mean(values), _pct(values, 50), _pct(values, 99), int(values.shape[0]))
+
+
+def ttft_stats(table: pl.DataFrame, window: Window) -> TtftStats:
+    """TTFT over the steady-state window, split by whether the request read from SSD."""
+    arrival = table["arrival_s"].to_numpy()
+    ttft = table["ttft_s"].to_numpy()
+    inside = (arrival >= window.start_s) & (arrival <= window.end_s)
+    from_ssd = table["ssd_blocks"].to_numpy() > 0
+    w = ttft[inside]
+    return TtftStats(
+        _mean(w),
+        _pct(w, 50),
+        _pct(w, 99),
+        _percentiles(ttft[inside & from_ssd]),
+        _percentiles(ttft[inside & ~from_ssd]),
+        (window.start_s, window.end_s),
+        int(w.shape[0]),
+    )
+
+
+def prefetch_stats(table: pl.DataFrame) -> PrefetchStats:
+    """Prefetch time of the requests that read from SSD, split into waiting and reading."""
+    reads = table.filter(pl.col("prefetch_s").is_not_null())
+    pf = reads["prefetch_s"].to_numpy()
+    # A read cancelled before it started spent all its prefetch time waiting.
+    started = reads["read_start_s"].fill_null(reads["arrival_s"] + reads["prefetch_s"])
+    wait = (started - reads["arrival_s"]).to_numpy()
+    return PrefetchStats(_mean(pf), _mean(wait), _mean(pf - wait), _pct(pf, 99))
+
+
+def summarize(
+    sim: Simulation, keep_table: bool, *, offered_rate: float | None = None
+) -> PolicyResult:
     """The :class:`PolicyResult` of a finished simulation (definitions in docs/simulator.md)."""
     table = sim.request_table()
     w = sim.w
@@ -93,15 +145,29 @@ def summarize(sim: Simulation, keep_table: bool) -> PolicyResult:
     ssd_blocks = int(table["ssd_blocks"].sum())
     ssd_read = int(table["ssd_read_bytes"].sum())
     ssd_delivered = ssd_blocks * sim.block_bytes
-    pf = table["prefetch_s"].drop_nulls().to_numpy()
     accesses = w.block_accesses
+    copied = int(table["copy_blocks"].sum()) * sim.block_bytes
+    direct = ssd_read if getattr(sim.policy, "reads_into_gpu", False) else 0
+    t_end = float(table["end_s"].max())
+    op = operating_point(
+        table,
+        workers=sim.workers,
+        offered_rate=offered_rate,
+        closed_loop=w.closed_loop,
+        ssd_busy_s=sim.ssd_link.busy_s,
+        pcie_bytes=copied + direct,
+        pcie_bytes_per_s=sim.copy_bytes_per_s,
+        staging_bytes=getattr(sim.policy, "staging_bytes", None),
+        staging_peak_bytes=sim.staging.peak,
+        staging_integral=sim.staging.integral(t_end),
+    )
     return PolicyResult(
         gpu_hit_share=delivered / accesses if accesses else None,
         ideal_hit_share=w.ideal_hit_share,
-        ttft_s=TtftStats(float(ttft.mean()), _pct(ttft, 50), _pct(ttft, 99)),
+        ttft_s=ttft_stats(table, op.window),
         ssd_read_bytes=ssd_read,
         read_amplification=ssd_read / ssd_delivered if ssd_delivered else None,
-        prefetch_s=PrefetchStats(float(pf.mean()) if pf.shape[0] else None, _pct(pf, 99)),
+        prefetch_s=prefetch_stats(table),
         cancelled_prefetches=int(table["cancelled"].sum()),
         recomputed_tokens=int(table["recomputed_tokens"].sum()),
         **sim.policy.peaks(),
@@ -116,6 +182,14 @@ def summarize(sim: Simulation, keep_table: bool) -> PolicyResult:
         ssd_read_commands=int(table["ssd_read_commands"].sum()),
         ssd_delivered_bytes=ssd_delivered,
         makespan_s=float(table["first_token_s"].max() - table["arrival_s"].min()),
+        offered_rate=offered_rate,
+        achieved_rate=op.achieved_rate,
+        saturated=op.saturated,
+        concurrency=None,
+        utilisation=op.utilisation,
+        staging=op.staging,
+        sessions_active=op.sessions_active,
+        queue_depth=op.queue_depth,
         details=sim.policy.extra(),
         table=table if keep_table else None,
     )
@@ -142,7 +216,7 @@ def simulate(
         options={"placement_rule": config.placement},
     )
     sim.run()
-    return summarize(sim, config.keep_tables)
+    return summarize(sim, config.keep_tables, offered_rate=rate)
 
 
 #: Simulator state per serving instance, bytes (an upper estimate: heap, store rows, flags and
@@ -171,6 +245,20 @@ def workers_of(geometry: KvGeometry, hardware: Hardware) -> int:
     return workers
 
 
+def decision_of(
+    policies: Mapping[str, PolicyResult],
+    margin_pp: float = DEFAULT_MARGIN_PP,
+    ttft_margin: float = DEFAULT_TTFT_MARGIN,
+) -> Decision:
+    """The decision at one load point (:func:`.decision.decide` on the policies' figures)."""
+    figures = {}
+    for name, p in policies.items():
+        if p.gpu_hit_share is None or p.ttft_s.mean is None:
+            return Decision("none", None, None, None, "no block accesses: nothing to compare")
+        figures[name] = PolicyFigures(p.gpu_hit_share, p.ttft_s.mean, p.ssd_read_bytes, p.saturated)
+    return decide(figures, margin_pp=margin_pp, ttft_margin=ttft_margin)
+
+
 def _duration(trace: Trace) -> float | None:
     req = trace.requests
     if req.height < 2:
@@ -195,6 +283,7 @@ def replay_trace(
 ) -> ReplayResult:
     """Replay ``trace`` under every policy of ``config`` at every rate."""
     started = utc_now()
+    check_margins(config.decision_margin_pp, config.decision_ttft_margin)
     policies = check_policies(config.policies)
     rates = check_rates(config.rates)
     workers = workers_of(config.geometry, config.hardware)
@@ -229,7 +318,13 @@ def replay_trace(
                 )  # fmt: skip
                 done_before += workload.requests
                 task.update(done_before)
-            results.append(RateResult(rate, per_policy))
+            results.append(
+                RateResult(
+                    rate,
+                    per_policy,
+                    decision_of(per_policy, config.decision_margin_pp, config.decision_ttft_margin),
+                )
+            )
     g = config.geometry
     return ReplayResult(
         schema_version=SCHEMA_VERSION,
@@ -257,6 +352,11 @@ def replay_trace(
         },
         ideal_hit_share=workload.ideal_hit_share,
         rates=tuple(results),
+        divergence_rate=divergence_rate([(r.rate, r.decision) for r in results]),
+        decision_margins={
+            "margin_pp": config.decision_margin_pp,
+            "ttft_margin": config.decision_ttft_margin,
+        },
         notes=tuple(notes),
         provenance=collect_provenance(started),
     )

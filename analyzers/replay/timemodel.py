@@ -129,3 +129,29 @@ class PsLink:
         self._reschedule(now)
         for cb in callbacks:
             cb(now)
+
+
+class LevelMeter:
+    """A level over time (bytes held, say): its peak and its time integral.
+
+    ``set(now, level)`` records that the level is ``level`` from ``now`` on; the mean over a
+    span is :meth:`integral` / span (the level before the first ``set`` is 0).
+    """
+
+    def __init__(self) -> None:
+        self.level = 0
+        self.peak = 0
+        self._since = 0.0
+        self._integral = 0.0
+
+    def set(self, now: float, level: int) -> None:
+        if self.level:
+            self._integral += self.level * (now - self._since)
+        self.level = level
+        self._since = now
+        if level > self.peak:
+            self.peak = level
+
+    def integral(self, until: float) -> float:
+        """Level x seconds from time 0 to ``until`` (>= the last ``set``)."""
+        return self._integral + (self.level * (until - self._since) if self.level else 0.0)

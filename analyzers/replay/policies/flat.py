@@ -36,6 +36,9 @@ NAME = "flat"
 
 class Flat:
     name = NAME
+    reads_into_gpu = True  # SSD -> GPU window directly (GDS): the bytes cross the GPU's link
+    #: The windows are sized per read (two layers of the blocks restored), not a fixed pool.
+    staging_bytes: int | None = None
 
     def __init__(self, sim: Simulation, scheduler: Callable[[int], Scheduler]) -> None:
         self.sim = sim
@@ -58,8 +61,6 @@ class Flat:
         self.file_end: dict[int, int] = {}
         self.next_file = 0
         self.prefetch: dict[int, tuple[float, int, tuple[int, ...]]] = {}
-        self.staging = 0
-        self.staging_peak = 0
         self.placed: Counter[str] = Counter()
 
     # reads --------------------------------------------------------------------------------
@@ -100,15 +101,15 @@ class Flat:
             work, window, owners = self.prefetch[r]  # type: ignore[index]
             for o in owners:
                 self.ssd.begin_read(o, now)
-            self.staging += window
-            self.staging_peak = max(self.staging_peak, self.staging)
+            self.sim.staging.set(now, self.sim.staging.level + window)
+            self.sim.read_started(r, now)
             self.sim.ssd_link.add(r, work, now, lambda t, r=r, w=w: self._read_done(r, w, t))
 
     def _read_done(self, r: int, w: int, now: float) -> None:
         _, window, owners = self.prefetch.pop(r)
         for o in owners:
             self.ssd.end_read(o, now)
-        self.staging -= window
+        self.sim.staging.set(now, self.sim.staging.level - window)
         log = self.sim.log
         log.prefetch_s[r] = now - log.arrival_s[r]
         self.sched[w].prefetch_done(r, now)
@@ -183,7 +184,7 @@ class Flat:
     def peaks(self) -> dict[str, int]:
         return {
             "peak_host_memory_bytes": self.mem.peak_used_bytes,
-            "peak_staging_bytes": self.staging_peak,
+            "peak_staging_bytes": self.sim.staging.peak,
             "peak_ssd_bytes": self.ssd.peak_used_bytes,
         }
 

@@ -17,6 +17,9 @@ class MemoryOnly:
     name = NAME
     tiered = False
 
+    reads_into_gpu = False
+    staging_bytes: int | None = 0
+
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.ready = ArrivalQueue(sim.workers)

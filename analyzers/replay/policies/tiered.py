@@ -45,12 +45,13 @@ class _Prefetch:
 
 class Tiered:
     name = NAME
+    reads_into_gpu = False  # SSD reads land in host staging; the copy to the GPU is separate
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
+        self.staging_bytes: int | None = sim.hw.staging_bytes
         self.ready = ArrivalQueue(sim.workers)
         self.staging_free = sim.hw.staging_bytes
-        self.staging_peak = 0
         self.waiting: deque[int] = deque()
         self.pending: dict[int, _Prefetch] = {}
         self.held: dict[int, int] = {}  # request -> staging bytes held until prefill start
@@ -93,10 +94,9 @@ class Tiered:
             if pf.reserve > self.staging_free:
                 return
             self.waiting.popleft()
-            self.staging_free -= pf.reserve
-            used = self.sim.hw.staging_bytes - self.staging_free
-            self.staging_peak = max(self.staging_peak, used)
+            self._take_staging(-pf.reserve, now)
             pf.started = True
+            self.sim.read_started(r, now)
             self.sim.ssd_link.add(r, pf.work_s, now, lambda t, r=r: self._read_done(r, t))
 
     def _read_done(self, r: int, now: float) -> None:
@@ -117,7 +117,7 @@ class Tiered:
         if pf.started:
             left = sim.ssd_link.cancel(r, now)
             done_fraction = 1.0 - left / pf.work_s if pf.work_s > 0 else 1.0
-            self.staging_free += pf.reserve
+            self._take_staging(pf.reserve, now)
         else:
             self.waiting.remove(r)
         read_blocks = min(pf.n_ssd, math.floor(done_fraction * pf.n_ssd + 1e-9))
@@ -147,8 +147,13 @@ class Tiered:
     def on_prefill_start(self, r: int, now: float) -> None:
         held = self.held.pop(r, 0)
         if held:
-            self.staging_free += held
+            self._take_staging(held, now)
             self._start_waiting(now)
+
+    def _take_staging(self, freed: int, now: float) -> None:
+        """Staging bytes come back (``freed`` > 0) or are taken (< 0); the meter follows."""
+        self.staging_free += freed
+        self.sim.staging.set(now, self.sim.hw.staging_bytes - self.staging_free)
 
     def on_prefill_done(self, r: int, now: float) -> None:
         self.sim.store.host_insert(self.sim.w.blocks_of(r), True)
@@ -160,7 +165,7 @@ class Tiered:
         bb = self.sim.block_bytes
         return {
             "peak_host_memory_bytes": self.sim.store.h_peak * bb,
-            "peak_staging_bytes": self.staging_peak,
+            "peak_staging_bytes": self.sim.staging.peak,
             "peak_ssd_bytes": self.sim.store.ssd_peak_blocks * bb,
         }
 
