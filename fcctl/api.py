@@ -316,7 +316,9 @@ def replay(
     *,
     format: str | None = None,
     policies: str | Sequence[str] = ("memory-only", "tiered", "flat", "flat-fcfs"),
-    rates: str | Sequence[float] = (0.1, 0.25, 0.5, 1.0),
+    rates: str | Sequence[float] | None = None,
+    concurrency: str | int | Sequence[int | str] | None = None,
+    think_time: str = "original",
     model: str = DEFAULT_MODEL,
     model_config: str | Path | None = None,
     tp: int | None = None,
@@ -325,6 +327,8 @@ def replay(
     short_reply_tokens: int | None = None,
     agent_context_tokens: int | None = None,
     seed: int = 0,
+    decision_margin_pp: float = 1.0,
+    decision_ttft_margin: float = 0.1,
     keep_tables: bool = False,
     progress: Progress | bool = False,
 ) -> ReplayResult:
@@ -333,15 +337,25 @@ def replay(
 
     ``source``: a trace file (anything :func:`read_trace` reads, with ``format``) or a trace
     already read. ``policies``: registry names (``fcctl.analyzers.replay.POLICIES``), a list or
-    comma-separated. ``rates``: requests/s. ``model``...``kv_dtype``: as :func:`geometry`.
+    comma-separated. ``rates``: requests/s offered (default 0.1, 0.25, 0.5, 1); or
+    ``concurrency``: sessions kept active, a closed loop (``"4,16,all"``; not with ``rates``);
+    ``think_time``: ``original``, ``none``, ``capped:S`` or ``scale:K`` (the gap between a
+    session's turns; analyzers/replay/load.py). ``decision_margin_pp``/``decision_ttft_margin``:
+    the decision's margins. ``model``...``kv_dtype``: as :func:`geometry`.
     ``hardware``: the node (:func:`hardware`; default the h200-8x preset).
     ``short_reply_tokens``/``agent_context_tokens``: the placement thresholds (tokens; default
     the placement rule's). ``seed``: the session schedule's. ``keep_tables``: keep the
     per-request polars DataFrames (``write_out_dir`` needs them).
     """
     from fcctl.analyzers.replay import ReplayConfig, replay_trace
+    from fcctl.analyzers.replay.load import parse_concurrency, parse_think_time
+    from fcctl.common.errors import FcctlInputError
     from fcctl.layout.placement import PlacementRule
 
+    if rates is not None and concurrency is not None:
+        raise FcctlInputError(
+            "concurrency: the load axis is rates or concurrency, not both", parameter="concurrency"
+        )
     kv = geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
     rule_args = {}
     if short_reply_tokens is not None:
@@ -350,8 +364,11 @@ def replay(
         rule_args["agent_context_tokens"] = agent_context_tokens
     config = ReplayConfig(
         geometry=kv, hardware=_node(hardware), policies=_names(policies),
-        rates=_numbers(rates, "rates", "0.1,0.5"), placement=PlacementRule(**rule_args),
-        seed=seed, keep_tables=keep_tables,
+        rates=_numbers((0.1, 0.25, 0.5, 1.0) if rates is None else rates, "rates", "0.1,0.5"),
+        placement=PlacementRule(**rule_args), seed=seed, keep_tables=keep_tables,
+        decision_margin_pp=decision_margin_pp, decision_ttft_margin=decision_ttft_margin,
+        concurrency=None if concurrency is None else parse_concurrency(concurrency),
+        think_time=parse_think_time(think_time),
     )  # fmt: skip
     with _progress(progress) as bar:
         trace = _trace(source, format, bar)

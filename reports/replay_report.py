@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from fcctl.analyzers.replay.result import ReplayResult
+from fcctl.analyzers.replay.result import RateResult, ReplayResult
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
 from fcctl.reports import format as fmt
@@ -21,14 +21,14 @@ OUT_MARKER = "replay.json"
 
 def _table(result: ReplayResult) -> Table:
     t = Table(title="fcctl replay: reused blocks delivered to the GPU before prefill")
-    for col in ("rate/s", "got/s", "policy", "prefill", "SSD", "GPU hit", "TTFT s", "p99",
+    for col in ("load", "got/s", "policy", "prefill", "SSD", "GPU hit", "TTFT s", "p99",
                 "SSD read", "amp.", "prefetch s", "p99", "cancel", "recomp. tok"):  # fmt: skip
         t.add_column(col, justify="left" if col in ("policy",) else "right")
     for rate in result.rates:
         for name, p in rate.policies.items():
             u = p.utilisation
             t.add_row(
-                f"{rate.rate:g}",
+                _load_cell(rate),
                 fmt.sig3(p.achieved_rate.central, "-") + ("*" if p.saturated else ""),
                 name,
                 f"{fmt.share(u.prefill_mean)}/{fmt.share(u.prefill_max)}",
@@ -46,6 +46,17 @@ def _table(result: ReplayResult) -> Table:
     return t
 
 
+def load_label(point: RateResult) -> str:
+    """A load point in words: the offered rate, or the sessions kept active."""
+    if point.rate is not None:
+        return f"{point.rate:g} req/s offered"
+    return f"{point.concurrency:,} sessions active"
+
+
+def _load_cell(point: RateResult) -> str:
+    return f"{point.rate:g}" if point.rate is not None else f"c={point.concurrency:,}"
+
+
 def decision_lines(result: ReplayResult) -> list[str]:
     """One line per load point, the decision first (docs/simulator.md, "The decision")."""
     lines = []
@@ -53,13 +64,18 @@ def decision_lines(result: ReplayResult) -> list[str]:
         d = rate.decision
         achieved = [p.achieved_rate.central for p in rate.policies.values()]
         got = [a for a in achieved if a is not None]
-        reached = f", achieved {fmt.sig3(min(got))}-{fmt.sig3(max(got))}" if got else ""
-        lines.append(f"at {rate.rate:g} req/s offered{reached}: {d.best} ({d.why})")
+        reached = f", achieved {fmt.sig3(min(got))}-{fmt.sig3(max(got))}" if got else ", achieved -"
+        lines.append(f"at {load_label(rate)}{reached} req/s: {d.best} ({d.why})")
     m = result.decision_margins
-    div = result.divergence_rate
+    if result.load.get("axis") == "concurrency":
+        div = result.divergence_concurrency
+        name, shown = "concurrency", None if div is None else f"{div:,} sessions"
+    else:
+        rate = result.divergence_rate
+        name, shown = "rate", None if rate is None else f"{rate:g} req/s"
     lines.append(
-        "divergence rate: "
-        + ("none (no load run shows a lead)" if div is None else f"{div:g} req/s")
+        f"divergence {name}: "
+        + ("none (no load run shows a lead)" if shown is None else shown)
         + f" (the lowest load at which one layout leads by more than {m['margin_pp']:g} pp of "
         f"GPU hit share or {100 * m['ttft_margin']:g} % of mean TTFT)"
     )
@@ -102,7 +118,9 @@ def _charts(result: ReplayResult, d: Path) -> list[str]:
     from fcctl.reports.charts import _pyplot, _save
 
     plt = _pyplot()
-    rates = [r.rate for r in result.rates]
+    by_concurrency = result.load.get("axis") == "concurrency"
+    rates = [r.concurrency if by_concurrency else r.rate for r in result.rates]
+    xlabel = "sessions active" if by_concurrency else "offered rate (requests/s)"
     names = list(result.rates[0].policies) if result.rates else []
     fig, ax = plt.subplots(figsize=(6, 4))
     for n in names:
@@ -110,7 +128,7 @@ def _charts(result: ReplayResult, d: Path) -> list[str]:
                 marker="o", label=n)  # fmt: skip
     if result.ideal_hit_share is not None:
         ax.axhline(100 * result.ideal_hit_share, color="grey", linestyle="--", label="ideal")
-    ax.set_xlabel("rate (requests/s)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("reused blocks delivered to GPU (% of accesses)")
     ax.legend()
     _save(fig, d / "hit_share.png")
@@ -120,7 +138,7 @@ def _charts(result: ReplayResult, d: Path) -> list[str]:
         for n in names:
             ax.plot(rates, [getattr(r.policies[n].ttft_s, q) or 0 for r in result.rates],
                     marker="o", label=n)  # fmt: skip
-        ax.set_xlabel("rate (requests/s)")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(f"TTFT {q} (s)")
         ax.legend()
     _save(fig, d / "ttft.png")
@@ -136,7 +154,8 @@ def write_out_dir(result: ReplayResult, out: Path, *, force: bool = False) -> li
         for rate in result.rates:
             for name, p in rate.policies.items():
                 if p.table is not None:
-                    fname = f"requests-{name}-rate{rate.rate:g}.parquet"
+                    load = f"rate{rate.rate:g}" if rate.rate is not None else f"c{rate.concurrency}"
+                    fname = f"requests-{name}-{load}.parquet"
                     p.table.write_parquet(d / fname)
                     names.append(fname)
         names += _charts(result, d)

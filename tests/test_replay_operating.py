@@ -3,6 +3,8 @@ figures, the window, saturation, and the identities the JSON promises on real ru
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -128,3 +130,130 @@ def test_replay_document_has_a_decision_per_rate() -> None:
     named = [r.rate for r in result.rates if r.decision.best != "none"]
     assert result.divergence_rate == (min(named) if named else None)
     assert result.decision_margins == {"margin_pp": 1.0, "ttft_margin": 0.1}
+
+
+# --- load axes: concurrency and think time (analyzers/replay/load.py) -------------------------
+
+
+def test_parse_think_time_and_concurrency() -> None:
+    from fcctl.analyzers.replay.load import ThinkTime, parse_concurrency, parse_think_time
+    from fcctl.common.errors import InputError
+
+    assert parse_think_time("original") == ThinkTime("original")
+    assert parse_think_time("capped:60").apply(100.0) == 60.0
+    assert parse_think_time("scale:0.5").apply(10.0) == 5.0
+    assert parse_think_time("none").apply(10.0) == 0.0
+    for bad in ("capped", "capped:-1", "scale:nan", "scale:inf", "sometimes", "none:3"):
+        with pytest.raises(InputError, match=r"^think_time: "):
+            parse_think_time(bad)
+    assert parse_concurrency("16,all,4,4") == (4, 16, None)
+    assert parse_concurrency(3) == (3,)
+    for bad in ("0", "-2", "1.5", "x", ""):
+        with pytest.raises(InputError, match=r"^concurrency: "):
+            parse_concurrency(bad)
+
+
+def _session_spans(table):  # type: ignore[no-untyped-def]
+    import polars as pl
+
+    return (
+        table.group_by("session_index")
+        .agg(pl.col("arrival_s").min().alias("a"), pl.col("end_s").max().alias("e"))
+        .sort("a")
+    )
+
+
+def test_concurrency_one_runs_sessions_back_to_back() -> None:
+    trace = random_session_trace(7, sessions=6, turns=4)
+    w = build_workload(trace, TINY, 2)
+    config = ReplayConfig(geometry=TINY, hardware=tiny_node(), keep_tables=True)
+    p = simulate(w, config, "flat", None, concurrency=1)
+    assert p.concurrency == 1 and p.offered_rate is None and not p.saturated
+    spans = _session_spans(p.table)
+    a, e = spans["a"].to_numpy(), spans["e"].to_numpy()
+    assert a[0] == 0.0
+    # Each session starts exactly when the one before it ends.
+    assert np.array_equal(a[1:], e[:-1])
+    assert p.sessions_active.max == 1
+
+
+def test_concurrency_all_starts_every_session_at_zero() -> None:
+    trace = random_session_trace(8, sessions=7, turns=3)
+    w = build_workload(trace, TINY, 2)
+    config = ReplayConfig(geometry=TINY, hardware=tiny_node(), keep_tables=True)
+    p = simulate(w, config, "tiered", None, concurrency=w.sessions)
+    spans = _session_spans(p.table)
+    assert (spans["a"] == 0.0).all()
+    assert p.sessions_active.max == w.sessions
+
+
+def test_think_time_none_and_capped() -> None:
+    from fcctl.analyzers.replay.load import ThinkTime
+
+    # Gaps of 50 s between turns, short service: the think time decides the arrivals.
+    rows = [[1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 4, 5]]
+    trace = trace_of(rows, sessions=["s"] * 3, timestamps=[0.0, 50.0, 100.0])
+    w = build_workload(trace, TINY, 2)
+    for think, expect_gap in ((ThinkTime("none"), None), (ThinkTime("capped", 5.0), 5.0)):
+        config = ReplayConfig(geometry=TINY, hardware=tiny_node(), keep_tables=True,
+                              think_time=think)  # fmt: skip
+        p = simulate(w, config, "memory-only", None, concurrency=1)
+        t = p.table.sort("arrival_s")
+        arrival, end = t["arrival_s"].to_numpy(), t["end_s"].to_numpy()
+        if expect_gap is None:  # the next turn follows the previous output at once
+            assert np.array_equal(arrival[1:], end[:-1])
+        else:
+            assert np.allclose(arrival[1:], np.maximum(arrival[:-1] + expect_gap, end[:-1]))
+    # At a rate, a per-session trace's think time applies the same way.
+    config = ReplayConfig(geometry=TINY, hardware=tiny_node(), keep_tables=True,
+                          think_time=ThinkTime("scale", 0.0))  # fmt: skip
+    p = simulate(w, config, "memory-only", 1.0)
+    t = p.table.sort("arrival_s")
+    assert np.array_equal(t["arrival_s"].to_numpy()[1:], t["end_s"].to_numpy()[:-1])
+
+
+def test_concurrency_fast_equals_reference() -> None:
+    from fcctl.analyzers.replay.reference import ReferenceStore
+    from fcctl.analyzers.replay.store import FastStore
+
+    trace = random_session_trace(11, sessions=8, turns=5)
+    w = build_workload(trace, TINY, 2)
+    config = ReplayConfig(geometry=TINY, hardware=tiny_node(host=10, ssd=60), keep_tables=True)
+    for policy in ("memory-only", "tiered", "flat", "flat-fcfs"):
+        fast = simulate(w, config, policy, None, concurrency=3, store_factory=FastStore)
+        ref = simulate(w, config, policy, None, concurrency=3, store_factory=ReferenceStore)
+        assert fast.table is not None and ref.table is not None
+        assert fast.table.equals(ref.table)
+        assert dataclasses.replace(fast, table=None) == dataclasses.replace(ref, table=None)
+
+
+def test_replay_concurrency_cli(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from typer.testing import CliRunner
+
+    from fcctl.cli import app
+    from tests.conftest import SAMPLES
+
+    runner = CliRunner()
+    claude = str(SAMPLES / "claude_code_sample.jsonl.gz")
+    r = runner.invoke(app, ["replay", claude, "--concurrency", "2,all", "--think-time",
+                            "capped:60", "--policies", "memory-only,flat", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["load"]["axis"] == "concurrency" and doc["load"]["think_time"] == "capped:60"
+    assert [p["concurrency"] for p in doc["rates"]] == [2, doc["trace"]["sessions"]]
+    assert all(p["rate"] is None for p in doc["rates"])
+    assert doc["divergence_rate"] is None
+    both = runner.invoke(app, ["replay", claude, "--concurrency", "2", "--rates", "1"])
+    assert both.exit_code == 2 and "not both" in both.stderr
+    bad = runner.invoke(app, ["replay", claude, "--think-time", "capped:x"])
+    assert bad.exit_code == 2 and bad.stderr.startswith("fcctl: error: --think-time: capped")
+    mooncake = str(SAMPLES / "mooncake_conversation_2k.jsonl")
+    one_clock = runner.invoke(app, ["replay", mooncake, "--think-time", "none", "--rates", "1"])
+    assert one_clock.exit_code == 2 and "only 'original' applies" in one_clock.stderr
+    out = tmp_path / "o"
+    r = runner.invoke(app, ["replay", claude, "--concurrency", "2", "--policies", "flat",
+                            "--out", str(out)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert (out / "requests-flat-c2.parquet").is_file()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -31,6 +32,7 @@ import numpy as np
 import polars as pl
 
 from fcctl.analyzers.replay.hardware import Hardware
+from fcctl.analyzers.replay.load import ThinkTime
 from fcctl.analyzers.replay.timemodel import EventQueue, LevelMeter, PsLink, prefill_s
 from fcctl.analyzers.replay.workload import Workload
 
@@ -158,7 +160,16 @@ class Simulation:
         )
         self.busy = [False] * self.workers
         self.done = 0
-        self.base = workload.base_arrivals(rate, seed)
+        #: Sessions kept active at once (None: the load is the offered ``rate``).
+        self.concurrency: int | None = self.options.get("concurrency")
+        self.think: ThinkTime = self.options.get("think_time") or ThinkTime()
+        self.closed_loop = workload.closed_loop or self.concurrency is not None
+        self.pending_sessions: deque[int] = deque()
+        self.base = (
+            workload.timestamps_s
+            if self.concurrency is not None
+            else workload.base_arrivals(rate, seed)
+        )
         # H2D: each of the instance's tp GPUs copies its share over its own link.
         self.copy_bytes_per_s = hardware.host_to_gpu_effective_bytes_per_s * tp
         self.policy = policy_factory(self)
@@ -175,18 +186,29 @@ class Simulation:
     # the loop ------------------------------------------------------------------------------
     def run(self) -> None:
         w = self.w
-        if w.closed_loop:
+        if self.closed_loop:
+            # The next turn of each request's session (a chain in analysis order).
+            order = np.lexsort((np.arange(w.requests), w.session))
             nxt = np.full(w.requests, -1, dtype=np.int64)
-            has_prev = w.prev_request >= 0
-            nxt[w.prev_request[has_prev]] = np.flatnonzero(has_prev)
+            same = w.session[order[1:]] == w.session[order[:-1]]
+            nxt[order[:-1][same]] = order[1:][same]
             self.next_in_session = nxt.tolist()
-            starts = np.flatnonzero(~has_prev)
+            firsts = np.ones(w.requests, dtype=np.bool_)
+            firsts[nxt[nxt >= 0]] = False
+            starts = np.flatnonzero(firsts)
         else:
             self.next_in_session = None
             starts = np.arange(w.requests)
-        base = self.base
-        for r in starts.tolist():
-            self.events.push(float(base[r]), self._arrive, r)
+        if self.concurrency is not None:
+            # Closed loop over sessions: the first N start at t = 0, the rest as slots free.
+            head = starts[: self.concurrency].tolist()
+            self.pending_sessions = deque(starts[self.concurrency :].tolist())
+            for r in head:
+                self.events.push(0.0, self._arrive, r)
+        else:
+            base = self.base
+            for r in starts.tolist():
+                self.events.push(float(base[r]), self._arrive, r)
         self.events.run()
 
     def _arrive(self, now: float, r: Any) -> None:
@@ -230,7 +252,7 @@ class Simulation:
         if self.next_in_session is not None:
             q = self.next_in_session[r]
             if q >= 0:
-                gap = float(self.base[q] - self.base[r])
+                gap = self.think.apply(float(self.w.timestamps_s[q] - self.w.timestamps_s[r]))
                 self.events.push(max(log.arrival_s[r] + gap, now + decode_s), self._arrive, q)
         self.busy[w] = False
         self.done += 1
@@ -241,6 +263,14 @@ class Simulation:
     def _decode_done(self, now: float, r: Any) -> None:
         self.log.end_s[r] = now
         self.policy.on_decode_done(r, now)
+        if (
+            self.concurrency is not None
+            and self.pending_sessions
+            and self.next_in_session is not None
+            and self.next_in_session[r] < 0
+        ):
+            # The session's last turn is done: its slot goes to the next session waiting.
+            self._arrive(now, self.pending_sessions.popleft())
 
     # results -------------------------------------------------------------------------------
     def request_table(self) -> pl.DataFrame:

@@ -121,9 +121,10 @@ class PolicyResult:
 class RateResult:
     """One load point: every policy, and the decision between them (analyzers/replay/decision)."""
 
-    rate: float
+    rate: float | None  # offered requests/s; None in concurrency mode
     policies: Mapping[str, PolicyResult]
     decision: Decision
+    concurrency: int | None = None  # sessions kept active; None in rate mode
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,7 @@ class ReplayResult:
     ideal_hit_share: float | None
     rates: tuple[RateResult, ...]
     divergence_rate: float | None
+    divergence_concurrency: int | None
     decision_margins: Mapping[str, float]
     notes: tuple[str, ...]
     provenance: Provenance

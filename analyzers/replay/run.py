@@ -20,6 +20,7 @@ from fcctl.analyzers.replay.decision import (
 )
 from fcctl.analyzers.replay.engine import Simulation
 from fcctl.analyzers.replay.hardware import Hardware, hardware_document
+from fcctl.analyzers.replay.load import ThinkTime
 from fcctl.analyzers.replay.operating import Window, operating_point
 from fcctl.analyzers.replay.policies import DEFAULT_POLICIES, POLICIES
 from fcctl.analyzers.replay.result import (
@@ -61,6 +62,10 @@ class ReplayConfig:
     keep_tables: bool = False  # per-request tables for --out
     decision_margin_pp: float = DEFAULT_MARGIN_PP
     decision_ttft_margin: float = DEFAULT_TTFT_MARGIN
+    #: Sessions kept active (analyzers/replay/load.py); set, it replaces ``rates`` as the load
+    #: axis; None in it means every session at t = 0 (``all``).
+    concurrency: tuple[int | None, ...] | None = None
+    think_time: ThinkTime = field(default_factory=ThinkTime)
 
 
 def check_policies(names: Sequence[str]) -> tuple[str, ...]:
@@ -153,7 +158,7 @@ def summarize(
         table,
         workers=sim.workers,
         offered_rate=offered_rate,
-        closed_loop=w.closed_loop,
+        closed_loop=sim.closed_loop,
         ssd_busy_s=sim.ssd_link.busy_s,
         pcie_bytes=copied + direct,
         pcie_bytes_per_s=sim.copy_bytes_per_s,
@@ -185,7 +190,7 @@ def summarize(
         offered_rate=offered_rate,
         achieved_rate=op.achieved_rate,
         saturated=op.saturated,
-        concurrency=None,
+        concurrency=sim.concurrency,
         utilisation=op.utilisation,
         staging=op.staging,
         sessions_active=op.sessions_active,
@@ -199,21 +204,29 @@ def simulate(
     workload: Workload,
     config: ReplayConfig,
     policy: str,
-    rate: float,
+    rate: float | None,
     *,
+    concurrency: int | None = None,
     store_factory: Callable[..., Any] = FastStore,
     progress: Callable[[int], None] | None = None,
 ) -> PolicyResult:
-    """One policy at one rate."""
+    """One policy at one load point: ``rate`` requests/s offered, or ``concurrency`` sessions
+    active (analyzers/replay/load.py)."""
+    if (rate is None) == (concurrency is None):
+        raise ValueError("simulate: give a rate or a concurrency, not both")
     sim = Simulation(
         workload,
         config.hardware,
         POLICIES[policy],
-        rate=rate,
+        rate=rate or 0.0,
         seed=config.seed,
         store_factory=store_factory,
         progress=progress,
-        options={"placement_rule": config.placement},
+        options={
+            "placement_rule": config.placement,
+            "concurrency": concurrency,
+            "think_time": config.think_time,
+        },
     )
     sim.run()
     return summarize(sim, config.keep_tables, offered_rate=rate)
@@ -259,6 +272,14 @@ def decision_of(
     return decide(figures, margin_pp=margin_pp, ttft_margin=ttft_margin)
 
 
+def _lowest_named(results: Sequence[RateResult]) -> int | None:
+    """The lowest concurrency whose decision names a layout (None: none does, or rate mode)."""
+    named = [
+        r.concurrency for r in results if r.concurrency is not None and r.decision.best != "none"
+    ]
+    return min(named) if named else None
+
+
 def _duration(trace: Trace) -> float | None:
     req = trace.requests
     if req.height < 2:
@@ -285,13 +306,33 @@ def replay_trace(
     started = utc_now()
     check_margins(config.decision_margin_pp, config.decision_ttft_margin)
     policies = check_policies(config.policies)
-    rates = check_rates(config.rates)
     workers = workers_of(config.geometry, config.hardware)
     workload = build_workload(trace, config.geometry, workers)
+    points: list[tuple[float | None, int | None]]
+    if config.concurrency is not None:
+        if not config.concurrency:
+            raise FcctlInputError("concurrency: give at least one value", parameter="concurrency")
+        points = [(None, workload.sessions if c is None else c) for c in config.concurrency]
+    else:
+        points = [(r, None) for r in check_rates(config.rates)]
+        if not workload.closed_loop and config.think_time.mode != "original":
+            raise FcctlInputError(
+                f"think_time: {trace.path}: a trace on one clock replayed at a rate keeps its "
+                f"timestamps (time-scaled), so only 'original' applies; use concurrency to "
+                f"replay its sessions in a closed loop; got {str(config.think_time)!r}",
+                parameter="think_time",
+            )
     notes: list[str] = []
     if workload.sessions_inferred:
         notes.append("sessions inferred from prefix chains (the trace has no session ids)")
-    if workload.closed_loop:
+    if config.concurrency is not None:
+        notes.append(
+            "concurrency: a closed loop of sessions; N active at once, the next starting when "
+            "one ends ('all': every session at t = 0); each turn arrives its think time "
+            f"({config.think_time}) after the previous turn's arrival, never before that "
+            "turn's output"
+        )
+    elif workload.closed_loop:
         notes.append(
             "per-session clocks: sessions start as a seeded Poisson process at the rate; each "
             "turn waits for the previous turn's first token plus its decode"
@@ -303,28 +344,27 @@ def replay_trace(
             if natural
             else "all requests arrive at once"
         )
+    if workload.closed_loop and config.think_time.mode != "original":
+        notes.append(f"think time between a session's turns: {config.think_time}")
     results = []
-    total = len(rates) * len(policies) * workload.requests
+    total = len(points) * len(policies) * workload.requests
     prog = progress or Progress(enabled=False)
+    margins = (config.decision_margin_pp, config.decision_ttft_margin)
     with prog.task("replaying", total=total, unit="requests") as task:
         done_before = 0
-        for rate in rates:
+        for rate, concurrency in points:
             per_policy = {}
             for name in policies:
                 base = done_before
                 per_policy[name] = simulate(
-                    workload, config, name, rate, store_factory=store_factory,
+                    workload, config, name, rate, concurrency=concurrency,
+                    store_factory=store_factory,
                     progress=lambda n, base=base: task.update(base + n),
                 )  # fmt: skip
                 done_before += workload.requests
                 task.update(done_before)
-            results.append(
-                RateResult(
-                    rate,
-                    per_policy,
-                    decision_of(per_policy, config.decision_margin_pp, config.decision_ttft_margin),
-                )
-            )
+            decision = decision_of(per_policy, *margins)
+            results.append(RateResult(rate, per_policy, decision, concurrency))
     g = config.geometry
     return ReplayResult(
         schema_version=SCHEMA_VERSION,
@@ -346,13 +386,18 @@ def replay_trace(
             config.placement.short_reply_tokens, config.placement.agent_context_tokens
         ),
         load={
-            "closed_loop": workload.closed_loop,
+            "axis": "rate" if config.concurrency is None else "concurrency",
+            "closed_loop": workload.closed_loop or config.concurrency is not None,
+            "think_time": str(config.think_time),
             "seed": config.seed,
             "natural_rate_per_s": workload.natural_rate_per_s(),
         },
         ideal_hit_share=workload.ideal_hit_share,
         rates=tuple(results),
-        divergence_rate=divergence_rate([(r.rate, r.decision) for r in results]),
+        divergence_rate=divergence_rate(
+            [(r.rate, r.decision) for r in results if r.rate is not None]
+        ),
+        divergence_concurrency=_lowest_named(results),
         decision_margins={
             "margin_pp": config.decision_margin_pp,
             "ttft_margin": config.decision_ttft_margin,

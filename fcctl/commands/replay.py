@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 
 from fcctl.commands.options import (
+    DecisionMarginOpt,
+    DecisionTtftMarginOpt,
     FormatOpt,
     GpuKvOpt,
     GpusOpt,
@@ -20,7 +22,6 @@ from fcctl.commands.options import (
     ModelConfigOpt,
     ModelOpt,
     PrefillTokensPerSOpt,
-    RatesOpt,
     ScheduleSeedOpt,
     SsdOpt,
     StagingOpt,
@@ -40,7 +41,26 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option("--policies", help="Comma-separated policies to replay."),
         ] = "memory-only,tiered,flat,flat-fcfs",
-        rates: RatesOpt = "0.1,0.25,0.5,1.0",
+        rates: Annotated[
+            str | None,
+            typer.Option(
+                "--rates", help="Comma-separated offered rates (requests/s) [0.1,0.25,0.5,1.0]."
+            ),
+        ] = None,
+        concurrency: Annotated[
+            str | None,
+            typer.Option(
+                "--concurrency",
+                help="Sessions kept active, a closed loop, instead of --rates: N,... or all.",
+            ),
+        ] = None,
+        think_time: Annotated[
+            str,
+            typer.Option(
+                "--think-time",
+                help="Gap between a session's turns: original, none, capped:S or scale:K.",
+            ),
+        ] = "original",
         model: ModelOpt = "llama-3.1-8b",
         model_config: ModelConfigOpt = None,
         tp: TpOpt = None,
@@ -62,6 +82,8 @@ def register(app: typer.Typer) -> None:
         prefill_tokens_per_s: PrefillTokensPerSOpt = None,
         io_profile: IoProfileOpt = None,
         seed: ScheduleSeedOpt = 0,
+        decision_margin_pp: DecisionMarginOpt = 1.0,
+        decision_ttft_margin: DecisionTtftMarginOpt = 0.1,
         as_json: JsonOpt = False,
         out: Annotated[
             Path | None,
@@ -84,7 +106,9 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             check_replay_out_dir(out, force=force)
         result = api.replay(
-            trace, format=format, policies=policies, rates=rates, model=model,
+            trace, format=format, policies=policies, rates=rates, concurrency=concurrency,
+            think_time=think_time, decision_margin_pp=decision_margin_pp,
+            decision_ttft_margin=decision_ttft_margin, model=model,
             model_config=model_config, tp=tp, kv_dtype=kv_dtype, hardware=node,
             short_reply_tokens=short_reply, agent_context_tokens=agent_context, seed=seed,
             keep_tables=out is not None, progress=True,
