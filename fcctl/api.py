@@ -319,6 +319,7 @@ def replay(
     rates: str | Sequence[float] | None = None,
     concurrency: str | int | Sequence[int | str] | None = None,
     think_time: str = "original",
+    cancel: str = "discard",
     model: str = DEFAULT_MODEL,
     model_config: str | Path | None = None,
     tp: int | None = None,
@@ -340,7 +341,9 @@ def replay(
     comma-separated. ``rates``: requests/s offered (default 0.1, 0.25, 0.5, 1); or
     ``concurrency``: sessions kept active, a closed loop (``"4,16,all"``; not with ``rates``);
     ``think_time``: ``original``, ``none``, ``capped:S`` or ``scale:K`` (the gap between a
-    session's turns; analyzers/replay/load.py). ``decision_margin_pp``/``decision_ttft_margin``:
+    session's turns; analyzers/replay/load.py). ``cancel``: what a cancelled tiered prefetch's
+    bytes become, ``discard`` (recomputed) or ``credit`` (delivered).
+    ``decision_margin_pp``/``decision_ttft_margin``:
     the decision's margins. ``model``...``kv_dtype``: as :func:`geometry`.
     ``hardware``: the node (:func:`hardware`; default the h200-8x preset).
     ``short_reply_tokens``/``agent_context_tokens``: the placement thresholds (tokens; default
@@ -368,7 +371,7 @@ def replay(
         placement=PlacementRule(**rule_args), seed=seed, keep_tables=keep_tables,
         decision_margin_pp=decision_margin_pp, decision_ttft_margin=decision_ttft_margin,
         concurrency=None if concurrency is None else parse_concurrency(concurrency),
-        think_time=parse_think_time(think_time),
+        think_time=parse_think_time(think_time), cancel=cancel,
     )  # fmt: skip
     with _progress(progress) as bar:
         trace = _trace(source, format, bar)

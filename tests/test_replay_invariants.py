@@ -96,18 +96,26 @@ def test_same_seed_same_result_and_seeds_differ() -> None:
 def test_cancellation_by_hand() -> None:
     # Turn 0 writes 10 blocks; no GPU cache, no host memory: tiered puts them straight on SSD.
     # Turn 1 reads them: 163,840 bytes at 1 MB/s (no command cost) would take 0.16384 s, the
-    # timeout is 0.05 s: cancelled with 0.05 / 0.16384 of the bytes read, so 3 whole blocks
-    # (in prefix order) delivered and the other 7 recomputed.
+    # timeout is 0.05 s: cancelled with 0.05 / 0.16384 of the bytes read. With --cancel credit
+    # 3 whole blocks (in prefix order) are delivered and the other 7 recomputed; with discard
+    # (the default) what was read is thrown away and all 10 are recomputed.
     trace = trace_of([list(range(10)), list(range(12))], sessions=["s", "s"], timestamps=[0, 10])
     hw = tiny_node(gpu_kv=0, host=0, ssd=1000, ssd_read_bytes_per_s=1e6, ssd_command_s=0.0,
-                   prefetch_timeout_base_s=0.05, prefetch_timeout_per_1k_tokens_s=0.0)  # fmt: skip
-    r = _run(trace, hw, "tiered", 1.0)
+                   prefetch_timeout_base_s=0.05, prefetch_timeout_per_1k_tokens_s=0.0,
+                   ssd_stream_bytes_per_s=None)  # fmt: skip
+    r = _run(trace, hw, "tiered", 1.0, cancel="credit")
     row = r.table.row(1, named=True)
     assert row["cancelled"] and r.cancelled_prefetches == 1
     assert row["ssd_blocks"] == 3 and row["delivered_blocks"] == 3
     assert row["ssd_read_bytes"] == round(0.05 / 0.16384 * 10 * BLOCK_BYTES) == 50000
     assert row["prefetch_s"] == pytest.approx(0.05)
     assert row["recomputed_tokens"] == 12 * 16 - 3 * 16
+    d = _run(trace, hw, "tiered", 1.0)
+    row = d.table.row(1, named=True)
+    assert row["cancelled"] and row["ssd_read_bytes"] == 50000
+    assert row["ssd_blocks"] == 0 and row["delivered_blocks"] == 0
+    assert row["recomputed_tokens"] == 12 * 16
+    assert d.read_amplification is None  # bytes read, none delivered
     # The same read without a timeout problem completes and delivers all 10.
     ok = _run(
         trace, tiny_node(gpu_kv=0, host=0, ssd=1000, prefetch_timeout_base_s=5.0), "tiered", 1.0

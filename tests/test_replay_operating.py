@@ -66,7 +66,16 @@ def test_utilisation_is_busy_time_over_workers_and_span() -> None:
         assert p.utilisation.prefill_max == pytest.approx(per_worker.max() / span)
         assert 0 <= p.utilisation.prefill_mean <= p.utilisation.prefill_max <= 1
         assert 0 <= p.utilisation.decode_mean <= 1 and 0 <= p.utilisation.ssd_read <= 1
-        assert p.utilisation.ssd_write is None
+        assert 0 <= p.utilisation.ssd_write <= 1
+        if policy == "memory-only":
+            assert p.ssd_write_bytes == 0 and p.utilisation.ssd_write == 0
+        else:  # every byte written was charged on the drives: write share = bytes / capacity
+            assert p.ssd_write_bytes > 0
+            assert p.utilisation.ssd_write == pytest.approx(
+                p.ssd_write_bytes / hw.ssd_write_rate / span
+            )
+            days = span / 86400
+            assert p.drive_writes_per_day == pytest.approx(p.ssd_write_bytes / hw.ssd_bytes / days)
         # Phases in order for every request.
         assert (t["arrival_s"] <= t["ready_s"]).all() and (t["ready_s"] <= t["start_s"]).all()
         assert (t["start_s"] <= t["first_token_s"]).all()
@@ -257,3 +266,77 @@ def test_replay_concurrency_cli(tmp_path) -> None:  # type: ignore[no-untyped-de
                             "--out", str(out)])  # fmt: skip
     assert r.exit_code == 0, r.output
     assert (out / "requests-flat-c2.parquet").is_file()
+
+
+# --- SSD bandwidth caps, writes and read amplification ---------------------------------------
+
+
+def test_one_restore_alone_gets_the_stream_cap_and_two_share_the_link() -> None:
+    from fcctl.analyzers.replay.timemodel import EventQueue, PsLink
+
+    done: dict[str, float] = {}
+    ev = EventQueue()
+    link = PsLink(ev, cap=0.25)  # one transfer may take a quarter of the link
+    link.add("a", 1.0, 0.0, lambda t: done.__setitem__("a", t))
+    ev.run()
+    assert done["a"] == pytest.approx(4.0)  # alone: capped at 1/4
+    ev = EventQueue()
+    link = PsLink(ev, cap=0.25)
+    for k in "abcdefgh":  # eight streams: each gets 1/8, below the cap
+        link.add(k, 1.0, 0.0, lambda t, k=k: done.__setitem__(k, t))
+    ev.run()
+    assert done["h"] == pytest.approx(8.0)
+    assert link.used_s["read"] == pytest.approx(8.0) and link.busy_s == pytest.approx(8.0)
+    ev = EventQueue()
+    link = PsLink(ev, cap=0.5)
+    link.add("r", 1.0, 0.0, lambda t: done.__setitem__("r", t))
+    link.add("w", 1.0, 0.0, None, kind="write")
+    ev.run()
+    assert done["r"] == pytest.approx(2.0)
+    assert link.used_s == {"read": pytest.approx(1.0), "write": pytest.approx(1.0)}
+
+
+def test_flat_writes_equal_its_placed_ssd_segment_bytes() -> None:
+    """Nothing is reclaimed on a large SSD, so the SSD reclaimer's peak (the sum of the segment
+    bytes placed, record and alignment included) equals the bytes written, exactly."""
+    from fcctl.layout.session_format import segment_bytes
+
+    trace = random_session_trace(21, sessions=6, turns=5)
+    hw = tiny_node(host=0, ssd=10_000)  # no memory: every write goes to SSD
+    config = ReplayConfig(geometry=TINY, hardware=hw, keep_tables=True)
+    w = build_workload(trace, TINY, 2)
+    p = simulate(w, config, "flat", 1.0)
+    placed = sum(p.details["placed_blocks"].values())
+    assert placed > 0 and p.ssd_write_bytes > placed * w.block_bytes
+    assert p.ssd_write_bytes == p.peak_ssd_bytes
+    # One block's segment: a record plus one 4096-aligned range per layer.
+    assert segment_bytes(TINY.layers, TINY.bytes_per_block_per_layer(16)) >= w.block_bytes
+
+
+def test_read_amplification_counts_discarded_cancelled_reads_exactly() -> None:
+    """Two sessions restore 10 blocks each from SSD; the second restore is cancelled by its
+    timeout while the first completes: amplification = (bytes read by both) / (bytes the
+    completed one delivered), exactly."""
+    first = [list(range(10)), list(range(12))]
+    second = [list(range(100, 110)), list(range(100, 112))]
+    trace = trace_of(
+        [first[0], second[0], first[1], second[1]],
+        sessions=["a", "b", "a", "b"],
+        timestamps=[0.0, 0.0, 10.0, 10.0],
+    )
+    hw = tiny_node(gpu_kv=0, host=0, ssd=1000, ssd_read_bytes_per_s=1e6, ssd_command_s=0.0,
+                   staging=10, prefetch_timeout_base_s=0.3, prefetch_timeout_per_1k_tokens_s=0.0,
+                   ssd_stream_bytes_per_s=None, ssd_write_bytes_per_s=1e12)  # fmt: skip
+    config = ReplayConfig(geometry=TINY, hardware=hw, keep_tables=True)
+    w = build_workload(trace, TINY, 1)
+    p = simulate(w, config, "tiered", None, concurrency=2)
+    t = p.table
+    cancelled = t.filter(t["cancelled"])
+    completed = t.filter(~t["cancelled"] & (t["ssd_blocks"] > 0))
+    assert cancelled.height == 1 and completed.height == 1
+    read = int(t["ssd_read_bytes"].sum())
+    delivered = int(completed["ssd_blocks"][0]) * w.block_bytes
+    assert int(cancelled["ssd_read_bytes"][0]) > 0  # it had read something before the timeout
+    assert p.ssd_delivered_bytes == delivered == 10 * w.block_bytes
+    assert p.read_amplification == read / delivered
+    assert p.read_amplification > 1

@@ -133,7 +133,9 @@ class Simulation:
         self.hw = hardware
         self.rate = rate
         self.events = EventQueue()
-        self.ssd_link = PsLink(self.events)
+        self.ssd_link = PsLink(self.events, cap=hardware.ssd_stream_share)
+        self.ssd_write_bytes = 0
+        self._writes = 0
         #: Staging bytes held (tiered: host staging; flat: the GPU read windows in use).
         self.staging = LevelMeter()
         self.log = RequestLog(workload.requests)
@@ -182,6 +184,16 @@ class Simulation:
 
     def ssd_work_s(self, nbytes: int, commands: int) -> float:
         return nbytes / self.hw.ssd_read_bytes_per_s + commands * self.hw.ssd_command_s
+
+    def ssd_write(self, nbytes: int, now: float) -> None:
+        """Write ``nbytes`` to SSD now: a transfer on the drives the reads use, so it slows
+        them (large sequential writes: no per-command cost)."""
+        if nbytes <= 0:
+            return
+        self.ssd_write_bytes += nbytes
+        self._writes += 1
+        work = nbytes / self.hw.ssd_write_rate
+        self.ssd_link.add(("w", self._writes), work, now, None, kind="write")
 
     # the loop ------------------------------------------------------------------------------
     def run(self) -> None:

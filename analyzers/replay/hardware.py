@@ -17,6 +17,12 @@ Presets (``h100-8x``, ``h200-8x``, ``b200-8x``): eight GPUs, one serving instanc
 * SSD read bandwidth: 8 drives x 7 GB/s = 56 GB/s: DGX H100/H200/B200 carry eight NVMe data
   drives (DGX datasheets); 7 GB/s per drive is Dynamo mocker's host<->disk default
   (ai-dynamo/dynamo ``lib/mocker`` ``config.rs``).
+* Per-stream SSD cap: one drive's 7 GB/s. A restore reads one session file (flat) or its
+  blocks' pieces (tiered) as one stream; a file sits on one drive, so one restore alone gets
+  min(stream cap, node bandwidth) and N restores on N drives get N times that. With
+  ``--io-profile`` it is the iobench flat restore at concurrency 1.
+* SSD writes: 8 x 7 GB/s on the same drives as the reads (one link, shared): Dynamo mocker's
+  host<->disk figure for both directions (an assumption).
 * SSD cost per read command: 41.6 us per drive, measured by ``fcctl iobench`` on this
   project's development machine (docs/benchmarks.md, run 4, concurrency 16: 64 KiB eviction
   pieces at 0.99 GB/s against flat reads at 2.66 GB/s; 65536/0.99e9 - 65536/2.66e9 s); eight
@@ -98,7 +104,22 @@ class Hardware:
     low_watermark: float
     decode_tokens_per_s: float
     prefill_tokens_per_s: float | None = None
+    #: The most one SSD transfer (a restore's read, a write) gets, bytes/s; None: the node's.
+    ssd_stream_bytes_per_s: float | None = None
+    #: The node's SSD write bandwidth, bytes/s, on the same drives as the reads; None: as read.
+    ssd_write_bytes_per_s: float | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def ssd_stream_share(self) -> float:
+        """The share of the SSD link one transfer may take (1: no per-stream cap)."""
+        if self.ssd_stream_bytes_per_s is None:
+            return 1.0
+        return min(1.0, self.ssd_stream_bytes_per_s / self.ssd_read_bytes_per_s)
+
+    @property
+    def ssd_write_rate(self) -> float:
+        return self.ssd_write_bytes_per_s or self.ssd_read_bytes_per_s
 
     def prefetch_timeout_s(self, tokens: int) -> float:
         """SGLang HiCache's rule: base + per-1K-token term, capped."""
@@ -137,6 +158,10 @@ _COMMON_SOURCES = {
     "high_watermark": "LMCache L2 eviction trigger_watermark 0.9",
     "low_watermark": "LMCache L2 eviction_ratio 0.1 below the trigger",
     "decode_tokens_per_s": "assumption (no published figure used): 50 tokens/s per sequence",
+    "ssd_stream_bytes_per_s": "one drive, 7 GB/s (Dynamo mocker host<->disk default): a session "
+    "file, or one restore's read, sits on one drive",
+    "ssd_write_bytes_per_s": "8 drives x 7 GB/s: Dynamo mocker's host<->disk link has one "
+    "bandwidth for both directions (assumption: writes as fast as reads)",
     "prefill_tokens_per_s": "unset: Dynamo mocker's fitted prefill polynomial (timemodel.py)",
 }
 
@@ -166,6 +191,8 @@ def _preset(name: str, hbm_bytes: int, gpu_label: str) -> Hardware:
         high_watermark=DEFAULT_HIGH_WATERMARK,
         low_watermark=DEFAULT_LOW_WATERMARK,
         decode_tokens_per_s=50.0,
+        ssd_stream_bytes_per_s=float(_DRIVE_BYTES_PER_S),
+        ssd_write_bytes_per_s=float(_DRIVES * _DRIVE_BYTES_PER_S),
         sources=sources,
     )
 
@@ -208,10 +235,10 @@ def _check(hw: Hardware, where: str) -> Hardware:
         value = getattr(hw, key)
         if value is not None and value < 0:
             raise HardwareError(f"{where}: field {key!r}: must be >= 0; got {value!r}")
-    if hw.prefill_tokens_per_s is not None and not hw.prefill_tokens_per_s > 0:
-        raise HardwareError(
-            f"{where}: field 'prefill_tokens_per_s': must be > 0; got {hw.prefill_tokens_per_s!r}"
-        )
+    for key in ("prefill_tokens_per_s", "ssd_stream_bytes_per_s", "ssd_write_bytes_per_s"):
+        value = getattr(hw, key)
+        if value is not None and not value > 0:
+            raise HardwareError(f"{where}: field {key!r}: must be > 0; got {value!r}")
     if not 0 <= hw.low_watermark <= hw.high_watermark <= 1 or hw.high_watermark == 0:
         raise HardwareError(
             f"{where}: fields 'low_watermark', 'high_watermark': must satisfy 0 <= low <= high "
@@ -282,6 +309,8 @@ def apply_io_profile(hw: Hardware, path: str | Path) -> Hardware:
 
     * ``ssd_read_bytes_per_s``: ``fio.seq_read_bytes_per_s`` when fio ran, else the flat
       layout's ``restore_bytes_per_s`` at its highest concurrency.
+    * ``ssd_stream_bytes_per_s``: the flat layout's ``restore_bytes_per_s`` at concurrency 1
+      (one restore alone), when iobench ran it.
     * ``ssd_command_s``: from the eviction layout at the highest concurrency both layouts ran:
       its restore time (``bytes_requested / restore_bytes_per_s``) minus its bytes at that
       bandwidth, over its ``read_commands`` (0 when the difference is negative).
@@ -332,6 +361,13 @@ def apply_io_profile(hw: Hardware, path: str | Path) -> Hardware:
         else f"{p}: layouts.flat[concurrency={c}].restore_bytes_per_s"
     )
     hw = with_values(hw, {"ssd_read_bytes_per_s": bandwidth}, bw_source)
+    one = _profile_number(flat.get(1, {}), str(p), "restore_bytes_per_s")
+    if one is not None:
+        hw = with_values(
+            hw,
+            {"ssd_stream_bytes_per_s": min(one, bandwidth)},
+            f"{p}: layouts.flat[concurrency=1].restore_bytes_per_s (one restore stream)",
+        )
     return with_values(
         hw,
         {"ssd_command_s": command_s},

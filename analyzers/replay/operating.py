@@ -22,10 +22,10 @@ can recompute it from the ``--out`` per-request table:
   prefill time (prefill start to first token, host->GPU copies included; a worker prefills one
   request at a time) over the span, mean and max over workers, so ``sum(busy) / (workers x
   span) == prefill_mean``; ``decode_mean`` is, averaged over workers, the share of the span in
-  which at least one request decodes on the worker; ``ssd_read`` the share of the span the SSD
-  read link has a transfer; ``pcie`` the bytes crossing the GPUs' host links (host->GPU copies
-  and direct SSD->GPU reads) over what those links carry at their effective bandwidth in the
-  span; ``ssd_write`` is None (writes are not charged yet).
+  which at least one request decodes on the worker; ``ssd_read`` and ``ssd_write`` the share of
+  the SSD drives' capacity (the link's, integrated over the span) that reads and writes used;
+  ``pcie`` the bytes crossing the GPUs' host links (host->GPU copies and direct SSD->GPU reads)
+  over what those links carry at their effective bandwidth in the span.
 * **staging**: ``bytes`` the configured staging (tiered: the host staging buffer; flat: the GPU
   read windows, two layers per stream; memory-only: 0); ``peak_bytes`` and ``mean_bytes``
   (time-weighted over the span) of what was held.
@@ -62,13 +62,13 @@ class AchievedRate:
 
 @dataclass(frozen=True)
 class Utilisation:
-    """Fractions of the span (module docstring); ``ssd_write`` None: writes not charged."""
+    """Fractions of the span (module docstring)."""
 
     prefill_mean: float
     prefill_max: float
     decode_mean: float
     ssd_read: float
-    ssd_write: float | None
+    ssd_write: float
     pcie: float
 
 
@@ -168,7 +168,8 @@ def operating_point(
     workers: int,
     offered_rate: float | None,
     closed_loop: bool,
-    ssd_busy_s: float,
+    ssd_read_used_s: float,
+    ssd_write_used_s: float,
     pcie_bytes: int,
     pcie_bytes_per_s: float,
     staging_bytes: int | None,
@@ -209,13 +210,13 @@ def operating_point(
             prefill_mean=float(busy.sum() / (workers * span)),
             prefill_max=float(prefill_each.max()),
             decode_mean=float(sum(decode) / (workers * span)),
-            ssd_read=ssd_busy_s / span,
-            ssd_write=None,
+            ssd_read=ssd_read_used_s / span,
+            ssd_write=ssd_write_used_s / span,
             pcie=pcie_bytes / (pcie_bytes_per_s * workers * span),
         )
         staging_mean = staging_integral / span
     else:
-        util = Utilisation(0.0, 0.0, 0.0, 0.0, None, 0.0)
+        util = Utilisation(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         staging_mean = float(staging_peak_bytes)
     session = table["session_index"].to_numpy()
     spans = (

@@ -84,6 +84,7 @@ class ReferenceStore:
         self.low = int(low_watermark * ssd_blocks)
         self._peak = 0
         self._recycled = 0
+        self._written = 0
         self.mem_seg: dict[int, int] = {}
         self.ssd_seg: dict[int, tuple[int, int]] = {}  # block -> (segment, index)
         self.refs: dict[int, int] = {}
@@ -130,6 +131,7 @@ class ReferenceStore:
             del self.gpu_owner[lru.pop_lru()]
 
     def _ssd_append(self, b: int) -> None:
+        self._written += 1
         self.ssd_seq[b] = self.next_seq
         self.fifo.append((self.next_seq, b))
         self.next_seq += 1
@@ -173,6 +175,10 @@ class ReferenceStore:
     @property
     def ssd_recycled_blocks(self) -> int:
         return self._recycled
+
+    @property
+    def ssd_written_blocks(self) -> int:
+        return self._written
 
     def lookup_flat(self, blk: np.ndarray, worker: int) -> tuple[int, int, int, int, np.ndarray]:
         codes: list[int] = []

@@ -104,6 +104,8 @@ class PolicyResult:
     delivered_from: Mapping[str, int]
     ssd_read_commands: int
     ssd_delivered_bytes: int
+    ssd_write_bytes: int
+    drive_writes_per_day: float | None
     makespan_s: float
     offered_rate: float | None
     achieved_rate: AchievedRate

@@ -47,6 +47,7 @@ from fcctl.layout.placement import PlacementRule
 
 DEFAULT_RATES: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0)
 DEFAULT_SEED = 0
+CANCEL_MODES = ("discard", "credit")
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ class ReplayConfig:
     #: axis; None in it means every session at t = 0 (``all``).
     concurrency: tuple[int | None, ...] | None = None
     think_time: ThinkTime = field(default_factory=ThinkTime)
+    #: What a cancelled tiered prefetch's bytes become: ``discard`` (thrown away, recomputed)
+    #: or ``credit`` (the blocks read are delivered).
+    cancel: str = "discard"
 
 
 def check_policies(names: Sequence[str]) -> tuple[str, ...]:
@@ -159,7 +163,8 @@ def summarize(
         workers=sim.workers,
         offered_rate=offered_rate,
         closed_loop=sim.closed_loop,
-        ssd_busy_s=sim.ssd_link.busy_s,
+        ssd_read_used_s=sim.ssd_link.used_s["read"],
+        ssd_write_used_s=sim.ssd_link.used_s["write"],
         pcie_bytes=copied + direct,
         pcie_bytes_per_s=sim.copy_bytes_per_s,
         staging_bytes=getattr(sim.policy, "staging_bytes", None),
@@ -186,6 +191,12 @@ def summarize(
         },
         ssd_read_commands=int(table["ssd_read_commands"].sum()),
         ssd_delivered_bytes=ssd_delivered,
+        ssd_write_bytes=sim.ssd_write_bytes,
+        drive_writes_per_day=(
+            sim.ssd_write_bytes / sim.hw.ssd_bytes / (op.span_s / 86400.0)
+            if op.span_s > 0 and sim.hw.ssd_bytes > 0
+            else None
+        ),
         makespan_s=float(table["first_token_s"].max() - table["arrival_s"].min()),
         offered_rate=offered_rate,
         achieved_rate=op.achieved_rate,
@@ -226,6 +237,7 @@ def simulate(
             "placement_rule": config.placement,
             "concurrency": concurrency,
             "think_time": config.think_time,
+            "cancel": config.cancel,
         },
     )
     sim.run()
@@ -305,6 +317,10 @@ def replay_trace(
     """Replay ``trace`` under every policy of ``config`` at every rate."""
     started = utc_now()
     check_margins(config.decision_margin_pp, config.decision_ttft_margin)
+    if config.cancel not in CANCEL_MODES:
+        raise FcctlInputError(
+            f"cancel: one of {', '.join(CANCEL_MODES)}; got {config.cancel!r}", parameter="cancel"
+        )
     policies = check_policies(config.policies)
     workers = workers_of(config.geometry, config.hardware)
     workload = build_workload(trace, config.geometry, workers)
@@ -389,6 +405,7 @@ def replay_trace(
             "axis": "rate" if config.concurrency is None else "concurrency",
             "closed_loop": workload.closed_loop or config.concurrency is not None,
             "think_time": str(config.think_time),
+            "cancel": config.cancel,
             "seed": config.seed,
             "natural_rate_per_s": workload.natural_rate_per_s(),
         },

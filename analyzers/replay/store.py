@@ -432,6 +432,11 @@ class FastStore:
     def ssd_recycled_blocks(self) -> int:
         return self.ssd.recycled_blocks
 
+    @property
+    def ssd_written_blocks(self) -> int:
+        """Blocks written to the tiered SSD so far (host evictions of blocks not on SSD)."""
+        return self.ssd.written_blocks
+
     # flat ----------------------------------------------------------------------------------
     def lookup_flat(self, blk: np.ndarray, worker: int) -> tuple[int, int, int, int, np.ndarray]:
         """(prefix stored, in GPU, in memory, on SSD, SSD runs as rows (segment, first, len))."""

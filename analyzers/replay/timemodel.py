@@ -68,26 +68,44 @@ _EPS_S = 1e-9
 
 
 class PsLink:
-    """A processor-sharing link: ``add`` a transfer of ``work_s`` seconds (alone on the link)."""
+    """A processor-sharing link with a per-transfer cap.
 
-    def __init__(self, events: EventQueue) -> None:
+    ``add`` a transfer of ``work_s`` seconds (alone on the link, uncapped). With N transfers
+    active each advances at ``min(cap, 1/N)`` of the link: ``cap`` (0 < cap <= 1) is the most
+    one transfer may take, e.g. one drive of eight (a session file on one drive reads at that
+    drive's bandwidth however idle the others are). ``used_s[kind]`` integrates the share of the
+    link's capacity each kind of transfer used (``"read"``, ``"write"``), so ``used_s / span``
+    is the link's utilisation by that kind; ``busy_s`` the time anything was active.
+    """
+
+    def __init__(self, events: EventQueue, cap: float = 1.0) -> None:
+        if not 0 < cap <= 1:
+            raise ValueError(f"PsLink: cap must be in (0, 1]; got {cap!r}")
         self._events = events
+        self._cap = cap
         self._active: dict[Hashable, float] = {}
-        self._done: dict[Hashable, Callable[[float], None]] = {}
+        self._done: dict[Hashable, Callable[[float], None] | None] = {}
+        self._kind: dict[Hashable, str] = {}
         self._last = 0.0
         self._version = 0
         self.busy_s = 0.0
+        self.used_s: dict[str, float] = {"read": 0.0, "write": 0.0}
 
     @property
     def active(self) -> int:
         return len(self._active)
 
+    def _rate(self) -> float:
+        return min(self._cap, 1.0 / len(self._active))
+
     def _advance(self, now: float) -> None:
         n = len(self._active)
         if n and now > self._last:
-            step = (now - self._last) / n
+            rate = self._rate()
+            step = (now - self._last) * rate
             for k in self._active:
                 self._active[k] -= step
+                self.used_s[self._kind[k]] += step
             self.busy_s += now - self._last
         self._last = now
 
@@ -95,15 +113,21 @@ class PsLink:
         self._version += 1
         if self._active:
             least = min(self._active.values())
-            self._events.push(
-                now + max(least, 0.0) * len(self._active), self._on_event, self._version
-            )
+            self._events.push(now + max(least, 0.0) / self._rate(), self._on_event, self._version)
 
-    def add(self, key: Hashable, work_s: float, now: float, done: Callable[[float], None]) -> None:
-        """Start a transfer; ``done(t)`` runs when it completes."""
+    def add(
+        self,
+        key: Hashable,
+        work_s: float,
+        now: float,
+        done: Callable[[float], None] | None,
+        kind: str = "read",
+    ) -> None:
+        """Start a transfer; ``done(t)`` (if any) runs when it completes."""
         self._advance(now)
         self._active[key] = work_s
         self._done[key] = done
+        self._kind[key] = kind
         self._reschedule(now)
 
     def cancel(self, key: Hashable, now: float) -> float:
@@ -111,6 +135,7 @@ class PsLink:
         self._advance(now)
         left = self._active.pop(key)
         del self._done[key]
+        del self._kind[key]
         self._reschedule(now)
         return max(left, 0.0)
 
@@ -125,10 +150,12 @@ class PsLink:
         callbacks = []
         for k in finished:
             del self._active[k]
+            del self._kind[k]
             callbacks.append(self._done.pop(k))
         self._reschedule(now)
         for cb in callbacks:
-            cb(now)
+            if cb is not None:
+                cb(now)
 
 
 class LevelMeter:

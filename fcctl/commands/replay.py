@@ -61,6 +61,13 @@ def register(app: typer.Typer) -> None:
                 help="Gap between a session's turns: original, none, capped:S or scale:K.",
             ),
         ] = "original",
+        cancel: Annotated[
+            str,
+            typer.Option(
+                "--cancel",
+                help="A cancelled tiered prefetch: discard what it read, or credit it.",
+            ),
+        ] = "discard",
         model: ModelOpt = "llama-3.1-8b",
         model_config: ModelConfigOpt = None,
         tp: TpOpt = None,
@@ -107,7 +114,7 @@ def register(app: typer.Typer) -> None:
             check_replay_out_dir(out, force=force)
         result = api.replay(
             trace, format=format, policies=policies, rates=rates, concurrency=concurrency,
-            think_time=think_time, decision_margin_pp=decision_margin_pp,
+            think_time=think_time, cancel=cancel, decision_margin_pp=decision_margin_pp,
             decision_ttft_margin=decision_ttft_margin, model=model,
             model_config=model_config, tp=tp, kv_dtype=kv_dtype, hardware=node,
             short_reply_tokens=short_reply, agent_context_tokens=agent_context, seed=seed,

@@ -164,6 +164,7 @@ class Flat:
             self.file_end[file] += seg_bytes
             nbytes = seg_bytes * sim.tp
             reclaimer = self.ssd
+            sim.ssd_write(nbytes, now)
         else:
             seg = self.segs.add(-1, 0, 0, n, owner)
             nbytes = n * sim.block_bytes

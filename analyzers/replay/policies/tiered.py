@@ -12,9 +12,13 @@
   shared SSD link, and holds its staging space until the request's prefill starts (the copy
   to the GPU happens then).
 * Timeout: ``prefetch_timeout_s(tokens)`` after arrival (SGLang HiCache's rule) a prefetch
-  still waiting for staging or still reading is cancelled: the blocks already read (in prefix
-  order, in proportion to the read's progress) are delivered, the rest of the prefix is
-  recomputed. Bytes read by cancelled prefetches count in ``ssd_read_bytes``.
+  still waiting for staging or still reading is cancelled and the prefix from its first SSD
+  block on is recomputed (``--cancel discard``, the default: HiCache's ``terminate_prefetch``
+  releases what was read); with ``--cancel credit`` the blocks already read (in prefix order, in
+  proportion to the read's progress) are delivered. Either way the bytes read count in
+  ``ssd_read_bytes``, so discarded reads raise ``read_amplification``.
+* Writes: a block evicted from host memory that is not on SSD is written to SSD at that moment
+  (``ssd_write_bytes``), a transfer on the same drives as the reads.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ class Tiered:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.staging_bytes: int | None = sim.hw.staging_bytes
+        # --cancel credit: a cancelled prefetch still delivers the blocks it had read.
+        self.credit_cancelled = sim.options.get("cancel", "discard") == "credit"
         self.ready = ArrivalQueue(sim.workers)
         self.staging_free = sim.hw.staging_bytes
         self.waiting: deque[int] = deque()
@@ -122,6 +128,8 @@ class Tiered:
             self.waiting.remove(r)
         read_blocks = min(pf.n_ssd, math.floor(done_fraction * pf.n_ssd + 1e-9))
         log.ssd_read_bytes[r] = round(done_fraction * pf.bytes)
+        if not self.credit_cancelled:
+            read_blocks = 0  # 'discard': what the cancelled read brought in is thrown away
         log.prefetch_s[r] = now - log.arrival_s[r]
         log.cancelled[r] = True
         self.cancelled += 1
@@ -156,7 +164,11 @@ class Tiered:
         self.sim.staging.set(now, self.sim.hw.staging_bytes - self.staging_free)
 
     def on_prefill_done(self, r: int, now: float) -> None:
-        self.sim.store.host_insert(self.sim.w.blocks_of(r), True)
+        store = self.sim.store
+        written = store.ssd_written_blocks
+        store.host_insert(self.sim.w.blocks_of(r), True)
+        # Host evictions of blocks not yet on SSD are written to it now, on the read drives.
+        self.sim.ssd_write((store.ssd_written_blocks - written) * self.sim.block_bytes, now)
 
     def on_decode_done(self, r: int, now: float) -> None:
         pass
