@@ -304,6 +304,22 @@ def hardware(
     return hw
 
 
+def split_sizes(value: str | None, parameter: str) -> tuple[str | None, list[str], bool]:
+    """A size flag's list ``"256GiB,1TiB,auto"``: the node's value (the first size, or None),
+    the other sizes to sweep, and whether ``auto`` was among them."""
+    if value is None:
+        return None, [], False
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    auto = "auto" in items
+    sizes = [v for v in items if v != "auto"]
+    if not sizes and not auto:
+        from fcctl.common.errors import FcctlInputError
+
+        raise FcctlInputError(f"{parameter}: give a size or a list of sizes; got {value!r}",
+                              parameter=parameter)  # fmt: skip
+    return (sizes[0] if sizes else None), sizes[1:], auto
+
+
 def _node(hw: Hardware | None) -> Hardware:
     """``hw``, or the default preset (a parameter named ``hardware`` hides :func:`hardware`)."""
     from fcctl.analyzers.replay import load_hardware
@@ -316,10 +332,16 @@ def replay(
     *,
     format: str | None = None,
     policies: str | Sequence[str] = ("memory-only", "tiered", "flat", "flat-fcfs"),
-    rates: str | Sequence[float] | None = None,
+    rates: str | Sequence[float] | None = "auto",
+    rate: float | None = None,
     concurrency: str | int | Sequence[int | str] | None = None,
     think_time: str = "original",
     cancel: str = "discard",
+    slo_ttft_p99_s: float | None = None,
+    gpu_kv_sweep: Sequence[Size] = (),
+    host_memory_sweep: Sequence[Size] = (),
+    staging_sweep: Sequence[Size] = (),
+    host_memory_auto: bool = False,
     model: str = DEFAULT_MODEL,
     model_config: str | Path | None = None,
     tp: int | None = None,
@@ -338,8 +360,13 @@ def replay(
 
     ``source``: a trace file (anything :func:`read_trace` reads, with ``format``) or a trace
     already read. ``policies``: registry names (``fcctl.analyzers.replay.POLICIES``), a list or
-    comma-separated. ``rates``: requests/s offered (default 0.1, 0.25, 0.5, 1); or
-    ``concurrency``: sessions kept active, a closed loop (``"4,16,all"``; not with ``rates``);
+    comma-separated. ``rates``: requests/s offered, or ``"auto"`` (the default: from light load
+    to saturation, analyzers/replay/sweep.py); ``rate``: the user's own operating point, run
+    too and reported first (``operating_point``); or ``concurrency``: sessions kept active, a
+    closed loop (``"4,16,all"``; instead of rates); ``slo_ttft_p99_s``: the auto sweep stops
+    past it. ``gpu_kv_sweep``/``host_memory_sweep``/``staging_sweep``: more sizes to run
+    besides the node's (every combination); ``host_memory_auto``: add the trace's working-set
+    sizes to host memory.
     ``think_time``: ``original``, ``none``, ``capped:S`` or ``scale:K`` (the gap between a
     session's turns; analyzers/replay/load.py). ``cancel``: what a cancelled tiered prefetch's
     bytes become, ``discard`` (recomputed) or ``credit`` (delivered).
@@ -355,11 +382,21 @@ def replay(
     from fcctl.common.errors import FcctlInputError
     from fcctl.layout.placement import PlacementRule
 
-    if rates is not None and concurrency is not None:
+    auto = isinstance(rates, str) and rates.strip() == "auto"
+    if concurrency is not None and (rate is not None or (rates is not None and not auto)):
         raise FcctlInputError(
             "concurrency: the load axis is rates or concurrency, not both", parameter="concurrency"
         )
     kv = geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
+    size_lists = {
+        name: tuple(_size(v, name) for v in values)
+        for name, values in (
+            ("gpu_kv_bytes", gpu_kv_sweep),
+            ("host_memory_bytes", host_memory_sweep),
+            ("staging_bytes", staging_sweep),
+        )
+        if values
+    }
     rule_args = {}
     if short_reply_tokens is not None:
         rule_args["short_reply_tokens"] = short_reply_tokens
@@ -367,7 +404,9 @@ def replay(
         rule_args["agent_context_tokens"] = agent_context_tokens
     config = ReplayConfig(
         geometry=kv, hardware=_node(hardware), policies=_names(policies),
-        rates=_numbers((0.1, 0.25, 0.5, 1.0) if rates is None else rates, "rates", "0.1,0.5"),
+        rates=() if auto or rates is None else _numbers(rates, "rates", "0.1,0.5 or auto"),
+        auto_rates=auto and concurrency is None, operating_rate=rate,
+        slo_ttft_p99_s=slo_ttft_p99_s, size_lists=size_lists, host_memory_auto=host_memory_auto,
         placement=PlacementRule(**rule_args), seed=seed, keep_tables=keep_tables,
         decision_margin_pp=decision_margin_pp, decision_ttft_margin=decision_ttft_margin,
         concurrency=None if concurrency is None else parse_concurrency(concurrency),

@@ -60,6 +60,8 @@ FLAGS: Mapping[str, str] = {
     "free_margin_bytes": "--free-margin",
     "engine_threads": "--threads",
     "fio_runtime_s": "--fio-runtime",
+    "slo_ttft_p99_s": "--slo-ttft-p99",
+    "operating_rate": "--rate",
 }
 
 

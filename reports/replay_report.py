@@ -49,12 +49,12 @@ def _table(result: ReplayResult) -> Table:
 def load_label(point: RateResult) -> str:
     """A load point in words: the offered rate, or the sessions kept active."""
     if point.rate is not None:
-        return f"{point.rate:g} req/s offered"
+        return f"{point.rate:.3g} req/s offered"
     return f"{point.concurrency:,} sessions active"
 
 
 def _load_cell(point: RateResult) -> str:
-    return f"{point.rate:g}" if point.rate is not None else f"c={point.concurrency:,}"
+    return f"{point.rate:.3g}" if point.rate is not None else f"c={point.concurrency:,}"
 
 
 def decision_lines(result: ReplayResult) -> list[str]:

@@ -127,6 +127,8 @@ class RateResult:
     policies: Mapping[str, PolicyResult]
     decision: Decision
     concurrency: int | None = None  # sessions kept active; None in rate mode
+    #: The node's KV sizes at this point (gpu_kv_bytes, host_memory_bytes, staging_bytes).
+    sizes: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -148,8 +150,12 @@ class ReplayResult:
     load: Mapping[str, Any]
     ideal_hit_share: float | None
     rates: tuple[RateResult, ...]
+    #: The user's own operating point (``--rate``), also in ``rates``; None when not given.
+    operating_point: RateResult | None
     divergence_rate: float | None
     divergence_concurrency: int | None
+    #: Per size point: {sizes, rate, concurrency}, the lowest load whose decision names a layout.
+    divergence: tuple[Mapping[str, Any], ...]
     decision_margins: Mapping[str, float]
     notes: tuple[str, ...]
     provenance: Provenance

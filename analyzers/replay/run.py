@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from fcctl.analyzers.replay.decision import (
     divergence_rate,
 )
 from fcctl.analyzers.replay.engine import Simulation
-from fcctl.analyzers.replay.hardware import Hardware, hardware_document
+from fcctl.analyzers.replay.hardware import Hardware, hardware_document, with_values
 from fcctl.analyzers.replay.load import ThinkTime
 from fcctl.analyzers.replay.operating import Window, operating_point
 from fcctl.analyzers.replay.policies import DEFAULT_POLICIES, POLICIES
@@ -36,6 +37,17 @@ from fcctl.analyzers.replay.result import (
     TtftStats,
 )
 from fcctl.analyzers.replay.store import FastStore
+from fcctl.analyzers.replay.sweep import (
+    MAX_DOUBLINGS,
+    MAX_REFINEMENTS,
+    SIZE_FIELDS,
+    START_FRACTION,
+    GiB,
+    auto_rates,
+    capacity_estimate,
+    size_points,
+    working_set_bytes,
+)
 from fcctl.analyzers.replay.workload import Workload, build_workload
 from fcctl.analyzers.reuse.bounded import default_memory_budget
 from fcctl.analyzers.traces.schema import Trace
@@ -70,6 +82,15 @@ class ReplayConfig:
     #: What a cancelled tiered prefetch's bytes become: ``discard`` (thrown away, recomputed)
     #: or ``credit`` (the blocks read are delivered).
     cancel: str = "discard"
+    #: Sweep the offered rate from light load to saturation (analyzers/replay/sweep.py)
+    #: instead of ``rates``; ``operating_rate``: the user's own rate, run too, reported first.
+    auto_rates: bool = False
+    operating_rate: float | None = None
+    slo_ttft_p99_s: float | None = None
+    #: Size sweeps: hardware field -> values besides ``hardware``'s (sweep.SIZE_FIELDS);
+    #: ``host_memory_auto`` adds the trace's working-set capacities to host memory.
+    size_lists: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    host_memory_auto: bool = False
 
 
 def check_policies(names: Sequence[str]) -> tuple[str, ...]:
@@ -284,6 +305,35 @@ def decision_of(
     return decide(figures, margin_pp=margin_pp, ttft_margin=ttft_margin)
 
 
+def _size_points(
+    config: ReplayConfig, workload: Workload, notes: list[str]
+) -> tuple[dict[str, int], ...]:
+    """The size points of the run: the node's sizes first, then every swept combination."""
+    lists = {f: tuple(v) for f, v in config.size_lists.items()}
+    for name, values in lists.items():
+        if name not in SIZE_FIELDS:
+            raise FcctlInputError(f"size_lists: not a size field: {name!r}", parameter=name)
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise FcctlInputError(f"{name}: sizes must be whole bytes >= 0; got {v!r}",
+                                      parameter=name)  # fmt: skip
+    if config.host_memory_auto:
+        ws = working_set_bytes(workload)
+        found = [c for c in ws.capacity_bytes if c is not None]
+        lists["host_memory_bytes"] = (*lists.get("host_memory_bytes", ()), *found)
+        shown = ", ".join(
+            f"{100 * s:g} % at {c / GiB:,.0f} GiB" if c is not None else f"{100 * s:g} %: none"
+            for s, c in zip(ws.shares, ws.capacity_bytes, strict=True)
+        )
+        notes.append(
+            "host memory auto: the LRU working set of the trace's own order (share of the "
+            f"ideal hit share served: {shown}) beside the node's "
+            f"{config.hardware.host_memory_bytes / GiB:,.0f} GiB"
+        )
+    base = {f: int(getattr(config.hardware, f)) for f in SIZE_FIELDS}
+    return size_points(base, lists)
+
+
 def _lowest_named(results: Sequence[RateResult]) -> int | None:
     """The lowest concurrency whose decision names a layout (None: none does, or rate mode)."""
     named = [
@@ -324,13 +374,30 @@ def replay_trace(
     policies = check_policies(config.policies)
     workers = workers_of(config.geometry, config.hardware)
     workload = build_workload(trace, config.geometry, workers)
-    points: list[tuple[float | None, int | None]]
+    points: list[tuple[float | None, int | None]] = []
     if config.concurrency is not None:
         if not config.concurrency:
             raise FcctlInputError("concurrency: give at least one value", parameter="concurrency")
+        if config.auto_rates or config.operating_rate is not None:
+            raise FcctlInputError(
+                "concurrency: the load axis is rates or concurrency, not both",
+                parameter="concurrency",
+            )
         points = [(None, workload.sessions if c is None else c) for c in config.concurrency]
     else:
-        points = [(r, None) for r in check_rates(config.rates)]
+        if not config.auto_rates:
+            points = [(r, None) for r in check_rates(config.rates)]
+        if config.operating_rate is not None:
+            op_rate = check_rates([config.operating_rate], flag="operating_rate")[0]
+            points = [(op_rate, None)] + [p for p in points if p[0] != op_rate]
+        if config.slo_ttft_p99_s is not None and not (
+            math.isfinite(config.slo_ttft_p99_s) and config.slo_ttft_p99_s > 0
+        ):
+            raise FcctlInputError(
+                f"slo_ttft_p99_s: must be a finite number of seconds > 0; got "
+                f"{config.slo_ttft_p99_s!r}",
+                parameter="slo_ttft_p99_s",
+            )
         if not workload.closed_loop and config.think_time.mode != "original":
             raise FcctlInputError(
                 f"think_time: {trace.path}: a trace on one clock replayed at a rate keeps its "
@@ -362,25 +429,73 @@ def replay_trace(
         )
     if workload.closed_loop and config.think_time.mode != "original":
         notes.append(f"think time between a session's turns: {config.think_time}")
-    results = []
-    total = len(points) * len(policies) * workload.requests
+    sizes = _size_points(config, workload, notes)
+    capacity = None
+    if config.auto_rates and config.concurrency is None:
+        capacity = capacity_estimate(workload, config.hardware.prefill_tokens_per_s)
+    results: list[RateResult] = []
+    per_size = len(points) + (MAX_DOUBLINGS + MAX_REFINEMENTS if capacity else 0)
+    total = len(sizes) * per_size * len(policies) * workload.requests
     prog = progress or Progress(enabled=False)
     margins = (config.decision_margin_pp, config.decision_ttft_margin)
+    operating: RateResult | None = None
+    divergence: list[dict[str, Any]] = []
     with prog.task("replaying", total=total, unit="requests") as task:
-        done_before = 0
-        for rate, concurrency in points:
+        done = [0]
+
+        def run_point(
+            cfg: ReplayConfig, sizes_here: Mapping[str, int], rate: float | None,
+            concurrency: int | None,
+        ) -> RateResult:  # fmt: skip
             per_policy = {}
             for name in policies:
-                base = done_before
+                base = done[0]
                 per_policy[name] = simulate(
-                    workload, config, name, rate, concurrency=concurrency,
+                    workload, cfg, name, rate, concurrency=concurrency,
                     store_factory=store_factory,
                     progress=lambda n, base=base: task.update(base + n),
                 )  # fmt: skip
-                done_before += workload.requests
-                task.update(done_before)
+                done[0] += workload.requests
+                task.update(done[0])
             decision = decision_of(per_policy, *margins)
-            results.append(RateResult(rate, per_policy, decision, concurrency))
+            return RateResult(rate, per_policy, decision, concurrency, dict(sizes_here))
+
+        for k, sizes_here in enumerate(sizes):
+            changed = {f: v for f, v in sizes_here.items() if v != getattr(config.hardware, f)}
+            cfg = config
+            if changed:
+                cfg = replace(config, hardware=with_values(config.hardware, changed, "size sweep"))
+            here = [run_point(cfg, sizes_here, r, c) for r, c in points]
+            if k == 0 and config.operating_rate is not None and here:
+                operating = here[0]
+            if capacity:
+                swept, why = auto_rates(
+                    lambda rate, cfg=cfg, s=sizes_here: run_point(cfg, s, rate, None),
+                    capacity,
+                    slo_ttft_p99_s=config.slo_ttft_p99_s,
+                )
+                if k == 0:
+                    paced = " (the sessions' own think times pace the load: --concurrency or " \
+                        "--think-time push it further)" if workload.closed_loop and \
+                        "stopped growing" in why else ""  # fmt: skip
+                    notes.append(
+                        f"rates auto: from {capacity * START_FRACTION:.3g} req/s (1/16 of the "
+                        f"{capacity:.3g} req/s the workers prefill with every reused block "
+                        f"cached), doubling until {why}{paced}"
+                    )
+                here += [p for p in swept if not (operating and p.rate == operating.rate)]
+            here.sort(key=lambda p: (p is not operating, p.rate or 0, p.concurrency or 0))
+            results += here
+            divergence.append(
+                {
+                    "sizes": dict(sizes_here),
+                    "rate": divergence_rate(
+                        [(p.rate, p.decision) for p in here if p.rate is not None]
+                    ),
+                    "concurrency": _lowest_named(here),
+                }
+            )
+        task.update(total)
     g = config.geometry
     return ReplayResult(
         schema_version=SCHEMA_VERSION,
@@ -411,10 +526,10 @@ def replay_trace(
         },
         ideal_hit_share=workload.ideal_hit_share,
         rates=tuple(results),
-        divergence_rate=divergence_rate(
-            [(r.rate, r.decision) for r in results if r.rate is not None]
-        ),
-        divergence_concurrency=_lowest_named(results),
+        operating_point=operating,
+        divergence_rate=divergence[0]["rate"] if divergence else None,
+        divergence_concurrency=divergence[0]["concurrency"] if divergence else None,
+        divergence=tuple(divergence),
         decision_margins={
             "margin_pp": config.decision_margin_pp,
             "ttft_margin": config.decision_ttft_margin,

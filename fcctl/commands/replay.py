@@ -42,10 +42,20 @@ def register(app: typer.Typer) -> None:
             typer.Option("--policies", help="Comma-separated policies to replay."),
         ] = "memory-only,tiered,flat,flat-fcfs",
         rates: Annotated[
-            str | None,
+            str,
             typer.Option(
-                "--rates", help="Comma-separated offered rates (requests/s) [0.1,0.25,0.5,1.0]."
+                "--rates",
+                help="Offered rates (requests/s), comma-separated, or auto: light load to "
+                "saturation.",
             ),
+        ] = "auto",
+        rate: Annotated[
+            float | None,
+            typer.Option("--rate", help="Your own operating point (requests/s), reported first."),
+        ] = None,
+        slo_ttft_p99: Annotated[
+            float | None,
+            typer.Option("--slo-ttft-p99", help="Seconds: the auto sweep stops past this p99."),
         ] = None,
         concurrency: Annotated[
             str | None,
@@ -105,15 +115,22 @@ def register(app: typer.Typer) -> None:
         from fcctl.errors import flag_for
         from fcctl.reports.replay_report import check_replay_out_dir, print_summary, write_out_dir
 
+        gpu_kv, gpu_kv_more, _ = api.split_sizes(gpu_kv, "gpu_kv_bytes")
+        host_memory, host_more, host_auto = api.split_sizes(host_memory, "host_memory_bytes")
+        staging, staging_more, _ = api.split_sizes(staging, "staging_bytes")
         node = api.hardware(
             hardware, io_profile=io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv,
             host_memory_bytes=host_memory, ssd_bytes=ssd, staging_bytes=staging,
             prefill_tokens_per_s=prefill_tokens_per_s, source_of=flag_for,
         )  # fmt: skip
+        if concurrency is not None and rates == "auto":
+            rates = None  # type: ignore[assignment]  # the load axis is the concurrency
         if out is not None:
             check_replay_out_dir(out, force=force)
         result = api.replay(
-            trace, format=format, policies=policies, rates=rates, concurrency=concurrency,
+            trace, format=format, policies=policies, rates=rates, rate=rate,
+            slo_ttft_p99_s=slo_ttft_p99, gpu_kv_sweep=gpu_kv_more, host_memory_sweep=host_more,
+            staging_sweep=staging_more, host_memory_auto=host_auto, concurrency=concurrency,
             think_time=think_time, cancel=cancel, decision_margin_pp=decision_margin_pp,
             decision_ttft_margin=decision_ttft_margin, model=model,
             model_config=model_config, tp=tp, kv_dtype=kv_dtype, hardware=node,
