@@ -384,7 +384,10 @@ def _request_figures(trace: Trace, bytes_per_token: int) -> _RequestFigures:
             .group_by("session_id")
             .agg((pl.col("timestamp_s").max() - pl.col("timestamp_s").min()).alias("span"))
         )
-        duration = float(spans["span"].max())
+        longest = spans["span"].max()
+        # timestamp_s is a numeric column with at least one row, so its max is a number.
+        assert isinstance(longest, (int, float))
+        duration = float(longest)
     rate = req.height / duration if (duration and trace.order == "time") else None
     sizes = RequestSizes(
         Percentiles.of(input_tokens),
@@ -500,7 +503,8 @@ def _notes(
             )
         )
         n_req = trace.requests.height
-        biggest = int(sessions.table["turns"].max() or 0)
+        most_turns = sessions.table["turns"].max()
+        biggest = most_turns if isinstance(most_turns, int) else 0
         if n_req >= 10 and biggest > n_req // 2:
             notes.append(
                 Note(

@@ -763,6 +763,7 @@ def _analyze_bounded(
                 "(raise --memory-budget to analyse it exactly).",
             )
         )
+    assert totals.reused_per_request is not None  # set by BlockTotals.__post_init__
     blocks = _BlockFigures(
         block_accesses=total,
         distinct_blocks=totals.distinct_blocks,

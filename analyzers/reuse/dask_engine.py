@@ -704,7 +704,8 @@ def plan_shuffle(
         "raise --memory-budget" if parameter == "memory_budget" else "give the workers more memory"
     )
     piece = min(MAX_PIECE_ACCESSES, task // BYTES_PER_EXPLODED_ACCESS)
-    widest = int(dataset.requests["n_blocks"].max() or 0)
+    widest_or_none = dataset.requests["n_blocks"].max()
+    widest = widest_or_none if isinstance(widest_or_none, int) else 0
     if widest * BYTES_PER_EXPLODED_ACCESS > task or piece < 1:
         need = max(widest, 1) * BYTES_PER_EXPLODED_ACCESS
         raise FcctlInputError(
@@ -750,10 +751,11 @@ def _map_files(client: Client) -> Callable[..., Iterable[Any]]:
     """
 
     def map_files(read: Callable[[Path], Any], files: Sequence[Path]) -> Iterator[Any]:
-        futures = client.map(read, list(files), pure=False)
+        futures: list[Future[Any] | None] = [*client.map(read, list(files), pure=False)]
         try:
             for i in range(len(futures)):
                 f, futures[i] = futures[i], None
+                assert f is not None  # each slot is emptied once, in order
                 yield f.result()
                 del f
         finally:
