@@ -68,9 +68,9 @@ def check_replay_out_dir(out: Path, *, force: bool) -> None:
 
 
 def _charts(result: ReplayResult, d: Path) -> list[str]:
-    from fcctl.reports.charts import _pyplot, _save
+    from fcctl.reports.charts import load_pyplot, save_figure
 
-    plt = _pyplot()
+    plt = load_pyplot()
     rates = [r.rate for r in result.rates]
     names = list(result.rates[0].policies) if result.rates else []
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -82,7 +82,7 @@ def _charts(result: ReplayResult, d: Path) -> list[str]:
     ax.set_xlabel("rate (requests/s)")
     ax.set_ylabel("reused blocks delivered to GPU (% of accesses)")
     ax.legend()
-    _save(fig, d / "hit_share.png")
+    save_figure(fig, d / "hit_share.png")
     plt.close(fig)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, q in zip(axes, ("p50", "p99"), strict=True):
@@ -92,7 +92,7 @@ def _charts(result: ReplayResult, d: Path) -> list[str]:
         ax.set_xlabel("rate (requests/s)")
         ax.set_ylabel(f"TTFT {q} (s)")
         ax.legend()
-    _save(fig, d / "ttft.png")
+    save_figure(fig, d / "ttft.png")
     plt.close(fig)
     return ["hit_share.png", "ttft.png"]
 
