@@ -283,8 +283,8 @@ def _distance_chart(inp: Input, metric: str, label: str, render: Callable, base:
                 f"{title}; exact at the log2 bucket edges of histograms.parquet.",
             )
     p = inp.doc["reuse_distance"][metric]
-    percentiles = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
-    pts = [(x, q) for k, q in percentiles if (x := p[k].as_num()) is not None and x > 0]
+    quantiles = [(p[k].as_num(), q) for k, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))]
+    pts = [(x, q) for x, q in quantiles if x is not None and x > 0]
     if not pts:
         return ""
     series = [svg.Series("p50, p90, p99", [x for x, _ in pts], [q for _, q in pts], kind="points")]
@@ -313,8 +313,8 @@ def _session_chart(inp: Input) -> str:
         note = "every session of sessions.parquet"
     else:
         s = inp.doc["sessions"]["kv_bytes"]
-        percentiles = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
-        pts = [(x, q) for k, q in percentiles if (x := s[k].as_num())]
+        quantiles = [(s[k].as_num(), q) for k, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))]
+        pts = [(x, q) for x, q in quantiles if x]
         if not pts:
             return ""
         series = [svg.Series("p50, p90, p99", [x for x, _ in pts], [q for _, q in pts], "points")]
