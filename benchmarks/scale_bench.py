@@ -347,6 +347,8 @@ def exact_differences(a: dict, b: dict) -> list[str]:
     diffs = []
     for entry in figures:
         name = entry.split(" ")[0]
+        x: object  # the two documents' values of this figure, compared for equality only
+        y: object
         if name == "trace":
             x, y = (
                 {k: v for k, v in d["trace"].items() if k not in _TRACE_PLAN_KEYS} for d in (a, b)
@@ -602,8 +604,9 @@ def _run(args: argparse.Namespace, work: Path) -> int:
     }
 
     # 4. Dask
-    report["dask"] = _dask(args, work, want, slice_dir, doc, s_doc, slice_rate, model, logs)
-    failed = failed or bool((report["dask"] or {}).get("failed"))
+    dask_report = _dask(args, work, want, slice_dir, doc, s_doc, slice_rate, model, logs)
+    report["dask"] = dask_report
+    failed = failed or bool((dask_report or {}).get("failed"))
 
     # 5. the error, in the library, after the timed runs
     if rate is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import Protocol, cast
 
 # Before numpy is imported: numpy asks the kernel for transparent huge pages on large arrays
 # (madvise), and where THP defrag is "madvise" every first touch of such an array compacts
@@ -63,6 +64,14 @@ for _info in app.registered_commands:
         _info.short_help = " ".join(_doc.strip().split("\n\n")[0].split())
 
 
+class _ClickException(Protocol):
+    """What main() uses of click's ClickException (typer's vendored copy or click's own)."""
+
+    exit_code: int
+
+    def format_message(self) -> str: ...
+
+
 def _click_exception() -> type[Exception]:
     # typer >= 0.29 vendors click, older releases depend on it; either way BadParameter derives
     # from the ClickException that the parser raises for every usage error.
@@ -74,7 +83,9 @@ def main() -> None:
     click_exception = _click_exception()
     try:
         rv = app(standalone_mode=False)
-    except click_exception as e:
+    except click_exception as exc:
+        # Statically only an Exception: the class is looked up at run time (see above).
+        e = cast(_ClickException, exc)
         ctx = getattr(e, "ctx", None)
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `fcctl`: show the help
             print(e.format_message())

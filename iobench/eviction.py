@@ -79,7 +79,7 @@ def _write_bucket(
             buf = run_buf[: len(chunk) * block_bytes]
             keys = piece_keys(chunk[:, 0:1], chunk[:, 1:2], layer_ids[None, :]).reshape(-1)
             fill_pieces(buf, keys, workload.piece_bytes)
-            view = memoryview(buf)
+            view = buf.data  # memoryview(buf), typed: numpy's stubs lack ndarray.__buffer__
             while view.nbytes:
                 view = view[os.write(fd, view) :]
             written += buf.nbytes

@@ -97,7 +97,7 @@ def fio_version(fio_bin: str) -> str:
 
 def _live_children(pid: int) -> list[int]:
     """Live (not zombie) processes whose parent is ``pid``, from /proc."""
-    kids = []
+    kids: list[int] = []
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -313,7 +313,7 @@ def replay(
 
 def pick_ioengine(fio_bin: str, probe_file: str) -> tuple[str, str]:
     """The first of IOENGINES that reads ``probe_file`` here, with a note on what failed."""
-    failures = []
+    failures: list[str] = []
     for engine in IOENGINES:
         try:
             _run(

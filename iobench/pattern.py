@@ -36,9 +36,9 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
 
 
 def piece_keys(
-    session: np.ndarray | int,
-    blocks: np.ndarray | int,
-    layers: np.ndarray | int,
+    session: np.ndarray | np.integer | int,
+    blocks: np.ndarray | np.integer | int,
+    layers: np.ndarray | np.integer | int,
     *,
     seed: int = DEFAULT_SEED,
 ) -> np.ndarray:

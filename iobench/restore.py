@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -133,7 +133,8 @@ def flat_restores(
             _first: list[int] = first_block,
             _n: list[int] = blocks,
         ) -> np.ndarray:
-            turn, layer = tag  # type: ignore[misc]
+            # SessionFile.layer_extents tags each extent (turn, layer).
+            turn, layer = cast(tuple[int, int], tag)
             ids = np.arange(_first[turn], _first[turn] + _n[turn], dtype=np.uint64)
             return piece_keys(_s, ids, layer)
 
@@ -161,7 +162,8 @@ def eviction_restores(
         ]
 
         def keys_of(tag: object) -> np.ndarray:
-            s, b, layer = tag  # type: ignore[misc]
+            # EvictionLayout.piece_extents tags each extent (session, block, layer).
+            s, b, layer = cast(tuple[int, int, int], tag)
             return piece_keys(s, np.uint64(b), layer).reshape(1)
 
         expected = [_runs_from_placements(p, keys_of, piece) for p in plans]

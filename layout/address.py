@@ -13,7 +13,7 @@ unsigned: ``0 <= addr < 2**64``; the vectorised forms use ``np.uint64``.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import numpy as np
 
@@ -40,14 +40,14 @@ class BlockAddress(NamedTuple):
     offset: int
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int | np.integer[Any]]:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _check_field(name: str, value: object, upper: int) -> int:
     if not _is_int(value):
         raise LayoutError(f"block address: field {name!r} must be an integer; got {value!r}")
-    v = int(value)  # type: ignore[call-overload]
+    v = int(value)
     if not 0 <= v <= upper:
         raise LayoutError(
             f"block address: field {name!r} must satisfy 0 <= {name} <= {upper}; got {v!r}"

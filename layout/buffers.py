@@ -54,6 +54,7 @@ def is_cuda(obj: Destination) -> bool:
 
 def host_bytes(out: Destination, need: int) -> np.ndarray:
     """A writable flat ``uint8`` numpy view of a host destination (no copy)."""
+    arr: np.ndarray
     if is_torch(out):
         if not out.is_contiguous():
             raise LayoutError("read destination: torch tensor must be contiguous")

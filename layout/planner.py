@@ -144,7 +144,7 @@ def plan_reads(
     )
 
     # Pass 1: merge by the gap rule; track distinct requested bytes and each extent's run.
-    runs: list[list] = []  # [file, start, end]
+    runs: list[tuple[str, int, int]] = []  # (file, start, end)
     run_of = [0] * len(given)
     bytes_requested = 0
     covered_end = -1  # end of requested bytes counted so far in the current file
@@ -152,12 +152,12 @@ def plan_reads(
         e = given[i]
         same_file = bool(runs) and runs[-1][0] == e.file
         if same_file and (e.offset <= runs[-1][2] or e.offset - runs[-1][2] < gap_bytes):
-            run = runs[-1]
-            run[2] = max(run[2], e.end)
+            run_file, run_start, run_end = runs[-1]
+            runs[-1] = (run_file, run_start, max(run_end, e.end))
         else:
             if not runs or runs[-1][0] != e.file:
                 covered_end = -1
-            runs.append([e.file, e.offset, e.end])
+            runs.append((e.file, e.offset, e.end))
         # Distinct bytes: extents are sorted by offset within a file.
         start = max(e.offset, covered_end)
         if e.end > start:
@@ -168,14 +168,14 @@ def plan_reads(
     # Pass 2: widen to alignment and merge runs the widening made overlap or touch.
     remap = list(range(len(runs)))
     if align > 1:
-        aligned: list[list] = []
+        aligned: list[tuple[str, int, int]] = []
         for k, (file, start, end) in enumerate(runs):
             a_start = start - start % align
             a_end = end + (-end % align)
             if aligned and aligned[-1][0] == file and a_start <= aligned[-1][2]:
-                aligned[-1][2] = max(aligned[-1][2], a_end)
+                aligned[-1] = (file, aligned[-1][1], max(aligned[-1][2], a_end))
             else:
-                aligned.append([file, a_start, a_end])
+                aligned.append((file, a_start, a_end))
             remap[k] = len(aligned) - 1
         runs = aligned
 

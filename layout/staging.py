@@ -44,7 +44,8 @@ from .optional import import_optional
 from .planner import ReadPlan
 
 
-def _torch() -> Any:
+def import_torch() -> Any:
+    """The torch module, imported on first use (an optional dependency of the core)."""
     return import_optional("torch", "the staging window")
 
 
@@ -112,7 +113,7 @@ class StagingWindow:
     """
 
     def __init__(self, layer_bytes: int, *, device: str = "cuda", streams: int = 1) -> None:
-        torch = _torch()
+        torch = import_torch()
         if not isinstance(layer_bytes, int) or layer_bytes < 1:
             raise LayoutError(
                 f"staging window: layer_bytes must be an integer >= 1; got {layer_bytes!r}"
@@ -180,8 +181,8 @@ class StagingWindow:
         kv_split: bool | None,
         on_layer: Callable[[int], None] | None,
     ) -> RestoreStats:
-        torch = _torch()
-        kv, split, page_bytes = _kv_view(torch, kv_cache, kv_split)
+        torch = import_torch()
+        kv, split, page_bytes = kv_view(torch, kv_cache, kv_split)
         layers = len(plans)
         if layers != kv.shape[0]:
             raise LayoutError(
@@ -410,7 +411,7 @@ class _Shared:
             raise self.error
 
 
-def _kv_view(torch: Any, kv_cache: Any, kv_split: bool | None) -> tuple[Any, bool, int]:
+def kv_view(torch: Any, kv_cache: Any, kv_split: bool | None) -> tuple[Any, bool, int]:
     """``(uint8 view, split, page_bytes)``: ``[L, P, page_bytes]`` or ``[L, 2, P, "
     "page_bytes/2]``."""
     if not hasattr(kv_cache, "is_contiguous"):

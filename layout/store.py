@@ -56,7 +56,7 @@ from .reclaim import DEFAULT_HIGH_WATERMARK, DEFAULT_LOW_WATERMARK, Reclaimed, S
 from .scheduler import TwoQueueScheduler
 from .session_file import SessionFile
 from .session_format import DEFAULT_EXTENT_BYTES, NAME_BYTES, segment_bytes, turn_blocks
-from .staging import StagingWindow, _kv_view, _torch, restore_session
+from .staging import StagingWindow, import_torch, kv_view, restore_session
 
 #: Restores in flight at once: two layer buffers per stream, two streams (FlatCake's window).
 DEFAULT_PREFETCH_SLOTS = 2
@@ -537,8 +537,8 @@ class FlatStore:
         per-layer wait). Returns the bytes read from SSD."""
         self._clock(now_s)
         s = self._session(plan.session, create=False)
-        torch = _torch()
-        kv, split, page_bytes = _kv_view(torch, kv_cache, kv_split)
+        torch = import_torch()
+        kv, split, page_bytes = kv_view(torch, kv_cache, kv_split)
         if page_bytes != self.piece_bytes or kv.shape[0] != self.geometry.layers:
             raise InputError(
                 f"kv_cache: pages of {self.piece_bytes} bytes over {self.geometry.layers} "

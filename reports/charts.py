@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from fcctl.analyzers.reuse.analyze import AnalysisResult
 
 
-def _pyplot() -> Any:
+def load_pyplot() -> Any:
+    """matplotlib.pyplot on the file-only Agg backend, imported on first use."""
     try:
         import matplotlib
     except ImportError as e:  # pragma: no cover - core dependency
@@ -38,7 +39,8 @@ def _drawable(text: str) -> str:
     )
 
 
-def _save(fig: Any, path: Path) -> None:
+def save_figure(fig: Any, path: Path) -> None:
+    """Write ``fig`` to ``path`` (PNG, tight layout), quiet about glyphs the font lacks."""
     import warnings
 
     with warnings.catch_warnings():
@@ -61,7 +63,7 @@ def reuse_distance_cdf(result: AnalysisResult, path: Path) -> bool:
     cdf = result.tables.cdf
     if cdf.height == 0:
         return False
-    plt = _pyplot()
+    plt = load_pyplot()
     panels = [
         ("stack_bytes", _drawable(f"LRU stack distance (GiB of KV, {result.kv.model})")),
         ("requests", "distance (requests)"),
@@ -84,7 +86,7 @@ def reuse_distance_cdf(result: AnalysisResult, path: Path) -> bool:
     fig.suptitle(
         _drawable(f"Reuse distance CDF: {Path(result.trace.path).name}{_sampled_label(result)}")
     )
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
     return True
 
@@ -93,7 +95,7 @@ def session_kv_cdf(result: AnalysisResult, path: Path) -> bool:
     """CDF of per-session KV bytes. False when the trace has no sessions."""
     if result.sessions is None or result.sessions.count == 0:
         return False
-    plt = _pyplot()
+    plt = load_pyplot()
     from fcctl.analyzers.reuse.verdict import CHECK_SESSION_KV_P90, FLAT_SESSION_KV_P90_BYTES
 
     # The threshold the verdict used (--flat-session-kv), not the library default.
@@ -123,7 +125,7 @@ def session_kv_cdf(result: AnalysisResult, path: Path) -> bool:
     inferred = " (inferred sessions)" if result.sessions.inferred else ""
     ax.set_title(f"Session KV size CDF{inferred}")
     ax.grid(True, alpha=0.3)
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
     return True
 
@@ -132,7 +134,7 @@ def memory_tier_curve(result: AnalysisResult, path: Path) -> bool:
     """LRU hit share against memory capacity, with the ideal (infinite cache) line."""
     if result.tables.hit_curve_capacity_blocks.shape[0] == 0 or not result.kv.block_bytes:
         return False
-    plt = _pyplot()
+    plt = load_pyplot()
     cap_gib = result.tables.hit_curve_capacity_blocks * result.kv.block_bytes / 2**30
     share = result.tables.hit_curve_share
     pts = [p for p in result.memory_tier if p.lru_hit_share is not None]
@@ -164,6 +166,6 @@ def memory_tier_curve(result: AnalysisResult, path: Path) -> bool:
     ax.set_title("Memory-tier hit curve" + _sampled_label(result))
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", framealpha=0.9)  # the curve sits low or high by trace
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
     return True

@@ -232,7 +232,7 @@ def trace_section(inputs: dict[str, Input]) -> str:
         for c in ("replay", "recommend-thresholds")
         if c in inputs and inputs[c] is not first and "trace" in inputs[c].doc
     ]
-    return kv_table(rows + others, table_id="trace-table")
+    return kv_table([*rows, *others], table_id="trace-table")
 
 
 # --- reuse (analyze) --------------------------------------------------------------------------
@@ -283,8 +283,8 @@ def _distance_chart(inp: Input, metric: str, label: str, render: Callable, base:
                 f"{title}; exact at the log2 bucket edges of histograms.parquet.",
             )
     p = inp.doc["reuse_distance"][metric]
-    pts = [(p[k].as_num(), q) for k, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))]
-    pts = [(x, q) for x, q in pts if x is not None and x > 0]
+    quantiles = [(p[k].as_num(), q) for k, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))]
+    pts = [(x, q) for x, q in quantiles if x is not None and x > 0]
     if not pts:
         return ""
     series = [svg.Series("p50, p90, p99", [x for x, _ in pts], [q for _, q in pts], kind="points")]
@@ -313,8 +313,8 @@ def _session_chart(inp: Input) -> str:
         note = "every session of sessions.parquet"
     else:
         s = inp.doc["sessions"]["kv_bytes"]
-        pts = [(s[k].as_num(), q) for k, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))]
-        pts = [(x, q) for x, q in pts if x]
+        quantiles = [(s[k].as_num(), q) for k, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))]
+        pts = [(x, q) for x, q in quantiles if x]
         if not pts:
             return ""
         series = [svg.Series("p50, p90, p99", [x for x, _ in pts], [q for _, q in pts], "points")]
@@ -337,10 +337,10 @@ def _session_chart(inp: Input) -> str:
 
 def _tier_chart(inp: Input) -> str:
     doc = inp.doc
-    points = [
+    analysed = [
         (p["capacity_bytes"].need_num(), p["lru_hit_share"].as_num()) for p in doc["memory_tier"]
     ]
-    points = [(c, s) for c, s in points if s is not None]
+    points = [(c, s) for c, s in analysed if s is not None]
     series = []
     curve = _parquet(inp, "memory_tier_curve.parquet")
     if curve is not None and curve.height:
@@ -449,8 +449,8 @@ def reuse_section(inp: Input) -> str:
             cap, blocks = p["capacity_bytes"].as_num(), p["capacity_blocks"].as_num()
             cells: list[CellLike] = [Cell(fmt.size(cap), cap), Cell(fmt.number(blocks), blocks)]
             for key in ("lru_hit_share", "share_of_ideal", "ssd_reuse_share"):
-                v = p[key].as_num()
-                cells.append(Cell(fmt.share(v), v))
+                value = p[key].as_num()
+                cells.append(Cell(fmt.share(value), value))
             rows.append(cells)
         parts.append('<h3 id="memory-tier">Memory tier (LRU in front of SSD)</h3>')
         parts.append(
@@ -546,14 +546,14 @@ def storage_section(inp: Input) -> str:
             else:
                 verified = fmt.size_2dp(verified_bytes)
             conc = r["concurrency"].as_int() or 0
-            ran = r["concurrency_ran"].as_int() if "concurrency_ran" in r else conc
+            conc_ran = r["concurrency_ran"].as_int() if "concurrency_ran" in r else conc
             cmds, ampl = r["read_commands"].as_int(), r["read_amplification"].as_num()
             rate = r["restore_bytes_per_s"].as_num()
             p50, p99 = r["restore_s"]["p50"].as_num(), r["restore_s"]["p99"].as_num()
             rows.append(
                 [
                     layout,
-                    Cell(fmt.concurrency_label(conc, ran or conc), conc),
+                    Cell(fmt.concurrency_label(conc, conc_ran or conc), conc),
                     Cell(fmt.count(cmds), cmds),
                     Cell(fmt.fixed3(ampl, "-"), ampl),
                     Cell(fmt.rate(rate, "-"), rate),
@@ -629,12 +629,11 @@ def storage_section(inp: Input) -> str:
         latency = []
         for lay in ran:
             for q in ("p50", "p99"):
-                latency.append(
-                    (
-                        f"{lay} {q}",
-                        [at(lay, c, lambda r, q=q: r["restore_s"][q].as_num()) for c in concs],
-                    )
-                )
+
+                def restore_s(r: Node, q: str = q) -> float | None:
+                    return r["restore_s"][q].as_num()
+
+                latency.append((f"{lay} {q}", [at(lay, c, restore_s) for c in concs]))
         charts.append(
             figure(
                 svg.bar_chart(

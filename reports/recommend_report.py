@@ -181,9 +181,9 @@ def tables(result: RecommendResult) -> dict[str, pl.DataFrame]:
 def _charts(result: RecommendResult, d: Path) -> list[str]:
     import numpy as np
 
-    from fcctl.reports.charts import _pyplot, _save
+    from fcctl.reports.charts import load_pyplot, save_figure
 
-    plt = _pyplot()
+    plt = load_pyplot()
     rec = result.recommendation
     cells = [g for g in result.grid if g.rate == rec.rate]
     shorts = sorted({g.short_reply_tokens for g in cells})
@@ -208,7 +208,7 @@ def _charts(result: RecommendResult, d: Path) -> list[str]:
         ax.add_patch(plt.Rectangle((rj - 0.5, ri - 0.5), 1, 1, fill=False, ec="red", lw=2))
         ax.set_title(f"{title}, flat at {rec.rate:g} req/s (red: recommended)")
         fig.colorbar(im, ax=ax)
-        _save(fig, d / fname)
+        save_figure(fig, d / fname)
         plt.close(fig)
         written.append(fname)
     rates = [r.rate for r in result.rates]
@@ -226,7 +226,7 @@ def _charts(result: RecommendResult, d: Path) -> list[str]:
         ax.set_xlabel("rate (requests/s)")
         ax.set_ylabel(ylabel)
         ax.legend()
-        _save(fig, d / fname)
+        save_figure(fig, d / fname)
         plt.close(fig)
         written.append(fname)
     return written

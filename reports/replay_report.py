@@ -115,9 +115,9 @@ def check_replay_out_dir(out: Path, *, force: bool) -> None:
 
 
 def _charts(result: ReplayResult, d: Path) -> list[str]:
-    from fcctl.reports.charts import _pyplot, _save
+    from fcctl.reports.charts import load_pyplot, save_figure
 
-    plt = _pyplot()
+    plt = load_pyplot()
     by_concurrency = result.load.get("axis") == "concurrency"
     rates = [r.concurrency if by_concurrency else r.rate for r in result.rates]
     xlabel = "sessions active" if by_concurrency else "offered rate (requests/s)"
@@ -131,7 +131,7 @@ def _charts(result: ReplayResult, d: Path) -> list[str]:
     ax.set_xlabel(xlabel)
     ax.set_ylabel("reused blocks delivered to GPU (% of accesses)")
     ax.legend()
-    _save(fig, d / "hit_share.png")
+    save_figure(fig, d / "hit_share.png")
     plt.close(fig)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, q in zip(axes, ("p50", "p99"), strict=True):
@@ -141,7 +141,7 @@ def _charts(result: ReplayResult, d: Path) -> list[str]:
         ax.set_xlabel(xlabel)
         ax.set_ylabel(f"TTFT {q} (s)")
         ax.legend()
-    _save(fig, d / "ttft.png")
+    save_figure(fig, d / "ttft.png")
     plt.close(fig)
     return ["hit_share.png", "ttft.png"]
 

@@ -1,5 +1,8 @@
 """`fcctl --help` and `fcctl analyze` must never import the GPU stack (torch, kvikio, cupy).
 
+`fcctl --help` imports no heavy library at all, numpy included (the storage core's package loads
+its names lazily, so the light modules the commands declare their flags with stay light).
+
 Checked in a fresh interpreter, since this test process may have imported them already.
 """
 
@@ -17,7 +20,7 @@ import json, sys
 from typer.testing import CliRunner
 from fcctl.cli import app
 result = CliRunner().invoke(app, sys.argv[1:])
-mods = ("torch", "kvikio", "cupy", "matplotlib", "numba", "polars")
+mods = ("torch", "kvikio", "cupy", "matplotlib", "numba", "polars", "numpy")
 print(json.dumps({"exit": result.exit_code, "loaded": [m for m in mods if m in sys.modules]}))
 """
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fcctl.analyzers.reuse.stack import (
-    _dense_ids,
+    dense_ids,
     flatten_accesses,
     log2_histogram_from_counts,
     percentiles_from_counts,
@@ -140,7 +140,7 @@ def test_weighted_percentiles_match_numpy(pairs: list[tuple[float, int]]) -> Non
 @given(st.lists(st.integers(min_value=0, max_value=2**64 - 1), max_size=60), st.integers(0, 4))
 def test_dense_ids_first_appearance(ids: list[int], repeats: int) -> None:
     stream = np.array(ids * (repeats + 1), dtype=np.uint64)
-    dense, n = _dense_ids(stream)
+    dense, n = dense_ids(stream)
     first: dict[int, int] = {}
     want = [first.setdefault(int(x), len(first)) for x in stream]
     assert dense.tolist() == want and n == len(first)
@@ -151,7 +151,7 @@ def test_dense_ids_through_table_growth() -> None:
     rng = np.random.default_rng(7)
     base = rng.integers(0, 2**63, size=200_000, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
     stream = np.concatenate([base, base[::-1], base[:1000]])
-    dense, n = _dense_ids(stream)
+    dense, n = dense_ids(stream)
     uniq, first_idx, inverse = np.unique(stream, return_index=True, return_inverse=True)
     assert n == uniq.shape[0]
     # same partition as np.unique, numbered by first appearance

@@ -248,7 +248,9 @@ _NEXT, _OLDEST, _USED, _PEAK, _PER, _HIGH, _LOW, _RING, _WRITTEN, _RECYCLED = ra
 
 
 @njit(cache=True)
-def ring_append(key, seq_of, ring, meta):  # pragma: no cover - numba
+def ring_append(  # pragma: no cover - numba
+    key: int, seq_of: np.ndarray, ring: np.ndarray, meta: np.ndarray
+) -> None:
     """Append block ``key`` at the next write sequence; recycle buckets if above the high mark.
 
     ``seq_of[key]``: the block's write sequence, -1 when not on SSD. ``ring``: the keys of the
@@ -279,7 +281,9 @@ def ring_append(key, seq_of, ring, meta):  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def _ring_append_all(keys, seq_of, ring, meta):  # pragma: no cover - numba
+def _ring_append_all(  # pragma: no cover - numba
+    keys: np.ndarray, seq_of: np.ndarray, ring: np.ndarray, meta: np.ndarray
+) -> None:
     for i in range(keys.shape[0]):
         ring_append(keys[i], seq_of, ring, meta)
 

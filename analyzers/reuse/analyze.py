@@ -18,7 +18,7 @@ keeps its own order (``"trace"``) and refuses a schedule. ``sessions.max_context
 ``trace.converted_from`` are additions of the same issue.
 
 The analysis runs as named steps: the schedule (:func:`_apply_schedule`), the request columns
-and sizes (:func:`_request_figures`),
+and sizes (:func:`request_figures`),
 the block figures from one pass over the access stream (:func:`_block_figures`, traces with
 hashes only), the notes (:func:`_notes`), the memory tier and the verdict (:func:`_verdict`),
 and the per-request table (:func:`_requests_table`).
@@ -360,7 +360,7 @@ def _cdf_table(
 
 
 @dataclass(frozen=True, eq=False)
-class _RequestFigures:
+class RequestFigures:
     """The request columns as arrays, and what they measure without hashes."""
 
     timestamp_s: np.ndarray
@@ -370,7 +370,8 @@ class _RequestFigures:
     sizes: RequestSizes
 
 
-def _request_figures(trace: Trace, bytes_per_token: int) -> _RequestFigures:
+def request_figures(trace: Trace, bytes_per_token: int) -> RequestFigures:
+    """The per-request figures of ``trace``: timestamps, token counts, duration, sizes."""
     req = trace.requests
     ts = req.get_column("timestamp_s").to_numpy().astype(np.float64, copy=False)
     input_tokens = req.get_column("input_tokens").to_numpy()
@@ -384,7 +385,10 @@ def _request_figures(trace: Trace, bytes_per_token: int) -> _RequestFigures:
             .group_by("session_id")
             .agg((pl.col("timestamp_s").max() - pl.col("timestamp_s").min()).alias("span"))
         )
-        duration = float(spans["span"].max())
+        longest = spans["span"].max()
+        # timestamp_s is a numeric column with at least one row, so its max is a number.
+        assert isinstance(longest, (int, float))
+        duration = float(longest)
     rate = req.height / duration if (duration and trace.order == "time") else None
     sizes = RequestSizes(
         Percentiles.of(input_tokens),
@@ -392,11 +396,11 @@ def _request_figures(trace: Trace, bytes_per_token: int) -> _RequestFigures:
         Percentiles.of(input_tokens.astype(np.float64) * bytes_per_token),
         rate,
     )
-    return _RequestFigures(ts, input_tokens, output_tokens, duration, sizes)
+    return RequestFigures(ts, input_tokens, output_tokens, duration, sizes)
 
 
 @dataclass(frozen=True, eq=False)
-class _BlockFigures:
+class BlockFigures:
     """Everything measured from the access stream (traces with block hashes)."""
 
     block_accesses: int
@@ -419,7 +423,7 @@ def _block_figures(
     bytes_per_token: int,
     progress: Progress,
     chunk_accesses: int,
-) -> _BlockFigures:
+) -> BlockFigures:
     """Flatten the accesses, walk them once, and reduce: reuse, sessions, hit curve, CDFs."""
     with progress.task("flattening block accesses"):
         acc = flatten_accesses(trace.requests)
@@ -440,7 +444,7 @@ def _block_figures(
                 block_size_tokens=int(trace.block_size_tokens),
                 bytes_per_token=bytes_per_token,
             )
-    return _BlockFigures(
+    return BlockFigures(
         block_accesses=acc.num_accesses,
         distinct_blocks=acc.num_blocks,
         blocks_per_request=np.diff(acc.request_offsets),
@@ -455,7 +459,7 @@ def _block_figures(
 
 
 def _notes(
-    trace: Trace, blocks: _BlockFigures | None, schedule: ScheduleSummary
+    trace: Trace, blocks: BlockFigures | None, schedule: ScheduleSummary
 ) -> tuple[Note, ...]:
     """The reader's notes, then what the reader of the figures should know about them.
 
@@ -500,7 +504,8 @@ def _notes(
             )
         )
         n_req = trace.requests.height
-        biggest = int(sessions.table["turns"].max() or 0)
+        most_turns = sessions.table["turns"].max()
+        biggest = most_turns if isinstance(most_turns, int) else 0
         if n_req >= 10 and biggest > n_req // 2:
             notes.append(
                 Note(
@@ -515,7 +520,7 @@ def _notes(
 
 def _verdict(
     points: tuple[MemoryTierPoint, ...],
-    blocks: _BlockFigures | None,
+    blocks: BlockFigures | None,
     sizes: RequestSizes,
     schedule: ScheduleSummary,
     thresholds: VerdictThresholds,
@@ -619,12 +624,13 @@ def _apply_schedule(
     return interleave(trace, schedule), schedule, durations
 
 
-def _schedule_summary(
+def summarize_schedule(
     original_order: Order,
     schedule: SessionSchedule | None,
     durations_s: np.ndarray | None,
     sessions: SessionMetrics | None,
 ) -> ScheduleSummary:
+    """The JSON ``trace.schedule`` summary: the order analysed and the concurrency it assumes."""
     if schedule is not None and durations_s is not None:
         return ScheduleSummary(
             kind=schedule.kind,
@@ -647,7 +653,7 @@ def _schedule_summary(
 
 
 def _requests_table(
-    requests: _RequestFigures, blocks: _BlockFigures | None, bytes_per_token: int
+    requests: RequestFigures, blocks: BlockFigures | None, bytes_per_token: int
 ) -> pl.DataFrame:
     """One row per request: its session, sizes, and (with hashes) blocks and reused blocks."""
     n_req = requests.timestamp_s.shape[0]
@@ -743,7 +749,7 @@ def analyze_trace(
     caps = sorted(set(memory_capacities_bytes or DEFAULT_MEMORY_CAPACITIES_BYTES))
     block_tokens = int(trace.block_size_tokens)
     block_bytes = geometry.bytes_per_block(block_tokens) if block_tokens > 0 else None
-    requests = _request_figures(trace, geometry.bytes_per_token)
+    requests = request_figures(trace, geometry.bytes_per_token)
     blocks = None
     if trace.has_hashes:
         blocks = _block_figures(
@@ -763,7 +769,7 @@ def analyze_trace(
         block_bytes=block_bytes if trace.has_hashes else None,
         capacities_bytes=caps,
     )
-    schedule_summary = _schedule_summary(original_order, schedule, durations, sessions)
+    schedule_summary = summarize_schedule(original_order, schedule, durations, sessions)
     return assemble_result(
         trace,
         geometry=geometry,
@@ -780,8 +786,8 @@ def assemble_result(
     trace: Trace,
     *,
     geometry: KvGeometry,
-    requests: _RequestFigures,
-    blocks: _BlockFigures | None,
+    requests: RequestFigures,
+    blocks: BlockFigures | None,
     points: tuple[MemoryTierPoint, ...],
     schedule_summary: ScheduleSummary,
     thresholds: VerdictThresholds,

@@ -56,6 +56,7 @@ from numba import njit
 
 from fcctl.analyzers.reuse.analyze import (
     AnalysisResult,
+    BlockFigures,
     DatasetSummary,
     ErrorBound,
     Note,
@@ -63,15 +64,14 @@ from fcctl.analyzers.reuse.analyze import (
     Sampling,
     ScheduleSummary,
     VerdictThresholds,
-    _BlockFigures,
-    _request_figures,
-    _schedule_summary,
     analyze_trace,
     assemble_result,
     cdf_frame,
     check_geometry,
     counts_cdf_frame,
+    request_figures,
     seconds_cdf_frame,
+    summarize_schedule,
 )
 from fcctl.analyzers.reuse.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES, MemoryTierPoint
 from fcctl.analyzers.reuse.metrics import (
@@ -95,7 +95,7 @@ from fcctl.analyzers.reuse.shards import (
 )
 from fcctl.analyzers.reuse.stack import (
     Accesses,
-    _dense_ids,
+    dense_ids,
     log2_histogram_from_counts,
     percentiles_from_weighted,
     reuse_pass,
@@ -437,7 +437,7 @@ class BlockTotals:
         offsets = np.zeros(lens.shape[0] + 1, dtype=np.int64)
         np.cumsum(lens, out=offsets[1:])
         if ids.shape[0]:
-            dense, n = _dense_ids(np.ascontiguousarray(ids, dtype=np.uint64))
+            dense, n = dense_ids(np.ascontiguousarray(ids, dtype=np.uint64))
         else:
             dense, n = np.zeros(0, dtype=np.int32), 0
         acc = Accesses(dense, offsets, int(n))
@@ -618,7 +618,7 @@ def analyze_dataset(
         )
         return dataclasses.replace(result, trace=dataclasses.replace(result.trace, dataset=summary))
     refuse_schedule(plan, rate_requests_per_s, concurrent_sessions)
-    return _analyze_bounded(
+    return analyze_bounded(
         dataset,
         plan,
         geometry=geometry,
@@ -699,7 +699,7 @@ def refuse_schedule(
             )
 
 
-def _analyze_bounded(
+def analyze_bounded(
     dataset: Dataset,
     plan: MemoryPlan,
     *,
@@ -714,7 +714,7 @@ def _analyze_bounded(
     started = utc_now()
     assert plan.sample_rate is not None
     trace = dataset.request_trace()
-    requests = _request_figures(trace, geometry.bytes_per_token)
+    requests = request_figures(trace, geometry.bytes_per_token)
     block_tokens = int(trace.block_size_tokens)
     block_bytes = geometry.bytes_per_block(block_tokens)
     total = dataset.block_accesses
@@ -763,7 +763,8 @@ def _analyze_bounded(
                 "(raise --memory-budget to analyse it exactly).",
             )
         )
-    blocks = _BlockFigures(
+    assert totals.reused_per_request is not None  # set by BlockTotals.__post_init__
+    blocks = BlockFigures(
         block_accesses=total,
         distinct_blocks=totals.distinct_blocks,
         blocks_per_request=trace_blocks(dataset),
@@ -814,7 +815,7 @@ def _analyze_bounded(
             "figure is exact.",
         ),
     )
-    schedule_summary: ScheduleSummary = _schedule_summary(trace.order, None, None, sessions)
+    schedule_summary: ScheduleSummary = summarize_schedule(trace.order, None, None, sessions)
     return assemble_result(
         trace,
         geometry=geometry,

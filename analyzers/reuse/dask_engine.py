@@ -121,7 +121,7 @@ from fcctl.analyzers.reuse.bounded import (
     BlockTotals,
     BoundedPasses,
     MemoryPlan,
-    _analyze_bounded,
+    analyze_bounded,
     analyze_dataset,
     check_budget,
     check_sample_rate,
@@ -133,13 +133,13 @@ from fcctl.analyzers.reuse.bounded import (
 )
 from fcctl.analyzers.reuse.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES
 from fcctl.analyzers.reuse.shards import (
-    _ROW_ACCESSES,
     HASH_SPACE,
+    ROW_ACCESSES,
     SampledStack,
-    _stack_count_of_rows,
     exact_head,
     rate_threshold,
     splitmix64,
+    stack_count_of_rows,
 )
 from fcctl.analyzers.traces.dataset import Dataset, is_dataset_spec, open_dataset
 from fcctl.common.errors import FcctlInputError, RunFailed
@@ -704,7 +704,8 @@ def plan_shuffle(
         "raise --memory-budget" if parameter == "memory_budget" else "give the workers more memory"
     )
     piece = min(MAX_PIECE_ACCESSES, task // BYTES_PER_EXPLODED_ACCESS)
-    widest = int(dataset.requests["n_blocks"].max() or 0)
+    widest_or_none = dataset.requests["n_blocks"].max()
+    widest = widest_or_none if isinstance(widest_or_none, int) else 0
     if widest * BYTES_PER_EXPLODED_ACCESS > task or piece < 1:
         need = max(widest, 1) * BYTES_PER_EXPLODED_ACCESS
         raise FcctlInputError(
@@ -750,10 +751,11 @@ def _map_files(client: Client) -> Callable[..., Iterable[Any]]:
     """
 
     def map_files(read: Callable[[Path], Any], files: Sequence[Path]) -> Iterator[Any]:
-        futures = client.map(read, list(files), pure=False)
+        futures: list[Future[Any] | None] = [*client.map(read, list(files), pure=False)]
         try:
             for i in range(len(futures)):
                 f, futures[i] = futures[i], None
+                assert f is not None  # each slot is emptied once, in order
                 yield f.result()
                 del f
         finally:
@@ -916,9 +918,9 @@ def _sample_stack(
     del order
     # The sampled stream's stack distances, by the exact kernel of ``sampled_stack`` at rate 1
     # (fed views of the sorted ids: that call would copy them first).
-    rows = [ids[s : s + _ROW_ACCESSES] for s in range(0, ids.shape[0], _ROW_ACCESSES)]
+    rows = [ids[s : s + ROW_ACCESSES] for s in range(0, ids.shape[0], ROW_ACCESSES)]
     del ids
-    stack_count, sampled_accesses, sampled_blocks = _stack_count_of_rows(rows)
+    stack_count, sampled_accesses, sampled_blocks = stack_count_of_rows(rows)
     del rows
     return SampledStack(
         method="fixed-rate",
@@ -1167,7 +1169,7 @@ def _bounded(
     if head * BYTES_PER_HEAD_BLOCK + HEAD_STREAM_BYTES > room.task_bytes:
         head = 0
     plan = dataclasses.replace(plan, block_passes=shuffle.partitions, exact_below_blocks=head)
-    result = _analyze_bounded(
+    result = analyze_bounded(
         dataset,
         plan,
         geometry=geometry,

@@ -83,7 +83,7 @@ DEFAULT_MIN_SAMPLED_BLOCKS = 1024
 #: entries at load 1/2): 4 M blocks is about 160 MiB.
 DEFAULT_MAX_EXACT_BLOCKS = 4 << 20
 #: Sampled accesses per row handed to the stack kernel: bounds its per-chunk scratch memory.
-_ROW_ACCESSES = 1 << 20
+ROW_ACCESSES = 1 << 20
 #: Ids hashed per call when the input is one array (bounds the temporary hash array).
 _CHUNK_IDS = 1 << 22
 
@@ -464,7 +464,7 @@ class SampledStack:
 def _sampled_stream(
     ids: BlockIds, threshold: int, head: _ExactHead | None
 ) -> tuple[list[np.ndarray], int]:
-    """Kept ids in order (rows of at most ``_ROW_ACCESSES``) and the stream's length."""
+    """Kept ids in order (rows of at most ``ROW_ACCESSES``) and the stream's length."""
     rows: list[np.ndarray] = []
     total = 0
     for chunk in _chunks(ids):
@@ -472,12 +472,12 @@ def _sampled_stream(
         if head is not None:
             head.feed(chunk)
         kept = chunk[sample_mask(chunk, threshold)] if threshold < HASH_SPACE else chunk.copy()
-        for start in range(0, kept.shape[0], _ROW_ACCESSES):
-            rows.append(kept[start : start + _ROW_ACCESSES])
+        for start in range(0, kept.shape[0], ROW_ACCESSES):
+            rows.append(kept[start : start + ROW_ACCESSES])
     return rows, total
 
 
-def _stack_count_of_rows(rows: list[np.ndarray]) -> tuple[np.ndarray, int, int]:
+def stack_count_of_rows(rows: list[np.ndarray]) -> tuple[np.ndarray, int, int]:
     """Stack-distance counts of the concatenated rows via the exact kernel; (counts, n, blocks)."""
     lens = np.array([r.shape[0] for r in rows], dtype=np.int64)
     offsets = np.zeros(lens.shape[0] + 1, dtype=np.int64)
@@ -528,7 +528,7 @@ def sampled_stack(
     effective = threshold / HASH_SPACE
     if threshold >= HASH_SPACE:
         rows, _ = _sampled_stream(ids, threshold, None)
-        counts, n, blocks = _stack_count_of_rows(rows)
+        counts, n, blocks = stack_count_of_rows(rows)
         return SampledStack("exact", 1.0, threshold, n, n, blocks, counts, 0, np.zeros(0, np.int64))
     if exact_below_blocks is None:
         exact_below_blocks = min(math.ceil(min_sampled_blocks / effective), max_exact_blocks)
@@ -542,7 +542,7 @@ def sampled_stack(
         )
     head = _ExactHead(exact_below_blocks) if exact_below_blocks > 0 else None
     rows, total = _sampled_stream(ids, threshold, head)
-    counts, n_s, blocks_s = _stack_count_of_rows(rows)
+    counts, n_s, blocks_s = stack_count_of_rows(rows)
     del rows
     return SampledStack(
         method=method,

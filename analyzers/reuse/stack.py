@@ -77,7 +77,7 @@ class Accesses:
 
 
 @njit(cache=True)
-def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, int]:  # pragma: no cover - numba
+def dense_ids(ids: np.ndarray) -> tuple[np.ndarray, int]:  # pragma: no cover - numba
     """Map u64 ids to dense int32 ids in order of first appearance.
 
     An open-addressing hash table (load <= 1/2, doubling) does the mapping. Requests re-read
@@ -169,7 +169,7 @@ def flatten_accesses(requests: pl.DataFrame) -> Accesses:
         raise ValueError(f"hash_ids: flattened {ids.shape[0]} ids but lists hold {offsets[-1]}")
     if ids.shape[0] == 0:
         return Accesses(np.zeros(0, dtype=np.int32), offsets, 0)
-    dense, n = _dense_ids(np.ascontiguousarray(ids, dtype=np.uint64))
+    dense, n = dense_ids(np.ascontiguousarray(ids, dtype=np.uint64))
     return Accesses(dense, offsets, int(n))
 
 
@@ -421,7 +421,7 @@ def reuse_pass(
 def stack_distances(blocks: Sequence[int] | np.ndarray) -> np.ndarray:
     """Per-access LRU stack distance of a stream of block ids (-1 for first accesses)."""
     ids = np.asarray(blocks, dtype=np.uint64)
-    dense, n_blocks = _dense_ids(ids) if ids.shape[0] else (np.zeros(0, np.int32), 0)
+    dense, n_blocks = dense_ids(ids) if ids.shape[0] else (np.zeros(0, np.int32), 0)
     acc = Accesses(dense, np.array([0, ids.shape[0]], dtype=np.int64), int(n_blocks))
     out = np.empty(ids.shape[0], dtype=np.int64)
     reuse_pass(acc, np.zeros(1), per_access_out=out)

@@ -350,8 +350,8 @@ def decide(
     tiered = [f.reason for f in findings if f.check.passed and f.reason]
     if flat or not all(c.passed for c in checks):
         # The checks that passed are still figures the decision weighed: keep them, after.
-        reasons = (*flat, *tiered, "A flat per-session SSD layout is recommended.")
-        return Verdict("flat", reasons, ref_cap, checks)
+        flat_reasons = (*flat, *tiered, "A flat per-session SSD layout is recommended.")
+        return Verdict("flat", flat_reasons, ref_cap, checks)
     conclusion = "Tiered storage (memory in front of SSD) is probably fine."
     if order == "sequential" and tier is not None and tier.check.name == CHECK_SHARE_OF_IDEAL:
         conclusion = (

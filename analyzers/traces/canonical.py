@@ -73,7 +73,7 @@ def _is_convert_output(path: Path) -> bool:
         return False
 
 
-def _write_failed(target: Path, e: BaseException) -> Exception:
+def write_failed(target: Path, e: BaseException) -> Exception:
     """The error for a failed write: the machine's (exit 1) or the input's (exit 2)."""
     if isinstance(e, OSError):
         reason = e.strerror or str(e)
@@ -103,7 +103,7 @@ def write_canonical(trace: Trace, path: str | Path, *, force: bool = False) -> N
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     except OSError as e:
         if e.errno in _MACHINE_ERRNOS:
-            raise _write_failed(target, e) from None
+            raise write_failed(target, e) from None
         raise FcctlInputError(
             f"{display_path(target)}: cannot create it ({e.strerror}: "
             f"{display_path(e.filename or directory)})"
@@ -120,7 +120,7 @@ def write_canonical(trace: Trace, path: str | Path, *, force: bool = False) -> N
         os.replace(tmp_name, target)
     except (OSError, pl.exceptions.PolarsError) as e:
         Path(tmp_name).unlink(missing_ok=True)
-        raise _write_failed(target, e) from None
+        raise write_failed(target, e) from None
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise

@@ -50,7 +50,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fcctl.analyzers.traces.readers._common import TraceFormatError, check_file, fail, missing
+from fcctl.analyzers.traces.readers import TraceFormatError, check_file, fail, missing
 from fcctl.analyzers.traces.readers.parquet import (
     PARQUET_MAGIC,
     ParquetReader,

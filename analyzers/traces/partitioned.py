@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.traces.canonical import _write_failed
+from fcctl.analyzers.traces.canonical import write_failed
 from fcctl.analyzers.traces.schema import COLUMNS, SourceTrace, Trace
 from fcctl.analyzers.traces.trace_metadata import (
     PartitionMetadata,
@@ -292,7 +292,7 @@ def write_partitioned(
             try:
                 (tmp / directory).mkdir()
             except OSError as e:
-                raise _write_failed(out / directory, e) from None
+                raise write_failed(out / directory, e) from None
             for j, (a, b) in enumerate(_cuts(accesses[rows], max_rows, max_accesses)):
                 idx = rows[a:b]
                 if int(idx[-1]) - int(idx[0]) + 1 == idx.shape[0]:
@@ -333,7 +333,7 @@ def write_partitioned(
         try:
             (tmp / MANIFEST).write_text(dumps(result) + "\n")
         except OSError as e:
-            raise _write_failed(out / MANIFEST, e) from None
+            raise write_failed(out / MANIFEST, e) from None
     return result
 
 
@@ -358,4 +358,4 @@ def _write_part(
             os.fsync(written.fileno())
         return os.path.getsize(path)
     except (OSError, pl.exceptions.PolarsError) as e:
-        raise _write_failed(shown, e) from None
+        raise write_failed(shown, e) from None

@@ -490,6 +490,7 @@ def _frame(
     hashes = pl.from_arrow(
         pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.uint64()))
     )
+    assert isinstance(hashes, pl.Series)  # from_arrow of an Array (not a Table) is a Series
     frame = pl.DataFrame(
         {
             "request_index": index,

@@ -18,6 +18,7 @@ from fcctl.analyzers.traces.readers._common import (
     JSONDecodeError,
     TraceFormatError,
     blame_gzip,
+    check_file,
     check_max_line_bytes,
     fail,
     loads,
@@ -41,7 +42,10 @@ __all__ = [
     "FORMATS",
     "TraceFormatError",
     "TraceReader",
+    "check_file",
     "detect_format",
+    "fail",
+    "missing",
     "read_trace",
 ]
 

@@ -14,7 +14,7 @@ import math
 import os
 import stat
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -34,6 +34,8 @@ from fcctl.common.inputfile import file_kind
 from fcctl.common.paths import display_path
 from fcctl.common.progress import Progress, Task
 
+# One JSON document (bytes or str) to Python values: what both parsers below accept.
+_loads: Callable[[bytes | str], Any]
 try:  # orjson parses the 461 MB Claude Code file ~2x faster than json; json is the fallback.
     import orjson
 
@@ -601,10 +603,10 @@ def build_frame(
     output_tokens: np.ndarray,
     block_size_tokens: int | np.ndarray,
     hash_ids: pl.Series,
-    session_id: pl.Series | list[str | None] | None = None,
-    turn: np.ndarray | list[int | None] | None = None,
-    parent_request: np.ndarray | list[int | None] | None = None,
-    request_type: pl.Series | list[str | None] | None = None,
+    session_id: pl.Series | Sequence[str | None] | None = None,
+    turn: np.ndarray | Sequence[int | None] | None = None,
+    parent_request: np.ndarray | Sequence[int | None] | None = None,
+    request_type: pl.Series | Sequence[str | None] | None = None,
     path: Path | None = None,
 ) -> pl.DataFrame:
     """The canonical table, rows already in analysis order; ``request_index`` is 0..n-1.

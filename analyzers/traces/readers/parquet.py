@@ -192,7 +192,7 @@ class ParquetReader:
         if raw_part is None:
             trace = self.read(path, Progress(enabled=False))
             source = trace.source
-            info = TraceMetadata(
+            inferred = TraceMetadata(
                 path=source.path,
                 format=source.format,
                 order=trace.order,
@@ -201,7 +201,7 @@ class ParquetReader:
                 block_size_tokens=trace.block_size_tokens,
                 notes=trace.notes,
             )
-            return trace.requests, info, None, metadata
+            return trace.requests, inferred, None, metadata
         try:
             part = parse_partition_metadata(raw_part)
         except TraceMetadataError as e:
@@ -273,10 +273,10 @@ class ParquetReader:
                 path, _first(index.is_null()) or 0, "request_index", "must not be null"
             )
         if index.n_unique() != frame.height:
-            row = _first(index.is_duplicated())
+            row = _first(index.is_duplicated()) or 0
             raise _row_error(
                 path,
-                row or 0,
+                row,
                 "request_index",
                 f"must hold unique values; got {index[row]!r} again",
             )
