@@ -134,9 +134,7 @@ def iobench_comparison_sentences(comparisons: Mapping[str, Any]) -> list[str]:
     lines = []
     cmds = comparisons.get("eviction_over_flat_read_commands")
     if cmds is not None:
-        lines.append(
-            f"eviction issues {ratio(cmds['ratio'], '-')} the flat layout's read commands"
-        )
+        lines.append(f"eviction issues {ratio(cmds['ratio'], '-')} the flat layout's read commands")
     for r in comparisons.get("flat_over_eviction_restore_time") or []:
         lines.append(
             f"flat restores in {ratio(r['ratio'], '-')} the eviction layout's time "

@@ -71,8 +71,8 @@ def decision_lines(result: ReplayResult) -> list[str]:
         div = result.divergence_concurrency
         name, shown = "concurrency", None if div is None else f"{div:,} sessions"
     else:
-        rate = result.divergence_rate
-        name, shown = "rate", None if rate is None else f"{rate:g} req/s"
+        div_rate = result.divergence_rate
+        name, shown = "rate", None if div_rate is None else f"{div_rate:.3g} req/s"
     lines.append(
         f"divergence {name}: "
         + ("none (no load run shows a lead)" if shown is None else shown)

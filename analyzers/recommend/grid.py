@@ -34,7 +34,7 @@ def _pow2(x: float, how: str) -> int:
     if x < 1:
         return 1 if how == "up" and x > 0 else 0
     e = math.log2(x)
-    k = {"down": math.floor, "up": math.ceil, "nearest": round}[how](e)
+    k = math.floor(e) if how == "down" else math.ceil(e) if how == "up" else round(e)
     return 2 ** int(k)
 
 

@@ -167,6 +167,8 @@ class Simulation:
         self.think: ThinkTime = self.options.get("think_time") or ThinkTime()
         self.closed_loop = workload.closed_loop or self.concurrency is not None
         self.pending_sessions: deque[int] = deque()
+        #: The next turn of each request's session (-1: the last); None on one clock.
+        self.next_in_session: list[int] | None = None
         self.base = (
             workload.timestamps_s
             if self.concurrency is not None

@@ -23,9 +23,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from fcctl.common.errors import FcctlInputError
 
@@ -42,20 +41,11 @@ class ThinkTime:
     def apply(self, gap_s: float) -> float:
         if self.mode == "none":
             return 0.0
-        if self.mode == "capped":
-            return min(gap_s, self.value)  # type: ignore[type-var]
-        if self.mode == "scale":
-            return gap_s * self.value  # type: ignore[operator]
+        if self.mode == "capped" and self.value is not None:
+            return min(gap_s, self.value)
+        if self.mode == "scale" and self.value is not None:
+            return gap_s * self.value
         return gap_s
-
-    def apply_array(self, gaps_s: np.ndarray) -> np.ndarray:
-        if self.mode == "none":
-            return np.zeros_like(gaps_s)
-        if self.mode == "capped":
-            return np.minimum(gaps_s, self.value)
-        if self.mode == "scale":
-            return gaps_s * self.value
-        return gaps_s
 
     def __str__(self) -> str:
         return self.mode if self.value is None else f"{self.mode}:{self.value:g}"
@@ -87,7 +77,7 @@ def parse_think_time(text: str, parameter: str = "think_time") -> ThinkTime:
 
 
 def parse_concurrency(
-    values: str | int | list[int | str] | tuple[int | str, ...], parameter: str = "concurrency"
+    values: str | int | Sequence[int | str], parameter: str = "concurrency"
 ) -> tuple[int | None, ...]:
     """Session counts >= 1, sorted and unique; ``all`` is None (every session at t = 0)."""
     items = (

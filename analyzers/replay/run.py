@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -178,7 +179,7 @@ def summarize(
     accesses = w.block_accesses
     copied = int(table["copy_blocks"].sum()) * sim.block_bytes
     direct = ssd_read if getattr(sim.policy, "reads_into_gpu", False) else 0
-    t_end = float(table["end_s"].max())
+    t_end = float(table["end_s"].to_numpy().max())
     op = operating_point(
         table,
         workers=sim.workers,
@@ -218,7 +219,9 @@ def summarize(
             if op.span_s > 0 and sim.hw.ssd_bytes > 0
             else None
         ),
-        makespan_s=float(table["first_token_s"].max() - table["arrival_s"].min()),
+        makespan_s=float(
+            table["first_token_s"].to_numpy().max() - table["arrival_s"].to_numpy().min()
+        ),
         offered_rate=offered_rate,
         achieved_rate=op.achieved_rate,
         saturated=op.saturated,
@@ -305,6 +308,19 @@ def decision_of(
     return decide(figures, margin_pp=margin_pp, ttft_margin=ttft_margin)
 
 
+def _offset_update(task: Any, base: int, n: int) -> None:
+    task.update(base + n)
+
+
+def _rate_point(
+    run_point: Callable[[ReplayConfig, Mapping[str, int], float | None, int | None], RateResult],
+    cfg: ReplayConfig,
+    sizes: Mapping[str, int],
+    rate: float,
+) -> RateResult:
+    return run_point(cfg, sizes, rate, None)
+
+
 def _size_points(
     config: ReplayConfig, workload: Workload, notes: list[str]
 ) -> tuple[dict[str, int], ...]:
@@ -352,8 +368,8 @@ def _duration(trace: Trace) -> float | None:
         spans = req.group_by("session_id").agg(
             (pl.col("timestamp_s").max() - pl.col("timestamp_s").min()).alias("span")
         )
-        return float(spans["span"].max())
-    t = req["timestamp_s"]
+        return float(spans["span"].to_numpy().max())
+    t = req["timestamp_s"].to_numpy()
     return float(t.max() - t.min())
 
 
@@ -453,7 +469,7 @@ def replay_trace(
                 per_policy[name] = simulate(
                     workload, cfg, name, rate, concurrency=concurrency,
                     store_factory=store_factory,
-                    progress=lambda n, base=base: task.update(base + n),
+                    progress=functools.partial(_offset_update, task, base),
                 )  # fmt: skip
                 done[0] += workload.requests
                 task.update(done[0])
@@ -470,7 +486,7 @@ def replay_trace(
                 operating = here[0]
             if capacity:
                 swept, why = auto_rates(
-                    lambda rate, cfg=cfg, s=sizes_here: run_point(cfg, s, rate, None),
+                    functools.partial(_rate_point, run_point, cfg, sizes_here),
                     capacity,
                     slo_ttft_p99_s=config.slo_ttft_p99_s,
                 )

@@ -37,7 +37,13 @@ CODE_SSD = 2
 
 
 @njit(cache=True)
-def _unlink(b, prev, nxt, lst, w):  # pragma: no cover - numba
+def _unlink(  # pragma: no cover - numba
+    b: int,
+    prev: np.ndarray,
+    nxt: np.ndarray,
+    lst: np.ndarray,
+    w: int,
+) -> None:
     p = prev[b]
     n = nxt[b]
     if p >= 0:
@@ -52,7 +58,13 @@ def _unlink(b, prev, nxt, lst, w):  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def _push_front(b, prev, nxt, lst, w):  # pragma: no cover - numba
+def _push_front(  # pragma: no cover - numba
+    b: int,
+    prev: np.ndarray,
+    nxt: np.ndarray,
+    lst: np.ndarray,
+    w: int,
+) -> None:
     h = lst[w, 0]
     prev[b] = -1
     nxt[b] = h
@@ -65,7 +77,14 @@ def _push_front(b, prev, nxt, lst, w):  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def _insert_after(b, a, prev, nxt, lst, w):  # pragma: no cover - numba
+def _insert_after(  # pragma: no cover - numba
+    b: int,
+    a: int,
+    prev: np.ndarray,
+    nxt: np.ndarray,
+    lst: np.ndarray,
+    w: int,
+) -> None:
     if a < 0:
         _push_front(b, prev, nxt, lst, w)
         return
@@ -81,7 +100,14 @@ def _insert_after(b, a, prev, nxt, lst, w):  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def _place_seq(seq, a, prev, nxt, lst, w):  # pragma: no cover - numba
+def _place_seq(  # pragma: no cover - numba
+    seq: np.ndarray,
+    a: int,
+    prev: np.ndarray,
+    nxt: np.ndarray,
+    lst: np.ndarray,
+    w: int,
+) -> int:
     """Put ``seq`` (blocks all in list ``w``) right after ``a`` (-1: at the front), in order;
     return the new anchor (the last block of ``seq``).
 
@@ -138,21 +164,21 @@ def _place_seq(seq, a, prev, nxt, lst, w):  # pragma: no cover - numba
 
 @njit(cache=True)
 def _lookup_lru(  # pragma: no cover - numba
-    blk,
-    w,
-    g_own,
-    g_prev,
-    g_next,
-    g_lst,
-    h_in,
-    h_prev,
-    h_next,
-    h_lst,
-    use_ssd,
-    s_seq,
-    codes,
-    buf,
-):
+    blk: np.ndarray,
+    w: int,
+    g_own: np.ndarray,
+    g_prev: np.ndarray,
+    g_next: np.ndarray,
+    g_lst: np.ndarray,
+    h_in: np.ndarray,
+    h_prev: np.ndarray,
+    h_next: np.ndarray,
+    h_lst: np.ndarray,
+    use_ssd: bool,
+    s_seq: np.ndarray,
+    codes: np.ndarray,
+    buf: np.ndarray,
+) -> tuple[int, int, int, int]:
     n = blk.shape[0]
     n_g = 0
     n_h = 0
@@ -187,7 +213,15 @@ def _lookup_lru(  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def _gpu_insert(blk, w, g_own, g_prev, g_next, g_lst, cap):  # pragma: no cover - numba
+def _gpu_insert(  # pragma: no cover - numba
+    blk: np.ndarray,
+    w: int,
+    g_own: np.ndarray,
+    g_prev: np.ndarray,
+    g_next: np.ndarray,
+    g_lst: np.ndarray,
+    cap: int,
+) -> None:
     if cap <= 0:
         return
     a = -1
@@ -217,8 +251,17 @@ def _gpu_insert(blk, w, g_own, g_prev, g_next, g_lst, cap):  # pragma: no cover 
 
 @njit(cache=True)
 def _host_insert(  # pragma: no cover - numba
-    blk, h_in, h_prev, h_next, h_lst, cap, tiered, s_seq, ring, smeta
-):
+    blk: np.ndarray,
+    h_in: np.ndarray,
+    h_prev: np.ndarray,
+    h_next: np.ndarray,
+    h_lst: np.ndarray,
+    cap: int,
+    tiered: bool,
+    s_seq: np.ndarray,
+    ring: np.ndarray,
+    smeta: np.ndarray,
+) -> None:
     a = -1
     n = blk.shape[0]
     i = 0
@@ -247,21 +290,21 @@ def _host_insert(  # pragma: no cover - numba
 
 @njit(cache=True)
 def _lookup_flat(  # pragma: no cover - numba
-    blk,
-    w,
-    g_own,
-    g_prev,
-    g_next,
-    g_lst,
-    m_seg,
-    s_seg,
-    s_idx,
-    codes,
-    run_seg,
-    run_first,
-    run_len,
-    buf,
-):
+    blk: np.ndarray,
+    w: int,
+    g_own: np.ndarray,
+    g_prev: np.ndarray,
+    g_next: np.ndarray,
+    g_lst: np.ndarray,
+    m_seg: np.ndarray,
+    s_seg: np.ndarray,
+    s_idx: np.ndarray,
+    codes: np.ndarray,
+    run_seg: np.ndarray,
+    run_first: np.ndarray,
+    run_len: np.ndarray,
+    buf: np.ndarray,
+) -> tuple[int, int, int, int, int]:
     n = blk.shape[0]
     n_g = 0
     n_m = 0
@@ -309,7 +352,13 @@ def _lookup_flat(  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def _unstored_flat(blk, m_seg, s_seg, mark, out):  # pragma: no cover - numba
+def _unstored_flat(  # pragma: no cover - numba
+    blk: np.ndarray,
+    m_seg: np.ndarray,
+    s_seg: np.ndarray,
+    mark: np.ndarray,
+    out: np.ndarray,
+) -> int:
     k = 0
     for i in range(blk.shape[0]):
         b = blk[i]
@@ -323,21 +372,34 @@ def _unstored_flat(blk, m_seg, s_seg, mark, out):  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def _assign(blocks, seg, arr, idx):  # pragma: no cover - numba
+def _assign(  # pragma: no cover - numba
+    blocks: np.ndarray,
+    seg: int,
+    arr: np.ndarray,
+    idx: np.ndarray,
+) -> None:
     for i in range(blocks.shape[0]):
         arr[blocks[i]] = seg
         idx[blocks[i]] = i
 
 
 @njit(cache=True)
-def _clear(blocks, seg, arr):  # pragma: no cover - numba
+def _clear(  # pragma: no cover - numba
+    blocks: np.ndarray,
+    seg: int,
+    arr: np.ndarray,
+) -> None:
     for i in range(blocks.shape[0]):
         if arr[blocks[i]] == seg:
             arr[blocks[i]] = -1
 
 
 @njit(cache=True)
-def _add_refs(blk, refs, delta):  # pragma: no cover - numba
+def _add_refs(  # pragma: no cover - numba
+    blk: np.ndarray,
+    refs: np.ndarray,
+    delta: int,
+) -> None:
     for i in range(blk.shape[0]):
         refs[blk[i]] += delta
 

@@ -18,6 +18,7 @@ this one included) whose prompt holds the block: what SGLang's radix tree counts
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -102,8 +103,11 @@ class Flat:
             for o in owners:
                 self.ssd.begin_read(o, now)
             self.sim.staging.set(now, self.sim.staging.level + window)
-            self.sim.read_started(r, now)
-            self.sim.ssd_link.add(r, work, now, lambda t, r=r, w=w: self._read_done(r, w, t))
+            request = int(r)  # type: ignore[call-overload]
+            self.sim.read_started(request, now)
+            self.sim.ssd_link.add(
+                request, work, now, functools.partial(self._read_done, request, w)
+            )
 
     def _read_done(self, r: int, w: int, now: float) -> None:
         _, window, owners = self.prefetch.pop(r)

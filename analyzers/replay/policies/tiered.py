@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from typing import Any
@@ -103,7 +104,7 @@ class Tiered:
             self._take_staging(-pf.reserve, now)
             pf.started = True
             self.sim.read_started(r, now)
-            self.sim.ssd_link.add(r, pf.work_s, now, lambda t, r=r: self._read_done(r, t))
+            self.sim.ssd_link.add(r, pf.work_s, now, functools.partial(self._read_done, r))
 
     def _read_done(self, r: int, now: float) -> None:
         pf = self.pending.pop(r)
