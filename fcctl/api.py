@@ -32,12 +32,14 @@ if TYPE_CHECKING:
     from fcctl.iobench.result import IobenchResult
     from fcctl.iobench.run import RunHooks
     from fcctl.layout.geometry import KvGeometry
+    from fcctl.plan import PlanResult
 
 __all__ = [
     "analyze",
     "geometry",
     "hardware",
     "iobench",
+    "plan",
     "read_trace",
     "recommend_thresholds",
     "replay",
@@ -583,3 +585,13 @@ def iobench(
         free_margin_bytes=_optional_size(free_margin_bytes, "free_margin_bytes"),
     )
     return run_iobench(config, progress=progress, hooks=hooks)
+
+
+def plan(source: str | Path, out: str | Path, **options: object) -> PlanResult:
+    """The whole path in one call: analyze, replay (automatic loads and the user's point),
+    recommend thresholds, optionally emit, one report, into ``out``; the decision first.
+    Options as :func:`fcctl.plan.plan` (``rate``, ``concurrency``, ``hardware``, ``emit``,
+    ``resume``, ...)."""
+    from fcctl.plan import plan as run_plan
+
+    return run_plan(source, out, **options)  # type: ignore[arg-type]

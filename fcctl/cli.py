@@ -29,7 +29,16 @@ app = typer.Typer(
 
 # Each module defines register(app). Imported here, but each keeps its heavy imports inside
 # the command body so `fcctl --help` stays fast and never touches torch or kvikio.
-_COMMAND_MODULES = ("analyze", "convert", "iobench", "recommend", "replay", "report", "synth")
+_COMMAND_MODULES = (
+    "analyze",
+    "convert",
+    "iobench",
+    "recommend",
+    "replay",
+    "plan",
+    "report",
+    "synth",
+)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,116 @@
+"""``fcctl plan``: analyze, replay, recommend (and emit) and one report, decision first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fcctl.commands.options import (
+    FormatOpt,
+    GpuKvOpt,
+    GpusOpt,
+    HardwareOpt,
+    HostMemoryOpt,
+    IoProfileOpt,
+    JsonOpt,
+    KvDtypeOpt,
+    ModelConfigOpt,
+    ModelOpt,
+    PrefillTokensPerSOpt,
+    SsdOpt,
+    StagingOpt,
+    TpOpt,
+)
+from fcctl.errors import cli_errors
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    @cli_errors
+    def plan(
+        trace: Annotated[Path, typer.Argument(help="Trace file (anything analyze reads).")],
+        out: Annotated[Path, typer.Option("-o", "--out", help="Plan directory (new or empty).")],
+        format: FormatOpt = None,
+        rate: Annotated[
+            float | None,
+            typer.Option("--rate", help="Your operating point (requests/s), decided first."),
+        ] = None,
+        concurrency: Annotated[
+            str | None,
+            typer.Option("--concurrency", help="Or: sessions kept active (N or all)."),
+        ] = None,
+        think_time: Annotated[
+            str,
+            typer.Option("--think-time", help="original, none, capped:S or scale:K."),
+        ] = "original",
+        model: ModelOpt = "llama-3.1-8b",
+        model_config: ModelConfigOpt = None,
+        tp: TpOpt = None,
+        kv_dtype: KvDtypeOpt = None,
+        hardware: HardwareOpt = None,
+        gpus: GpusOpt = None,
+        gpu_kv: GpuKvOpt = None,
+        host_memory: HostMemoryOpt = None,
+        ssd: SsdOpt = None,
+        staging: StagingOpt = None,
+        prefill_tokens_per_s: PrefillTokensPerSOpt = None,
+        io_profile: IoProfileOpt = None,
+        slo_ttft_p99: Annotated[
+            float | None,
+            typer.Option("--slo-ttft-p99", help="Seconds: the load sweep stops past this p99."),
+        ] = None,
+        emit: Annotated[
+            bool, typer.Option("--emit", help="Also write the drop-in package into DIR/emit.")
+        ] = False,
+        emit_name: Annotated[
+            str, typer.Option("--emit-name", help="Package name for --emit.")
+        ] = "flatcake_store",
+        jobs: Annotated[
+            int | None,
+            typer.Option("--jobs", help="Simulations run in parallel processes [CPUs available]."),
+        ] = None,
+        resume: Annotated[
+            bool, typer.Option("--resume", help="Skip steps whose inputs did not change.")
+        ] = False,
+        force: Annotated[
+            bool, typer.Option("--force", help="Run every step again over an earlier plan.")
+        ] = False,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """From a trace to one decision: analyze, replay under load, recommend thresholds, report.
+
+        Runs the commands' own libraries in order into DIR (analyze.json, replay.json,
+        recommend.json, emit/, report.html, plan.json) and prints the decision first: at
+        --rate/--concurrency when given, else across the loads swept (light load to
+        saturation).
+        """
+        import sys
+
+        from fcctl import api
+        from fcctl.common.jsonio import write_json
+        from fcctl.errors import flag_for
+        from fcctl.plan import plan as run_plan
+
+        host_memory, host_more, host_auto = api.split_sizes(host_memory, "host_memory_bytes")
+        node = api.hardware(
+            hardware, io_profile=io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv,
+            host_memory_bytes=host_memory, ssd_bytes=ssd, staging_bytes=staging,
+            prefill_tokens_per_s=prefill_tokens_per_s, source_of=flag_for,
+        )  # fmt: skip
+        result = run_plan(
+            trace, out, format=format, rate=rate, concurrency=concurrency,
+            think_time=think_time, hardware=node, host_memory_sweep=host_more,
+            host_memory_auto=host_auto, model=model, model_config=model_config, tp=tp,
+            kv_dtype=kv_dtype, slo_ttft_p99_s=slo_ttft_p99, emit=emit, emit_name=emit_name,
+            jobs=jobs, resume=resume, force=force, progress=True,
+        )  # fmt: skip
+        if as_json:
+            write_json(result, sys.stdout)
+            return
+        for line in result.summary:
+            print(line)
+        ran = ", ".join(f"{s.name} {s.status}{f' {s.seconds:.1f} s' if s.status == 'ran' else ''}"
+                        for s in result.steps)  # fmt: skip
+        print(f"wrote {out}: {ran}", file=sys.stderr)

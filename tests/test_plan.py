@@ -1,0 +1,97 @@
+"""``fcctl plan``: the whole path in one command, decision first, with --resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fcctl.cli import app
+from fcctl.plan import decision_of, read_plan, target_rate
+from tests.conftest import SAMPLES
+
+runner = CliRunner()
+MOONCAKE = str(SAMPLES / "mooncake_conversation_2k.jsonl")
+FAST = ["--jobs", "1", "--rate", "2"]
+
+
+def _plan(*args: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, ["plan", *args])
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("plan") / "p"
+    r = _plan(MOONCAKE, "-o", str(out), *FAST, "--emit", "--emit-name", "fcs")
+    assert r.exit_code == 0, r.output
+    (out / "stdout.txt").write_text(r.stdout)
+    return out
+
+
+def test_plan_writes_every_step_and_starts_with_the_decision(planned: Path) -> None:
+    names = sorted(p.name for p in planned.iterdir())
+    assert names == ["analyze.json", "emit", "plan.json", "recommend.json", "replay.json",
+                     "report.html", "stdout.txt"]  # fmt: skip
+    out = (planned / "stdout.txt").read_text()
+    assert out.startswith("decision at 2 req/s: ")
+    doc = read_plan(planned)
+    assert [s["name"] for s in doc["steps"]] == ["analyze", "replay", "recommend", "emit",
+                                                 "report"]  # fmt: skip
+    assert all(s["status"] == "ran" for s in doc["steps"])
+    replay = json.loads((planned / "replay.json").read_text())
+    # The user's point is the replay's operating point, decided first; the sweep ran too.
+    assert replay["operating_point"]["rate"] == 2.0 and len(replay["rates"]) >= 2
+    assert doc["decision"]["best"] == replay["operating_point"]["decision"]["best"]
+    assert doc["decision"] == decision_of(replay) | {"by_load": doc["decision"]["by_load"]}
+    rec = json.loads((planned / "recommend.json").read_text())
+    assert rec["recommendation"]["rate"] == 2.0
+    text = (planned / "emit" / "fcs" / "thresholds.py").read_text()
+    assert f"SHORT_REPLY_TOKENS = {rec['recommendation']['short_reply_tokens']}" in text
+    html = (planned / "report.html").read_text()
+    assert "<html" in html.lower() and "replay" in html
+
+
+def test_resume_skips_unchanged_steps_and_reruns_from_a_change(planned: Path) -> None:
+    before = {p.name: p.stat().st_mtime_ns for p in planned.iterdir() if p.is_file()}
+    r = _plan(MOONCAKE, "-o", str(planned), *FAST, "--emit", "--emit-name", "fcs", "--resume")
+    assert r.exit_code == 0, r.output
+    steps = {s["name"]: s["status"] for s in read_plan(planned)["steps"]}
+    assert set(steps.values()) == {"reused"}
+    assert (planned / "analyze.json").stat().st_mtime_ns == before["analyze.json"]
+    # Another operating point: analyze is reused, replay and everything after it run again.
+    r = _plan(MOONCAKE, "-o", str(planned), "--jobs", "1", "--rate", "1.5", "--resume")
+    assert r.exit_code == 0, r.output
+    steps = {s["name"]: s["status"] for s in read_plan(planned)["steps"]}
+    assert steps == {"analyze": "reused", "replay": "ran", "recommend": "ran", "report": "ran"}
+    assert r.stdout.startswith("decision at 1.5 req/s: ")
+
+
+def test_plan_refuses_what_it_would_damage(tmp_path: Path) -> None:
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "mine.txt").write_text("keep")
+    r = _plan(MOONCAKE, "-o", str(busy), *FAST)
+    assert r.exit_code == 2 and "not an fcctl plan" in r.stderr
+    assert (busy / "mine.txt").read_text() == "keep"
+    r = _plan(MOONCAKE, "-o", str(tmp_path / "x"), *FAST, "--emit", "--emit-name", "numpy")
+    assert r.exit_code == 2 and not (tmp_path / "x").exists()
+    r = _plan(str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "y"), *FAST)
+    assert r.exit_code == 2
+
+
+def test_target_rate_rule() -> None:
+    def point(rate: float, best: str, sat: bool) -> dict:  # type: ignore[type-arg]
+        return {"rate": rate, "concurrency": None, "decision": {"best": best},
+                "policies": {"flat": {"saturated": sat}}}  # fmt: skip
+
+    doc = {"rates": [point(1, "none", False), point(2, "flat", False), point(4, "flat", True)],
+           "divergence_rate": 2.0, "operating_point": None}  # fmt: skip
+    assert target_rate(doc, 3.0) == (3.0, "your operating point")
+    assert target_rate(doc, None)[0] == 2.0
+    doc["divergence_rate"] = None
+    assert target_rate(doc, None)[0] == 2.0  # the highest unsaturated
+    for p in doc["rates"]:
+        p["policies"]["flat"]["saturated"] = True
+    assert target_rate(doc, None)[0] == 1.0

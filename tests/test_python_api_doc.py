@@ -1,0 +1,52 @@
+"""docs/python-api.md's worked example runs as written (every ```python block, in order, in one
+namespace, from the repository root), and ``import fcctl`` stays light."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "python-api.md"
+
+
+def _blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+
+
+def test_the_page_has_the_example() -> None:
+    blocks = _blocks()
+    assert len(blocks) >= 5
+    joined = "\n".join(blocks)
+    for call in ("fcctl.read_trace", "fcctl.analyze", "fcctl.replay", "fcctl.recommend_thresholds",
+                 "fcctl.plan"):  # fmt: skip
+        assert call in joined
+
+
+def test_the_worked_example_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    namespace: dict[str, object] = {"__name__": "python_api_doc"}
+    for i, block in enumerate(_blocks()):
+        try:
+            exec(compile(block, f"{DOC.name} block {i + 1}", "exec"), namespace)
+        except Exception as e:  # pragma: no cover - the failure message is the point
+            pytest.fail(f"docs/python-api.md block {i + 1} failed: {type(e).__name__}: {e}")
+
+
+def test_import_fcctl_is_light_and_lazy() -> None:
+    code = (
+        "import sys, fcctl\n"
+        "heavy = {'numpy', 'polars', 'numba', 'pyarrow'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
+        "assert callable(fcctl.analyze) and callable(fcctl.plan)\n"
+        "assert set(fcctl.__all__) >= {'analyze', 'replay', 'recommend_thresholds', 'iobench',"
+        " 'read_trace', 'plan'}\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
