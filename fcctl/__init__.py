@@ -29,7 +29,8 @@ if TYPE_CHECKING:
         replay,
     )
 
-_API = (
+__all__ = [
+    "__version__",
     "analyze",
     "geometry",
     "hardware",
@@ -38,9 +39,8 @@ _API = (
     "read_trace",
     "recommend_thresholds",
     "replay",
-)
-
-__all__ = ["__version__", *_API]
+]
+_API = frozenset(__all__) - {"__version__"}
 
 
 def __getattr__(name: str) -> Any:
