@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fcctl.analyzers.recommend import RecommendResult
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from fcctl.iobench.result import IobenchResult
     from fcctl.iobench.run import RunHooks
     from fcctl.layout.geometry import KvGeometry
-    from fcctl.plan import PlanResult
+    from fcctl.planning import PlanResult
 
 __all__ = [
     "analyze",
@@ -587,11 +587,151 @@ def iobench(
     return run_iobench(config, progress=progress, hooks=hooks)
 
 
-def plan(source: str | Path, out: str | Path, **options: object) -> PlanResult:
-    """The whole path in one call: analyze, replay (automatic loads and the user's point),
-    recommend thresholds, optionally emit, one report, into ``out``; the decision first.
-    Options as :func:`fcctl.plan.plan` (``rate``, ``concurrency``, ``hardware``, ``emit``,
-    ``resume``, ...)."""
-    from fcctl.plan import plan as run_plan
+def plan(
+    source: str | Path,
+    out: str | Path,
+    *,
+    format: str | None = None,
+    rate: float | None = None,
+    concurrency: str | int | Sequence[int | str] | None = None,
+    think_time: str = "original",
+    hardware: Hardware | None = None,
+    host_memory_sweep: Sequence[Any] = (),
+    host_memory_auto: bool = False,
+    model: str = "llama-3.1-8b",
+    model_config: str | Path | None = None,
+    tp: int | None = None,
+    kv_dtype: str | None = None,
+    slo_ttft_p99_s: float | None = None,
+    emit: bool = False,
+    emit_name: str = "flatcake_store",
+    jobs: int | None = None,
+    resume: bool = False,
+    force: bool = False,
+    progress: Progress | bool = False,
+) -> PlanResult:
+    """Analyze, replay at the automatic loads and the user's point, recommend thresholds,
+    optionally emit, and write one report into ``out`` (module docstring). ``hardware``: a
+    :func:`fcctl.hardware` node (default the h200-8x preset). Other parameters as
+    :func:`fcctl.replay`."""
+    from fcctl.analyzers.recommend import thresholds_source, thresholds_toml
+    from fcctl.analyzers.recommend.emit import check_name, emit_package
+    from fcctl.common.jsonio import dumps, write_json_file
+    from fcctl.common.outdir import write_text_atomic
+    from fcctl.common.progress import Progress
+    from fcctl.common.version import __version__
+    from fcctl.planning import (
+        FILES,
+        MARKER,
+        STEP_WEIGHTS,
+        PlanResult,
+        PlanRunner,
+        check_plan_dir,
+        decision_of,
+        file_identity,
+        fingerprint,
+        read_document,
+        summary_lines,
+        target_rate,
+    )
+    from fcctl.reports.html_report import make_report
 
-    return run_plan(source, out, **options)  # type: ignore[arg-type]
+    out = Path(out)
+    if emit:
+        check_name(emit_name)
+    earlier = check_plan_dir(out, resume=resume, force=force)
+    node = _node(hardware)
+    identity = file_identity(source)
+    common = {"format": format, "model": model, "model_config": model_config, "tp": tp,
+              "kv_dtype": kv_dtype, "version": __version__}  # fmt: skip
+    bar = progress if isinstance(progress, Progress) else Progress(enabled=bool(progress))
+    out.mkdir(parents=True, exist_ok=True)
+    docs: dict[str, Any] = {}
+    with bar:
+        runner = PlanRunner(out, earlier, resume, bar)
+        with bar.task("plan", total=100, unit="%") as overall:
+            done = 0.0
+
+            def advance(name: str) -> None:
+                nonlocal done
+                done += 100 * STEP_WEIGHTS[name]
+                overall.update(done)
+
+            overall.describe("plan: analyze")
+            fp = fingerprint("analyze", identity, common)
+            runner.step("analyze", fp, lambda p: write_json_file(analyze(
+                source, format=format, model=model, model_config=model_config, tp=tp,
+                kv_dtype=kv_dtype, progress=bar), p))  # fmt: skip
+            docs["analyze"] = read_document(out / FILES["analyze"])
+            advance("analyze")
+
+            overall.describe("plan: replay")
+            replay_params = {
+                "rate": rate, "concurrency": concurrency, "think_time": think_time,
+                "hardware": dumps(node), "host_memory_sweep": list(map(str, host_memory_sweep)),
+                "host_memory_auto": host_memory_auto, "slo": slo_ttft_p99_s,
+            }  # fmt: skip
+            fp = fingerprint("replay", identity, common, replay_params)
+            trace_cache: list[Any] = []
+
+            def trace() -> Any:
+                if not trace_cache:
+                    trace_cache.append(read_trace(source, format=format, progress=bar))
+                return trace_cache[0]
+
+            runner.step("replay", fp, lambda p: write_json_file(replay(
+                trace(), rates=None if concurrency is not None else "auto", rate=rate,
+                concurrency=concurrency, think_time=think_time, hardware=node, model=model,
+                model_config=model_config, tp=tp, kv_dtype=kv_dtype,
+                host_memory_sweep=host_memory_sweep, host_memory_auto=host_memory_auto,
+                slo_ttft_p99_s=slo_ttft_p99_s, progress=bar), p))  # fmt: skip
+            docs["replay"] = read_document(out / FILES["replay"])
+            advance("replay")
+
+            overall.describe("plan: recommend-thresholds")
+            target, target_why = target_rate(docs["replay"], rate)
+            fp = fingerprint("recommend", identity, common, replay_params["hardware"], target)
+            rec_result: list[Any] = []
+
+            def recommend(p: Path) -> None:
+                rec_result[:] = [recommend_thresholds(
+                    trace(), rates=(target,), model=model, model_config=model_config, tp=tp,
+                    kv_dtype=kv_dtype, hardware=node, jobs=jobs, progress=bar)]  # fmt: skip
+                write_json_file(rec_result[0], p)
+
+            runner.step("recommend", fp, recommend)
+            docs["recommend"] = read_document(out / FILES["recommend"])
+            advance("recommend")
+
+            if emit:
+
+                def do_emit(p: Path) -> None:
+                    if not rec_result:  # the recommendation was reused: its object is needed
+                        recommend(out / FILES["recommend"])
+                    result = rec_result[0]
+                    rec = result.recommendation
+                    emit_package(
+                        p, name=emit_name, short_reply_tokens=rec.short_reply_tokens,
+                        agent_context_tokens=rec.agent_context_tokens,
+                        source=thresholds_source(result), toml_text=thresholds_toml(result),
+                        force=True,
+                    )  # fmt: skip
+
+                emit_fp = fingerprint("emit", fp, emit_name, __version__)
+                runner.step("emit", emit_fp, do_emit)
+            advance("emit")
+
+            overall.describe("plan: report")
+            inputs = [out / FILES[s] for s in ("analyze", "replay", "recommend")]
+            fp = fingerprint("report", [fingerprint(docs[s]) for s in docs], __version__)
+            runner.step("report", fp, lambda p: make_report(inputs, p, force=True))
+            advance("report")
+    decision = decision_of(docs["replay"])
+    lines = summary_lines(docs, decision)
+    lines.insert(
+        len(lines) - 1 if docs.get("analyze", {}).get("verdict") else len(lines),
+        f"  (thresholds measured at {target:.3g} req/s: {target_why})",
+    )
+    result = PlanResult(1, str(out), decision, tuple(lines), tuple(runner.steps), docs)
+    write_text_atomic(out / MARKER, dumps(result) + "\n")
+    return result

@@ -68,12 +68,15 @@ class ModelInfo:
     """What a summary names about the model beyond its KV shape (``0``/``""``: not known).
 
     ``source`` is ``"preset"`` or the path of the Hugging Face config it was read from.
+    ``max_context_tokens`` is the config's ``max_position_embeddings``: the longest context
+    (prompt + output) the model serves.
     """
 
     source: str = ""
     model_type: str = ""
     hidden_size: int = 0
     attention_heads: int = 0
+    max_context_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -288,24 +291,31 @@ class KvGeometry:
 
 
 # Published model configs (Hugging Face config.json), bf16 KV cache, tp=1.
-def _preset(name: str, model_type: str, hidden: int, heads: int, **kv: Any) -> KvGeometry:
-    return KvGeometry(name, info=ModelInfo("preset", model_type, hidden, heads), **kv)
+def _preset(
+    name: str, model_type: str, hidden: int, heads: int, context: int, **kv: Any
+) -> KvGeometry:
+    return KvGeometry(name, info=ModelInfo("preset", model_type, hidden, heads, context), **kv)
 
 
 MODEL_PRESETS: dict[str, KvGeometry] = {
     g.name: g
     for g in (
-        _preset("llama-3.1-8b", "llama", 4096, 32, layers=32, kv_heads=8, head_dim=128),
-        _preset("llama-3.1-70b", "llama", 8192, 64, layers=80, kv_heads=8, head_dim=128),
-        _preset("llama-3.1-405b", "llama", 16384, 128, layers=126, kv_heads=8, head_dim=128),
-        _preset("qwen2.5-7b", "qwen2", 3584, 28, layers=28, kv_heads=4, head_dim=128),
-        _preset("qwen2.5-72b", "qwen2", 8192, 64, layers=80, kv_heads=8, head_dim=128),
+        # max_position_embeddings: 131072 for Llama 3.1, 32768 for Qwen2.5 (its YaRN 128K
+        # mode is opt-in), 163840 for DeepSeek-V3 (their config.json files).
+        _preset("llama-3.1-8b", "llama", 4096, 32, 131072, layers=32, kv_heads=8, head_dim=128),
+        _preset("llama-3.1-70b", "llama", 8192, 64, 131072, layers=80, kv_heads=8, head_dim=128),
+        _preset(
+            "llama-3.1-405b", "llama", 16384, 128, 131072, layers=126, kv_heads=8, head_dim=128
+        ),
+        _preset("qwen2.5-7b", "qwen2", 3584, 28, 32768, layers=28, kv_heads=4, head_dim=128),
+        _preset("qwen2.5-72b", "qwen2", 8192, 64, 32768, layers=80, kv_heads=8, head_dim=128),
         # MLA: kv_lora_rank 512 + qk_rope_head_dim 64 per token per layer.
         _preset(
             "deepseek-v3",
             "deepseek_v3",
             7168,
             128,
+            163840,
             layers=61,
             kv_heads=0,
             head_dim=0,
@@ -438,8 +448,10 @@ def _cfg_windows(cfg: dict[str, Any], path: str, layers: int, model_type: str) -
             if interval < 1:
                 raise LayoutError(f"{path}: field 'no_rope_layer_interval': must be >= 1; got 0")
             no_rope = [int((i + 1) % interval != 0) for i in range(layers)]
-        if not isinstance(no_rope, list) or len(no_rope) != layers or any(
-            v not in (0, 1) for v in no_rope
+        if (
+            not isinstance(no_rope, list)
+            or len(no_rope) != layers
+            or any(v not in (0, 1) for v in no_rope)
         ):
             raise LayoutError(
                 f"{path}: field 'no_rope_layers': must list 0 or 1 for each of {layers} "
@@ -517,9 +529,7 @@ def _read_config_bytes(p: Path, max_bytes: int) -> bytes:
         os.close(fd)
 
 
-def geometry_from_hf_config(
-    path: str | Path, *, max_bytes: int = MAX_CONFIG_BYTES
-) -> KvGeometry:
+def geometry_from_hf_config(path: str | Path, *, max_bytes: int = MAX_CONFIG_BYTES) -> KvGeometry:
     """Read layers, KV heads, head dim, MLA latent, dtype and sliding windows from a Hugging
     Face config.json.
 
@@ -549,16 +559,16 @@ def geometry_from_hf_config(
     windowed, window = _cfg_windows(cfg, where, layers, model_type)
     hidden = cfg.get("hidden_size")
     heads_field = cfg.get("num_attention_heads")
+    context = cfg.get("max_position_embeddings")
     info = ModelInfo(
         source=where,
         model_type=model_type,
         hidden_size=hidden if isinstance(hidden, int) else 0,
         attention_heads=heads_field if isinstance(heads_field, int) else 0,
+        max_context_tokens=context if isinstance(context, int) and context > 0 else 0,
     )
     if cfg.get("kv_lora_rank"):
-        latent = _cfg_int(cfg, where, "kv_lora_rank") + _cfg_int(
-            cfg, where, "qk_rope_head_dim", 0
-        )
+        latent = _cfg_int(cfg, where, "kv_lora_rank") + _cfg_int(cfg, where, "qk_rope_head_dim", 0)
         return KvGeometry(
             name,
             layers=layers,

@@ -40,6 +40,9 @@ def tiny_node(**blocks_or_values: Any) -> Hardware:
         "prefetch_timeout_per_1k_tokens_s": 0.05,
         "prefetch_timeout_max_s": 0.2,
         "prefill_tokens_per_s": 20000.0,
+        # Running requests' KV in a pool of its own, large enough for all: the GPU KV above
+        # is the prefix cache alone, so the hand-computed cases stay about the tiers.
+        "gpu_running_kv_bytes": 1 << 40,
     }
     for key in ("gpu_kv", "host", "ssd", "staging", "bucket"):
         if key in blocks_or_values:

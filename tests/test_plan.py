@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fcctl.cli import app
-from fcctl.plan import decision_of, read_plan, target_rate
+from fcctl.planning import decision_of, read_plan, target_rate
 from tests.conftest import SAMPLES
 
 runner = CliRunner()

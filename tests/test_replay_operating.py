@@ -340,3 +340,96 @@ def test_read_amplification_counts_discarded_cancelled_reads_exactly() -> None:
     assert p.ssd_delivered_bytes == delivered == 10 * w.block_bytes
     assert p.read_amplification == read / delivered
     assert p.read_amplification > 1
+
+
+# --- GPU memory holds running requests (#15.3) ------------------------------------------------
+
+
+def _shared_pool_node(pool_blocks: int, **kw):  # type: ignore[no-untyped-def]
+    # One worker; running requests and cached prefixes share the GPU pool (the presets' model).
+    return tiny_node(gpus=1, gpu_kv=pool_blocks, gpu_running_kv_bytes=None, **kw)
+
+
+def test_requests_larger_than_the_pool_or_the_context_are_rejected() -> None:
+    from dataclasses import replace
+
+    from fcctl.layout.geometry import ModelInfo
+
+    rows = [list(range(4)), list(range(100, 130)), list(range(200, 204))]
+    trace = trace_of(rows, timestamps=[0.0, 1.0, 2.0], output_tokens=[8, 8, 8])
+    hw = _shared_pool_node(10)
+    config = ReplayConfig(geometry=TINY, hardware=hw, keep_tables=True)
+    p = simulate(build_workload(trace, TINY, 1), config, "flat", 1.0)
+    assert p.rejected_requests.count == 1
+    assert dict(p.rejected_requests.reasons) == {"kv_exceeds_gpu_pool": 1}
+    t = p.table
+    assert t["rejected"].to_list() == [None, "kv_exceeds_gpu_pool", None]
+    assert np.isnan(t["first_token_s"][1]) and not np.isnan(t["first_token_s"][2])
+    # Its accesses were never delivered: the hit share counts them as misses.
+    assert p.delivered_blocks <= p.block_accesses - 30
+    # A model whose context is 100 tokens rejects the 30-block (480-token) prompt for that.
+    short = replace(TINY, info=ModelInfo("test", "test", 0, 0, max_context_tokens=100))
+    big = tiny_node(gpus=1)  # a pool for all of them: only the context limit applies
+    config = ReplayConfig(geometry=short, hardware=big, keep_tables=True)
+    p = simulate(build_workload(trace, short, 1), config, "tiered", 1.0)
+    assert dict(p.rejected_requests.reasons) == {"exceeds_max_context": 1}
+
+
+def test_every_request_rejected_is_one_line_of_bad_input() -> None:
+    from fcctl.common.errors import InputError
+
+    trace = trace_of([list(range(30))])
+    config = ReplayConfig(geometry=TINY, hardware=_shared_pool_node(10))
+    with pytest.raises(InputError, match="every request was rejected"):
+        simulate(build_workload(trace, TINY, 1), config, "flat", 1.0)
+
+
+def test_running_requests_wait_for_gpu_memory() -> None:
+    """Two requests of 5 prompt + 3 output blocks arrive together on one worker with an 8-block
+    pool: the first's prompt becomes cached (evictable) at its first token but its output
+    holds 3 blocks until its decode ends, so the second (8 blocks) waits until then."""
+    rows = [list(range(5)), list(range(100, 105))]
+    trace = trace_of(rows, timestamps=[0.0, 0.0], output_tokens=[48, 48])
+    config = ReplayConfig(geometry=TINY, hardware=_shared_pool_node(8), keep_tables=True)
+    p = simulate(build_workload(trace, TINY, 1), config, "memory-only", 1.0)
+    t = p.table.sort("start_s")
+    first, second = t.row(0, named=True), t.row(1, named=True)
+    assert second["start_s"] == pytest.approx(first["end_s"])
+    assert p.rejected_requests.count == 0
+    # With a pool of 11 both fit: the second starts when the worker is free (after prefill).
+    config = ReplayConfig(geometry=TINY, hardware=_shared_pool_node(11), keep_tables=True)
+    p = simulate(build_workload(trace, TINY, 1), config, "memory-only", 1.0)
+    t = p.table.sort("start_s")
+    assert t["start_s"][1] == pytest.approx(t["first_token_s"][0])
+
+
+def test_running_requests_shrink_the_prefix_cache() -> None:
+    """A shared pool evicts cached prefixes for a running request: a prompt cached before a
+    big request runs is gone after it (with a separate pool it stays)."""
+    small = list(range(4))
+    big = list(range(100, 112))
+    rows = [small, big, [*small, 999]]
+    trace = trace_of(rows, timestamps=[0.0, 10.0, 20.0], output_tokens=[8, 8, 8])
+    w = build_workload(trace, TINY, 1)
+    shared = ReplayConfig(geometry=TINY, hardware=_shared_pool_node(16), keep_tables=True)
+    apart = ReplayConfig(geometry=TINY, hardware=tiny_node(gpus=1, gpu_kv=16), keep_tables=True)
+    got_shared = simulate(w, shared, "memory-only", 1.0).table["gpu_blocks"][2]
+    got_apart = simulate(w, apart, "memory-only", 1.0).table["gpu_blocks"][2]
+    assert got_apart == 4
+    assert got_shared < 4
+
+
+def test_shared_pool_fast_equals_reference() -> None:
+    from fcctl.analyzers.replay.reference import ReferenceStore
+    from fcctl.analyzers.replay.store import FastStore
+
+    trace = random_session_trace(13, sessions=8, turns=5)
+    hw = tiny_node(gpu_kv=40, host=10, ssd=60, gpu_running_kv_bytes=None)
+    config = ReplayConfig(geometry=TINY, hardware=hw, keep_tables=True)
+    w = build_workload(trace, TINY, 2)
+    for policy in ("memory-only", "tiered", "flat"):
+        fast = simulate(w, config, policy, 3.0, store_factory=FastStore)
+        ref = simulate(w, config, policy, 3.0, store_factory=ReferenceStore)
+        assert fast.table is not None and ref.table is not None
+        assert fast.table.equals(ref.table)
+        assert dataclasses.replace(fast, table=None) == dataclasses.replace(ref, table=None)

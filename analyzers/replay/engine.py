@@ -39,6 +39,12 @@ from fcctl.analyzers.replay.workload import Workload
 #: Progress callback: requests finished so far.
 ProgressFn = Callable[[int], None]
 
+#: Why a request is rejected (never run): its KV (prompt + output) exceeds one worker's GPU
+#: pool, or its context exceeds the model's maximum.
+REJECT_GPU_POOL = 1
+REJECT_CONTEXT = 2
+REJECT_REASONS = {REJECT_GPU_POOL: "kv_exceeds_gpu_pool", REJECT_CONTEXT: "exceeds_max_context"}
+
 
 class Policy(Protocol):
     """One storage policy (one module under ``policies/``; registered in ``POLICIES``)."""
@@ -91,6 +97,7 @@ class RequestLog:
     # started (after waiting for staging, window or queue), prefill started, decode done.
     ready_s: list[float] = field(init=False)
     read_start_s: list[float] = field(init=False)
+    rejected: list[int] = field(init=False)  # 0, or a REJECT_* code
     start_s: list[float] = field(init=False)
     end_s: list[float] = field(init=False)
 
@@ -109,6 +116,7 @@ class RequestLog:
         self.cancelled = [False] * n
         self.ready_s = [math.nan] * n
         self.read_start_s = [math.nan] * n
+        self.rejected = [0] * n
         self.start_s = [math.nan] * n
         self.end_s = [math.nan] * n
 
@@ -176,6 +184,25 @@ class Simulation:
         )
         # H2D: each of the instance's tp GPUs copies its share over its own link.
         self.copy_bytes_per_s = hardware.host_to_gpu_effective_bytes_per_s * tp
+        # GPU memory for running requests (docs/simulator.md, "GPU memory"): a request holds
+        # its new prompt blocks until its prefill ends (then they are cached prefix blocks) and
+        # its output blocks until its decode ends. One pool with the prefix cache (the cache
+        # shrinks for them), or a separate one (gpu_running_kv_bytes).
+        self.shared_pool = hardware.gpu_running_kv_bytes is None
+        self.pool_blocks = (
+            self.gpu_blocks
+            if self.shared_pool
+            else (hardware.gpu_running_kv_bytes or 0) * tp // bb
+        )
+        self.running = [0] * self.workers
+        self.blocked: list[int | None] = [None] * self.workers
+        prompt = np.diff(workload.offsets)
+        total = -(-(workload.input_tokens + workload.output_tokens) // workload.block_tokens)
+        self.out_blocks = np.maximum(total - prompt, 0).tolist()
+        self.kv_blocks = np.maximum(total, prompt).tolist()
+        info = workload.geometry.info
+        self.max_context = info.max_context_tokens if info is not None else 0
+        self.new_prompt = [0] * workload.requests
         self.policy = policy_factory(self)
 
     # time of a host->GPU copy and of an SSD read, alone on their link ----------------------
@@ -227,7 +254,32 @@ class Simulation:
 
     def _arrive(self, now: float, r: Any) -> None:
         self.log.arrival_s[r] = now
+        reason = self._reject_reason(r)
+        if reason:
+            self._reject(r, reason, now)
+            return
         self.policy.on_arrival(r, now)
+
+    def _reject_reason(self, r: int) -> int:
+        if self.kv_blocks[r] > self.pool_blocks:
+            return REJECT_GPU_POOL
+        tokens = int(self.w.input_tokens[r] + self.w.output_tokens[r])
+        if self.max_context and tokens > self.max_context:
+            return REJECT_CONTEXT
+        return 0
+
+    def _reject(self, r: int, reason: int, now: float) -> None:
+        """``r`` never runs; its session goes on (the next turn after its think time)."""
+        self.log.rejected[r] = reason
+        self.done += 1
+        if self.next_in_session is None:
+            return
+        q = self.next_in_session[r]
+        if q >= 0:
+            gap = self.think.apply(float(self.w.timestamps_s[q] - self.w.timestamps_s[r]))
+            self.events.push(now + gap, self._arrive, q)
+        elif self.concurrency is not None and self.pending_sessions:
+            self._arrive(now, self.pending_sessions.popleft())
 
     def make_ready(self, r: int, now: float) -> None:
         """The policy says ``r``'s loads are over; start its worker if idle."""
@@ -241,9 +293,21 @@ class Simulation:
     def try_start(self, w: int, now: float) -> None:
         if self.busy[w]:
             return
-        r = self.policy.pop_ready(w, now)
+        r = self.blocked[w]
         if r is None:
+            r = self.policy.pop_ready(w, now)
+            if r is None:
+                return
+        # Admission: its new prompt blocks and its output must fit beside the running ones;
+        # else it (and the worker's queue behind it) waits for a running request to end.
+        new = int(self.w.offsets[r + 1] - self.w.offsets[r]) - self.log.gpu_blocks[r]
+        need = new + self.out_blocks[r]
+        if self.running[w] + need > self.pool_blocks:
+            self.blocked[w] = r
             return
+        self.blocked[w] = None
+        self.new_prompt[r] = new
+        self._hold(w, need)
         self.busy[w] = True
         self.policy.on_prefill_start(r, now)
         log = self.log
@@ -255,11 +319,23 @@ class Simulation:
         )
         self.events.push(now + t, self._prefill_done, r)
 
+    def _hold(self, w: int, blocks: int) -> None:
+        """Running requests on ``w`` take (> 0) or give back (< 0) ``blocks`` of the pool; in a
+        shared pool the prefix cache shrinks to what is left."""
+        self.running[w] += blocks
+        if self.shared_pool and blocks > 0:
+            self.store.gpu_trim(w, self.pool_blocks - self.running[w])
+
+    def _cache_cap(self, w: int) -> int:
+        return self.gpu_blocks - self.running[w] if self.shared_pool else self.gpu_blocks
+
     def _prefill_done(self, now: float, r: Any) -> None:
         log = self.log
         log.first_token_s[r] = now
         w = int(self.w.worker[r])
-        self.store.gpu_insert(self.w.blocks_of(r), w)
+        # The prompt's new blocks are now cached prefix blocks (the most recently used).
+        self._hold(w, -self.new_prompt[r])
+        self.store.gpu_insert(self.w.blocks_of(r), w, self._cache_cap(w))
         self.policy.on_prefill_done(r, now)
         decode_s = float(self.w.output_tokens[r]) / self.hw.decode_tokens_per_s
         self.events.push(now + decode_s, self._decode_done, r)
@@ -277,6 +353,10 @@ class Simulation:
     def _decode_done(self, now: float, r: Any) -> None:
         self.log.end_s[r] = now
         self.policy.on_decode_done(r, now)
+        w = int(self.w.worker[r])
+        self._hold(w, -self.out_blocks[r])
+        if self.blocked[w] is not None:
+            self.try_start(w, now)
         if (
             self.concurrency is not None
             and self.pending_sessions
@@ -314,6 +394,9 @@ class Simulation:
                 "prefetch_s": np.array(log.prefetch_s),
                 "cancelled": np.array(log.cancelled, dtype=np.bool_),
                 "copy_blocks": np.array(log.copy_blocks, dtype=np.int64),
+                "rejected": pl.Series(
+                    [REJECT_REASONS.get(x) for x in log.rejected], dtype=pl.String
+                ),
                 "ready_s": np.array(log.ready_s),
                 "read_start_s": np.array(log.read_start_s),
                 "start_s": np.array(log.start_s),

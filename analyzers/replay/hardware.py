@@ -108,6 +108,9 @@ class Hardware:
     ssd_stream_bytes_per_s: float | None = None
     #: The node's SSD write bandwidth, bytes/s, on the same drives as the reads; None: as read.
     ssd_write_bytes_per_s: float | None = None
+    #: GPU bytes per GPU for running requests' KV apart from the prefix cache; None (the
+    #: presets): one pool of ``gpu_kv_bytes`` holds both, running requests first.
+    gpu_running_kv_bytes: int | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -135,7 +138,7 @@ class Hardware:
 
 _NUMERIC = {f.name for f in dataclasses.fields(Hardware)} - {"name", "sources"}
 _SIZES = {"hbm_bytes", "gpu_kv_bytes", "host_memory_bytes", "ssd_bytes", "staging_bytes",
-          "bucket_bytes"}  # fmt: skip
+          "bucket_bytes", "gpu_running_kv_bytes"}  # fmt: skip
 _INTS = _SIZES | {"gpus", "window_streams"}
 
 _COMMON_SOURCES = {
@@ -162,6 +165,8 @@ _COMMON_SOURCES = {
     "file, or one restore's read, sits on one drive",
     "ssd_write_bytes_per_s": "8 drives x 7 GB/s: Dynamo mocker's host<->disk link has one "
     "bandwidth for both directions (assumption: writes as fast as reads)",
+    "gpu_running_kv_bytes": "unset: running requests' KV and cached prefixes share gpu_kv_bytes "
+    "(vLLM's and SGLang's one KV pool)",
     "prefill_tokens_per_s": "unset: Dynamo mocker's fitted prefill polynomial (timemodel.py)",
 }
 

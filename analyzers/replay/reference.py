@@ -117,8 +117,9 @@ class ReferenceStore:
     def prefix_codes(self, p: int) -> np.ndarray:
         return np.array(self._codes[:p], dtype=np.int8)
 
-    def gpu_insert(self, blk: np.ndarray, worker: int) -> None:
-        if self.gpu_blocks <= 0:
+    def gpu_insert(self, blk: np.ndarray, worker: int, cap: int | None = None) -> None:
+        cap = self.gpu_blocks if cap is None else cap
+        if cap <= 0:
             return
         lru = self.gpu[worker]
         for b in reversed(_last_occurrence(blk.tolist())):
@@ -127,7 +128,11 @@ class ReferenceStore:
                 del self.gpu[owner].d[b]
             lru.insert(b)
             self.gpu_owner[b] = worker
-        while len(lru) > self.gpu_blocks:
+        self.gpu_trim(worker, cap)
+
+    def gpu_trim(self, worker: int, cap: int) -> None:
+        lru = self.gpu[worker]
+        while len(lru) > max(cap, 0):
             del self.gpu_owner[lru.pop_lru()]
 
     def _ssd_append(self, b: int) -> None:

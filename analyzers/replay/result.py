@@ -84,6 +84,15 @@ class PrefetchStats:
 
 
 @dataclass(frozen=True)
+class RejectedRequests:
+    """Requests never run, by reason: ``kv_exceeds_gpu_pool`` (prompt + output KV larger than
+    one worker's GPU pool), ``exceeds_max_context`` (longer than the model's context)."""
+
+    count: int
+    reasons: Mapping[str, int]
+
+
+@dataclass(frozen=True)
 class PolicyResult:
     """One policy at one rate (definitions in docs/simulator.md)."""
 
@@ -115,6 +124,7 @@ class PolicyResult:
     staging: Staging
     sessions_active: MeanMax
     queue_depth: QueueDepth
+    rejected_requests: RejectedRequests
     details: Mapping[str, Any]
     table: pl.DataFrame | None = field(default=None, metadata=NOT_JSON, compare=False)
 

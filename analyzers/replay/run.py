@@ -33,6 +33,7 @@ from fcctl.analyzers.replay.result import (
     PolicyResult,
     PrefetchStats,
     RateResult,
+    RejectedRequests,
     ReplayResult,
     TraceSummary,
     TtftStats,
@@ -167,8 +168,18 @@ def summarize(
     sim: Simulation, keep_table: bool, *, offered_rate: float | None = None
 ) -> PolicyResult:
     """The :class:`PolicyResult` of a finished simulation (definitions in docs/simulator.md)."""
-    table = sim.request_table()
+    full = sim.request_table()
     w = sim.w
+    rejected = full.filter(pl.col("rejected").is_not_null())
+    table = full.filter(pl.col("rejected").is_null())  # the requests that ran
+    if table.height == 0:
+        reasons = ", ".join(sorted(set(rejected["rejected"].to_list())))
+        raise FcctlInputError(
+            f"{w.trace.path}: every request was rejected ({reasons}): one worker's GPU KV pool "
+            f"holds {sim.pool_blocks:,} blocks of {sim.block_bytes:,} bytes and the model's "
+            f"context is {sim.max_context or 'unbounded'} tokens; give a larger --gpu-kv, --tp "
+            "or a model with a longer context"
+        )
     ttft = table["ttft_s"].to_numpy()
     if np.isnan(ttft).any():
         raise RuntimeError(f"{sim.policy.name}: {int(np.isnan(ttft).sum())} requests never ran")
@@ -231,7 +242,13 @@ def summarize(
         sessions_active=op.sessions_active,
         queue_depth=op.queue_depth,
         details=sim.policy.extra(),
-        table=table if keep_table else None,
+        rejected_requests=RejectedRequests(
+            rejected.height,
+            {str(k): int(v) for k, v in rejected["rejected"].value_counts().iter_rows()}
+            if rejected.height
+            else {},
+        ),
+        table=full if keep_table else None,
     )
 
 

@@ -250,6 +250,21 @@ def _gpu_insert(  # pragma: no cover - numba
 
 
 @njit(cache=True)
+def _gpu_trim(  # pragma: no cover - numba
+    w: int,
+    g_own: np.ndarray,
+    g_prev: np.ndarray,
+    g_next: np.ndarray,
+    g_lst: np.ndarray,
+    cap: int,
+) -> None:
+    while g_lst[w, 2] > max(cap, 0):
+        t = g_lst[w, 1]
+        _unlink(t, g_prev, g_next, g_lst, w)
+        g_own[t] = -1
+
+
+@njit(cache=True)
 def _host_insert(  # pragma: no cover - numba
     blk: np.ndarray,
     h_in: np.ndarray,
@@ -468,8 +483,14 @@ class FastStore:
         """Where each of the last lookup's first ``p`` blocks was (CODE_GPU/HOST/SSD)."""
         return self.codes[:p]
 
-    def gpu_insert(self, blk: np.ndarray, worker: int) -> None:
-        _gpu_insert(blk, worker, self.g_own, self.g_prev, self.g_next, self.g_lst, self.gpu_blocks)
+    def gpu_insert(self, blk: np.ndarray, worker: int, cap: int | None = None) -> None:
+        """Cache ``blk`` in ``worker``'s GPU memory, at most ``cap`` blocks (default: the pool)."""
+        cap = self.gpu_blocks if cap is None else cap
+        _gpu_insert(blk, worker, self.g_own, self.g_prev, self.g_next, self.g_lst, cap)
+
+    def gpu_trim(self, worker: int, cap: int) -> None:
+        """Evict ``worker``'s least recently used cached blocks down to ``cap``."""
+        _gpu_trim(worker, self.g_own, self.g_prev, self.g_next, self.g_lst, cap)
 
     def host_insert(self, blk: np.ndarray, tiered: bool) -> None:
         _host_insert(

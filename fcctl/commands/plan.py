@@ -89,9 +89,9 @@ def register(app: typer.Typer) -> None:
         import sys
 
         from fcctl import api
+        from fcctl.api import plan as run_plan
         from fcctl.common.jsonio import write_json
         from fcctl.errors import flag_for
-        from fcctl.plan import plan as run_plan
 
         host_memory, host_more, host_auto = api.split_sizes(host_memory, "host_memory_bytes")
         node = api.hardware(

@@ -12,7 +12,8 @@ import os
 
 def _needs_quoting(text: str) -> bool:
     return any(ord(c) < 0x20 or ord(c) == 0x7F or 0x80 <= ord(c) < 0xA0 for c in text) or any(
-        0xDC80 <= ord(c) <= 0xDCFF for c in text  # undecodable bytes (surrogateescape)
+        0xDC80 <= ord(c) <= 0xDCFF
+        for c in text  # undecodable bytes (surrogateescape)
     )
 
 

@@ -1,4 +1,4 @@
-"""``fcctl plan``: from a trace to one decision, at the user's operating point, in one call.
+"""``fcctl plan`` (:func:`fcctl.api.plan`): from a trace to one decision, in one call.
 
 The steps are the commands' own libraries, run in order, each writing its ``--json`` document
 into the plan directory (atomically, one file each):
@@ -24,19 +24,14 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fcctl.common.errors import FcctlInputError
-from fcctl.common.jsonio import dumps
-from fcctl.common.outdir import OutDirError, write_text_atomic
+from fcctl.common.outdir import OutDirError
 from fcctl.common.progress import Progress
-from fcctl.common.version import __version__
-
-if TYPE_CHECKING:
-    from fcctl.analyzers.replay import Hardware
 
 MARKER = "plan.json"
 STEPS: tuple[str, ...] = ("analyze", "replay", "recommend", "emit", "report")
@@ -75,7 +70,7 @@ class PlanResult:
     documents: Mapping[str, Any] = field(default_factory=dict, metadata={"json": False})
 
 
-def _file_identity(source: str | Path) -> dict[str, Any]:
+def file_identity(source: str | Path) -> dict[str, Any]:
     """What a re-run compares: the trace's resolved path, size and modification time (every
     file of a directory dataset)."""
     p = Path(source)
@@ -90,12 +85,12 @@ def _file_identity(source: str | Path) -> dict[str, Any]:
     return {"files": out}
 
 
-def _fingerprint(*parts: Any) -> str:
+def fingerprint(*parts: Any) -> str:
     text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _check_dir(out: Path, *, resume: bool, force: bool) -> dict[str, Any]:
+def check_plan_dir(out: Path, *, resume: bool, force: bool) -> dict[str, Any]:
     """The earlier ``plan.json`` to resume from (``{}`` for a fresh plan)."""
     if out.exists() and not out.is_dir():
         raise OutDirError(f"-o {out}: exists and is not a directory")
@@ -206,7 +201,9 @@ def summary_lines(docs: Mapping[str, Any], decision: Mapping[str, Any]) -> list[
     return lines
 
 
-class _Runner:
+class PlanRunner:
+    """Runs the steps, reusing those whose fingerprint is unchanged (``resume``)."""
+
     def __init__(self, out: Path, earlier: Mapping[str, Any], resume: bool, progress: Progress):
         self.out = out
         self.earlier = {s["name"]: s for s in earlier.get("steps", []) if isinstance(s, dict)}
@@ -236,142 +233,9 @@ class _Runner:
         return True
 
 
-def _read(path: Path) -> Any:
+def read_document(path: Path) -> Any:
+    """A step's JSON document."""
     return json.loads(path.read_text())
-
-
-def plan(
-    source: str | Path,
-    out: str | Path,
-    *,
-    format: str | None = None,
-    rate: float | None = None,
-    concurrency: str | int | Sequence[int | str] | None = None,
-    think_time: str = "original",
-    hardware: Hardware | None = None,
-    host_memory_sweep: Sequence[Any] = (),
-    host_memory_auto: bool = False,
-    model: str = "llama-3.1-8b",
-    model_config: str | Path | None = None,
-    tp: int | None = None,
-    kv_dtype: str | None = None,
-    slo_ttft_p99_s: float | None = None,
-    emit: bool = False,
-    emit_name: str = "flatcake_store",
-    jobs: int | None = None,
-    resume: bool = False,
-    force: bool = False,
-    progress: Progress | bool = False,
-) -> PlanResult:
-    """Analyze, replay at the automatic loads and the user's point, recommend thresholds,
-    optionally emit, and write one report into ``out`` (module docstring). ``hardware``: a
-    :func:`fcctl.api.hardware` node (default the h200-8x preset). Other parameters as
-    :func:`fcctl.api.replay`."""
-    from fcctl import api
-    from fcctl.analyzers.recommend import thresholds_source, thresholds_toml
-    from fcctl.analyzers.recommend.emit import check_name, emit_package
-    from fcctl.common.jsonio import write_json_file
-    from fcctl.reports.html_report import make_report
-
-    out = Path(out)
-    if emit:
-        check_name(emit_name)
-    earlier = _check_dir(out, resume=resume, force=force)
-    node = hardware if hardware is not None else api.hardware()
-    identity = _file_identity(source)
-    common = {"format": format, "model": model, "model_config": model_config, "tp": tp,
-              "kv_dtype": kv_dtype, "version": __version__}  # fmt: skip
-    bar = progress if isinstance(progress, Progress) else Progress(enabled=bool(progress))
-    out.mkdir(parents=True, exist_ok=True)
-    docs: dict[str, Any] = {}
-    with bar:
-        runner = _Runner(out, earlier, resume, bar)
-        with bar.task("plan", total=100, unit="%") as overall:
-            done = 0.0
-
-            def advance(name: str) -> None:
-                nonlocal done
-                done += 100 * STEP_WEIGHTS[name]
-                overall.update(done)
-
-            overall.describe("plan: analyze")
-            fp = _fingerprint("analyze", identity, common)
-            runner.step("analyze", fp, lambda p: write_json_file(api.analyze(
-                source, format=format, model=model, model_config=model_config, tp=tp,
-                kv_dtype=kv_dtype, progress=bar), p))  # fmt: skip
-            docs["analyze"] = _read(out / FILES["analyze"])
-            advance("analyze")
-
-            overall.describe("plan: replay")
-            replay_params = {
-                "rate": rate, "concurrency": concurrency, "think_time": think_time,
-                "hardware": dumps(node), "host_memory_sweep": list(map(str, host_memory_sweep)),
-                "host_memory_auto": host_memory_auto, "slo": slo_ttft_p99_s,
-            }  # fmt: skip
-            fp = _fingerprint("replay", identity, common, replay_params)
-            trace_cache: list[Any] = []
-
-            def trace() -> Any:
-                if not trace_cache:
-                    trace_cache.append(api.read_trace(source, format=format, progress=bar))
-                return trace_cache[0]
-
-            runner.step("replay", fp, lambda p: write_json_file(api.replay(
-                trace(), rates=None if concurrency is not None else "auto", rate=rate,
-                concurrency=concurrency, think_time=think_time, hardware=node, model=model,
-                model_config=model_config, tp=tp, kv_dtype=kv_dtype,
-                host_memory_sweep=host_memory_sweep, host_memory_auto=host_memory_auto,
-                slo_ttft_p99_s=slo_ttft_p99_s, progress=bar), p))  # fmt: skip
-            docs["replay"] = _read(out / FILES["replay"])
-            advance("replay")
-
-            overall.describe("plan: recommend-thresholds")
-            target, target_why = target_rate(docs["replay"], rate)
-            fp = _fingerprint("recommend", identity, common, replay_params["hardware"], target)
-            rec_result: list[Any] = []
-
-            def recommend(p: Path) -> None:
-                rec_result[:] = [api.recommend_thresholds(
-                    trace(), rates=(target,), model=model, model_config=model_config, tp=tp,
-                    kv_dtype=kv_dtype, hardware=node, jobs=jobs, progress=bar)]  # fmt: skip
-                write_json_file(rec_result[0], p)
-
-            runner.step("recommend", fp, recommend)
-            docs["recommend"] = _read(out / FILES["recommend"])
-            advance("recommend")
-
-            if emit:
-
-                def do_emit(p: Path) -> None:
-                    if not rec_result:  # the recommendation was reused: its object is needed
-                        recommend(out / FILES["recommend"])
-                    result = rec_result[0]
-                    rec = result.recommendation
-                    emit_package(
-                        p, name=emit_name, short_reply_tokens=rec.short_reply_tokens,
-                        agent_context_tokens=rec.agent_context_tokens,
-                        source=thresholds_source(result), toml_text=thresholds_toml(result),
-                        force=True,
-                    )  # fmt: skip
-
-                emit_fp = _fingerprint("emit", fp, emit_name, __version__)
-                runner.step("emit", emit_fp, do_emit)
-            advance("emit")
-
-            overall.describe("plan: report")
-            inputs = [out / FILES[s] for s in ("analyze", "replay", "recommend")]
-            fp = _fingerprint("report", [_fingerprint(docs[s]) for s in docs], __version__)
-            runner.step("report", fp, lambda p: make_report(inputs, p, force=True))
-            advance("report")
-    decision = decision_of(docs["replay"])
-    lines = summary_lines(docs, decision)
-    lines.insert(
-        len(lines) - 1 if docs.get("analyze", {}).get("verdict") else len(lines),
-        f"  (thresholds measured at {target:.3g} req/s: {target_why})",
-    )
-    result = PlanResult(1, str(out), decision, tuple(lines), tuple(runner.steps), docs)
-    write_text_atomic(out / MARKER, dumps(result) + "\n")
-    return result
 
 
 def read_plan(out: str | Path) -> Mapping[str, Any]:
@@ -383,4 +247,19 @@ def read_plan(out: str | Path) -> Mapping[str, Any]:
     return doc
 
 
-__all__ = ["PlanResult", "PlanStep", "decision_of", "plan", "read_plan", "target_rate"]
+__all__ = [
+    "FILES",
+    "MARKER",
+    "STEP_WEIGHTS",
+    "PlanResult",
+    "PlanRunner",
+    "PlanStep",
+    "check_plan_dir",
+    "decision_of",
+    "file_identity",
+    "fingerprint",
+    "read_document",
+    "read_plan",
+    "summary_lines",
+    "target_rate",
+]
