@@ -433,3 +433,41 @@ def test_shared_pool_fast_equals_reference() -> None:
         assert fast.table is not None and ref.table is not None
         assert fast.table.equals(ref.table)
         assert dataclasses.replace(fast, table=None) == dataclasses.replace(ref, table=None)
+
+
+# --- topology: MLA at tp > 1 reads and copies the same bytes in tiered and flat (#15.6) --------
+
+
+def test_mla_tp8_reads_the_same_bytes_in_tiered_and_flat() -> None:
+    from fcctl.analyzers.replay.engine import Simulation
+    from fcctl.analyzers.replay.policies import POLICIES
+    from fcctl.analyzers.replay.store import FastStore
+    from fcctl.layout.geometry import model_geometry
+
+    # Turn 0 writes 64 blocks; no GPU cache and no host memory, so turn 1 reads them from SSD.
+    rows = [list(range(64)), list(range(66))]
+    trace = trace_of(rows, sessions=["s", "s"], timestamps=[0.0, 100.0])
+    got = {}
+    for tp in (1, 8):
+        geo = model_geometry("deepseek-v3", tp=tp)
+        hw = tiny_node(gpus=tp, gpu_kv=0, host=0, ssd=10_000, staging=10_000,
+                       prefetch_timeout_base_s=1e6, prefetch_timeout_max_s=1e6,
+                       gpu_running_kv_bytes=1 << 50)  # fmt: skip
+        config = ReplayConfig(geometry=geo, hardware=hw, keep_tables=True)
+        w = build_workload(trace, geo, 1)
+        for policy in ("tiered", "flat"):
+            p = simulate(w, config, policy, 1.0)
+            row = p.table.row(1, named=True)
+            got[(tp, policy)] = (row["ssd_read_bytes"], row["ssd_read_commands"])
+            assert row["ssd_blocks"] == 64
+        sim = Simulation(w, hw, POLICIES["tiered"], rate=1.0, seed=0, store_factory=FastStore)
+        got[(tp, "copy_s")] = sim.copy_s(64)
+        got[(tp, "block_bytes")] = w.block_bytes
+    # The latent is stored once: the same node bytes whatever tp, in both layouts.
+    assert got[(1, "block_bytes")] == got[(8, "block_bytes")]
+    assert got[(8, "tiered")] == got[(1, "tiered")]
+    assert got[(8, "flat")] == got[(1, "flat")]
+    tiered_bytes, flat_bytes = got[(8, "tiered")][0], got[(8, "flat")][0]
+    assert flat_bytes == pytest.approx(tiered_bytes, rel=0.05)  # records and alignment only
+    # Every rank receives the whole latent over its own link: tp 8 copies take as long as tp 1.
+    assert got[(8, "copy_s")] == pytest.approx(got[(1, "copy_s")])

@@ -153,7 +153,12 @@ class Simulation:
         self.tp = tp
         bb = workload.block_bytes
         self.block_bytes = bb
-        self.gpu_blocks = (hardware.gpu_kv_bytes * tp) // bb
+        # One rank's bytes of a block, and how many ranks' worth a layout stores: tp for
+        # sharded KV (each rank its heads), 1 for MLA (every rank holds the same latent: one
+        # copy is stored and read, and each rank's GPU receives it over its own link).
+        self.rank_block_bytes = workload.block_tokens * workload.geometry.bytes_per_token_per_rank
+        self.stored_ranks = max(1, bb // self.rank_block_bytes)
+        self.gpu_blocks = hardware.gpu_kv_bytes // self.rank_block_bytes
         self.host_blocks = hardware.host_memory_bytes // bb
         self.ssd_blocks = hardware.ssd_bytes // bb
         self.store = store_factory(
@@ -182,7 +187,7 @@ class Simulation:
             if self.concurrency is not None
             else workload.base_arrivals(rate, seed)
         )
-        # H2D: each of the instance's tp GPUs copies its share over its own link.
+        # H2D: each of the instance's tp GPUs receives its rank's bytes over its own link.
         self.copy_bytes_per_s = hardware.host_to_gpu_effective_bytes_per_s * tp
         # GPU memory for running requests (docs/simulator.md, "GPU memory"): a request holds
         # its new prompt blocks until its prefill ends (then they are cached prefix blocks) and
@@ -192,7 +197,7 @@ class Simulation:
         self.pool_blocks = (
             self.gpu_blocks
             if self.shared_pool
-            else (hardware.gpu_running_kv_bytes or 0) * tp // bb
+            else (hardware.gpu_running_kv_bytes or 0) // self.rank_block_bytes
         )
         self.running = [0] * self.workers
         self.blocked: list[int | None] = [None] * self.workers
@@ -207,7 +212,8 @@ class Simulation:
 
     # time of a host->GPU copy and of an SSD read, alone on their link ----------------------
     def copy_s(self, blocks: int) -> float:
-        return blocks * self.block_bytes / self.copy_bytes_per_s + (
+        """Host->GPU copy of ``blocks``: each rank's bytes over its own link, in parallel."""
+        return blocks * self.rank_block_bytes / self.hw.host_to_gpu_effective_bytes_per_s + (
             blocks * self.hw.host_to_gpu_segment_s
         )
 

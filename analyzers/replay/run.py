@@ -188,7 +188,8 @@ def summarize(
     ssd_read = int(table["ssd_read_bytes"].sum())
     ssd_delivered = ssd_blocks * sim.block_bytes
     accesses = w.block_accesses
-    copied = int(table["copy_blocks"].sum()) * sim.block_bytes
+    # Bytes over the GPUs' links: every rank receives its rank's bytes of each copied block.
+    copied = int(table["copy_blocks"].sum()) * sim.rank_block_bytes * sim.tp
     direct = ssd_read if getattr(sim.policy, "reads_into_gpu", False) else 0
     t_end = float(table["end_s"].to_numpy().max())
     op = operating_point(

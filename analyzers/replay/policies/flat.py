@@ -88,12 +88,12 @@ class Flat:
         commands, nbytes = sim.store.flat_read_cost(
             runs, self.segs, layers=self.layers, record_bytes=self.record, piece_bytes=self.piece
         )
-        tp = sim.tp
-        log.ssd_read_commands[r] = commands * tp
-        log.ssd_read_bytes[r] = nbytes * tp
+        ranks = sim.stored_ranks
+        log.ssd_read_commands[r] = commands * ranks
+        log.ssd_read_bytes[r] = nbytes * ranks
         owners = tuple(sorted({int(o) for o in self.segs.owner[runs[:, 0]]}))
-        window = min(2 * n_s * self.piece * tp, n_s * sim.block_bytes)
-        self.prefetch[r] = (sim.ssd_work_s(nbytes * tp, commands * tp), window, owners)
+        window = min(2 * n_s * self.piece * ranks, n_s * sim.block_bytes)
+        self.prefetch[r] = (sim.ssd_work_s(nbytes * ranks, commands * ranks), window, owners)
         self.sched[w].submit(r, now, n_s * sim.block_bytes, now)
         self._kick(w, now)
 
@@ -166,7 +166,7 @@ class Flat:
             stride = (seg_bytes - self.record) // self.layers
             seg = self.segs.add(file, self.file_end[file], stride, n, owner)
             self.file_end[file] += seg_bytes
-            nbytes = seg_bytes * sim.tp
+            nbytes = seg_bytes * sim.stored_ranks
             reclaimer = self.ssd
             sim.ssd_write(nbytes, now)
         else:

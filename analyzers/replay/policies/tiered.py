@@ -63,7 +63,7 @@ class Tiered:
         self.pending: dict[int, _Prefetch] = {}
         self.held: dict[int, int] = {}  # request -> staging bytes held until prefill start
         self.cancelled = 0
-        self.layer_commands = sim.w.geometry.layers * sim.tp
+        self.layer_commands = sim.w.geometry.layers * sim.stored_ranks
 
     def on_arrival(self, r: int, now: float) -> None:
         sim = self.sim
