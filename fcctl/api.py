@@ -339,6 +339,7 @@ def replay(
     concurrency: str | int | Sequence[int | str] | None = None,
     think_time: str = "original",
     cancel: str = "discard",
+    router: str = "kv-aware",
     slo_ttft_p99_s: float | None = None,
     gpu_kv_sweep: Sequence[Size] = (),
     host_memory_sweep: Sequence[Size] = (),
@@ -371,7 +372,9 @@ def replay(
     sizes to host memory.
     ``think_time``: ``original``, ``none``, ``capped:S`` or ``scale:K`` (the gap between a
     session's turns; analyzers/replay/load.py). ``cancel``: what a cancelled tiered prefetch's
-    bytes become, ``discard`` (recomputed) or ``credit`` (delivered).
+    bytes become, ``discard`` (recomputed) or ``credit`` (delivered). ``router``: ``kv-aware``
+    (Dynamo's cost: prefill blocks to compute plus decoding blocks held), ``sticky`` (the
+    session's worker), ``round-robin`` or ``least-loaded``.
     ``decision_margin_pp``/``decision_ttft_margin``:
     the decision's margins. ``model``...``kv_dtype``: as :func:`geometry`.
     ``hardware``: the node (:func:`hardware`; default the h200-8x preset).
@@ -412,7 +415,7 @@ def replay(
         placement=PlacementRule(**rule_args), seed=seed, keep_tables=keep_tables,
         decision_margin_pp=decision_margin_pp, decision_ttft_margin=decision_ttft_margin,
         concurrency=None if concurrency is None else parse_concurrency(concurrency),
-        think_time=parse_think_time(think_time), cancel=cancel,
+        think_time=parse_think_time(think_time), cancel=cancel, router=router,
     )  # fmt: skip
     with _progress(progress) as bar:
         trace = _trace(source, format, bar)

@@ -471,3 +471,52 @@ def test_mla_tp8_reads_the_same_bytes_in_tiered_and_flat() -> None:
     assert flat_bytes == pytest.approx(tiered_bytes, rel=0.05)  # records and alignment only
     # Every rank receives the whole latent over its own link: tp 8 copies take as long as tp 1.
     assert got[(8, "copy_s")] == pytest.approx(got[(1, "copy_s")])
+
+
+# --- routers and per-worker GPU copies (#15.5) --------------------------------------------------
+
+
+def test_round_robin_routes_in_arrival_order_and_caches_copies_per_worker() -> None:
+    # Four requests with the same prompt, one after another: round-robin sends them to workers
+    # 0, 1, 0, 1; each worker keeps its own copy, so the third and fourth hit their own GPU.
+    rows = [list(range(6))] * 4
+    trace = trace_of(rows, timestamps=[0.0, 10.0, 20.0, 30.0])
+    config = ReplayConfig(geometry=TINY, hardware=tiny_node(gpu_kv=20), keep_tables=True,
+                          router="round-robin")  # fmt: skip
+    p = simulate(build_workload(trace, TINY, 2), config, "memory-only", 1.0)
+    t = p.table.sort("arrival_s")
+    assert t["worker"].to_list() == [0, 1, 0, 1]
+    assert t["gpu_blocks"].to_list() == [0, 0, 6, 6]
+
+
+def test_kv_aware_follows_the_cached_prefix_and_spreads_load() -> None:
+    # A shared prompt cached on one worker draws its later users there while that worker is
+    # idle; two fresh prompts arriving together go to different workers.
+    rows = [list(range(8)), [*range(8), 100], list(range(200, 208)), list(range(300, 308))]
+    trace = trace_of(rows, timestamps=[0.0, 10.0, 20.0, 20.0])
+    config = ReplayConfig(geometry=TINY, hardware=tiny_node(gpu_kv=40), keep_tables=True)
+    p = simulate(build_workload(trace, TINY, 2), config, "memory-only", 1.0)
+    t = p.table.sort("request_index")
+    w = t["worker"].to_list()
+    assert w[1] == w[0] and t["gpu_blocks"][1] == 8
+    assert w[2] != w[3]
+
+
+def test_default_router_balances_mooncake_at_its_natural_rate() -> None:
+    """The issue's bar: no worker above 2x the mean prefill utilisation on the Mooncake
+    conversation sample at its own rate with the default router (first-block routing put one
+    worker at 0.999 on the whole trace)."""
+    from fcctl.analyzers.replay import PRESETS
+    from fcctl.analyzers.traces.readers import read_trace
+    from fcctl.layout.geometry import model_geometry
+    from tests.conftest import SAMPLES
+
+    trace = read_trace(SAMPLES / "mooncake_conversation_2k.jsonl")
+    geo = model_geometry("llama-3.1-8b")
+    w = build_workload(trace, geo, 8)
+    natural = w.natural_rate_per_s()
+    assert natural is not None
+    p = simulate(w, ReplayConfig(geometry=geo, hardware=PRESETS["h200-8x"]), "flat", natural)
+    u = p.utilisation
+    assert u.prefill_mean > 0.05  # the node is doing real work at this rate
+    assert u.prefill_max <= 2 * u.prefill_mean

@@ -45,6 +45,10 @@ REJECT_GPU_POOL = 1
 REJECT_CONTEXT = 2
 REJECT_REASONS = {REJECT_GPU_POOL: "kv_exceeds_gpu_pool", REJECT_CONTEXT: "exceeds_max_context"}
 
+#: Routers (docs/simulator.md, "Routers"); the default is Dynamo's KV-aware cost.
+ROUTERS = ("kv-aware", "sticky", "round-robin", "least-loaded")
+DEFAULT_ROUTER = "kv-aware"
+
 
 class Policy(Protocol):
     """One storage policy (one module under ``policies/``; registered in ``POLICIES``)."""
@@ -208,6 +212,14 @@ class Simulation:
         info = workload.geometry.info
         self.max_context = info.max_context_tokens if info is not None else 0
         self.new_prompt = [0] * workload.requests
+        # Routing (docs/simulator.md, "Routers"): the worker of each request, chosen at arrival.
+        self.router = self.options.get("router") or DEFAULT_ROUTER
+        if self.router not in ROUTERS:
+            raise ValueError(f"router: one of {', '.join(ROUTERS)}; got {self.router!r}")
+        self.worker_of: list[int] = workload.worker.tolist()
+        self.pending_prefill = [0] * self.workers  # new prompt blocks routed, not prefilled
+        self.routed_new = [0] * workload.requests
+        self._next_rr = 0
         self.policy = policy_factory(self)
 
     # time of a host->GPU copy and of an SSD read, alone on their link ----------------------
@@ -264,7 +276,35 @@ class Simulation:
         if reason:
             self._reject(r, reason, now)
             return
+        self._route(r)
         self.policy.on_arrival(r, now)
+
+    def _route(self, r: int) -> None:
+        """Choose ``r``'s worker (``sticky`` keeps the workload's: the session's worker)."""
+        blocks = int(self.w.offsets[r + 1] - self.w.offsets[r])
+        if self.router == "round-robin":
+            w = self._next_rr
+            self._next_rr = (w + 1) % self.workers
+        elif self.router == "sticky":
+            w = self.worker_of[r]
+        else:
+            home = int(self.w.worker[r])
+            blk = self.w.blocks_of(r)
+            best: tuple[int, int, int] | None = None
+            for cand in range(self.workers):
+                new = blocks - self.store.gpu_prefix(blk, cand) if self.router == "kv-aware" else 0
+                # Dynamo's KV router: prefill blocks to compute plus blocks held by decoding
+                # requests; least-loaded drops the overlap term. Ties: the session's worker.
+                cost = new + self.pending_prefill[cand] + self.running[cand]
+                key = (cost, 0 if cand == home else 1, cand)
+                if best is None or key < best:
+                    best = key
+            assert best is not None
+            w = best[2]
+        self.worker_of[r] = w
+        new_blocks = blocks - self.store.gpu_prefix(self.w.blocks_of(r), w)
+        self.routed_new[r] = new_blocks
+        self.pending_prefill[w] += new_blocks
 
     def _reject_reason(self, r: int) -> int:
         if self.kv_blocks[r] > self.pool_blocks:
@@ -290,7 +330,7 @@ class Simulation:
     def make_ready(self, r: int, now: float) -> None:
         """The policy says ``r``'s loads are over; start its worker if idle."""
         self.log.ready_s[r] = now
-        self.try_start(int(self.w.worker[r]), now)
+        self.try_start(self.worker_of[r], now)
 
     def read_started(self, r: int, now: float) -> None:
         """The policy started ``r``'s SSD read (its wait for staging or a window is over)."""
@@ -338,9 +378,10 @@ class Simulation:
     def _prefill_done(self, now: float, r: Any) -> None:
         log = self.log
         log.first_token_s[r] = now
-        w = int(self.w.worker[r])
+        w = self.worker_of[r]
         # The prompt's new blocks are now cached prefix blocks (the most recently used).
         self._hold(w, -self.new_prompt[r])
+        self.pending_prefill[w] -= self.routed_new[r]
         self.store.gpu_insert(self.w.blocks_of(r), w, self._cache_cap(w))
         self.policy.on_prefill_done(r, now)
         decode_s = float(self.w.output_tokens[r]) / self.hw.decode_tokens_per_s
@@ -359,7 +400,7 @@ class Simulation:
     def _decode_done(self, now: float, r: Any) -> None:
         self.log.end_s[r] = now
         self.policy.on_decode_done(r, now)
-        w = int(self.w.worker[r])
+        w = self.worker_of[r]
         self._hold(w, -self.out_blocks[r])
         if self.blocked[w] is not None:
             self.try_start(w, now)
@@ -385,7 +426,7 @@ class Simulation:
                 "request_index": np.arange(w.requests, dtype=np.int64),
                 "session_index": w.session,
                 "turn": w.turn,
-                "worker": w.worker,
+                "worker": np.array(self.worker_of, dtype=np.int64),
                 "arrival_s": arrival,
                 "first_token_s": first,
                 "ttft_s": first - arrival,

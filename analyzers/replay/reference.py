@@ -71,8 +71,7 @@ class ReferenceStore:
     ) -> None:
         self.gpu_blocks = gpu_blocks
         self.host_blocks = host_blocks
-        self.gpu = [_Lru() for _ in range(workers)]
-        self.gpu_owner: dict[int, int] = {}
+        self.gpu = [_Lru() for _ in range(workers)]  # each worker's own copies
         self.host = _Lru()
         self.h_peak = 0
         # tiered SSD: block -> write sequence; FIFO of (seq, block)
@@ -93,7 +92,7 @@ class ReferenceStore:
     def lookup_lru(self, blk: np.ndarray, worker: int, use_ssd: bool) -> tuple[int, int, int, int]:
         codes: list[int] = []
         for b in blk.tolist():
-            if self.gpu_owner.get(b) == worker:
+            if b in self.gpu[worker]:
                 codes.append(CODE_GPU)
             elif b in self.host:
                 codes.append(CODE_HOST)
@@ -123,17 +122,25 @@ class ReferenceStore:
             return
         lru = self.gpu[worker]
         for b in reversed(_last_occurrence(blk.tolist())):
-            owner = self.gpu_owner.get(b)
-            if owner is not None and owner != worker:
-                del self.gpu[owner].d[b]
-            lru.insert(b)
-            self.gpu_owner[b] = worker
+            if b in lru:
+                lru.touch(b)
+            else:
+                lru.insert(b)
         self.gpu_trim(worker, cap)
+
+    def gpu_prefix(self, blk: np.ndarray, worker: int) -> int:
+        lru = self.gpu[worker]
+        p = 0
+        for b in blk.tolist():
+            if b not in lru:
+                break
+            p += 1
+        return p
 
     def gpu_trim(self, worker: int, cap: int) -> None:
         lru = self.gpu[worker]
         while len(lru) > max(cap, 0):
-            del self.gpu_owner[lru.pop_lru()]
+            lru.pop_lru()
 
     def _ssd_append(self, b: int) -> None:
         self._written += 1
@@ -190,7 +197,7 @@ class ReferenceStore:
         runs: list[list[int]] = []
         last_ssd = -2
         for i, b in enumerate(blk.tolist()):
-            if self.gpu_owner.get(b) == worker:
+            if b in self.gpu[worker]:
                 codes.append(CODE_GPU)
             elif b in self.mem_seg:
                 codes.append(CODE_HOST)

@@ -20,7 +20,7 @@ from fcctl.analyzers.replay.decision import (
     decide,
     divergence_rate,
 )
-from fcctl.analyzers.replay.engine import Simulation
+from fcctl.analyzers.replay.engine import DEFAULT_ROUTER, ROUTERS, Simulation
 from fcctl.analyzers.replay.hardware import Hardware, hardware_document, with_values
 from fcctl.analyzers.replay.load import ThinkTime
 from fcctl.analyzers.replay.operating import Window, operating_point
@@ -84,6 +84,8 @@ class ReplayConfig:
     #: What a cancelled tiered prefetch's bytes become: ``discard`` (thrown away, recomputed)
     #: or ``credit`` (the blocks read are delivered).
     cancel: str = "discard"
+    #: Which worker a request goes to (engine.ROUTERS; docs/simulator.md "Routers").
+    router: str = DEFAULT_ROUTER
     #: Sweep the offered rate from light load to saturation (analyzers/replay/sweep.py)
     #: instead of ``rates``; ``operating_rate``: the user's own rate, run too, reported first.
     auto_rates: bool = False
@@ -280,6 +282,7 @@ def simulate(
             "concurrency": concurrency,
             "think_time": config.think_time,
             "cancel": config.cancel,
+            "router": config.router,
         },
     )
     sim.run()
@@ -401,6 +404,10 @@ def replay_trace(
     """Replay ``trace`` under every policy of ``config`` at every rate."""
     started = utc_now()
     check_margins(config.decision_margin_pp, config.decision_ttft_margin)
+    if config.router not in ROUTERS:
+        raise FcctlInputError(
+            f"router: one of {', '.join(ROUTERS)}; got {config.router!r}", parameter="router"
+        )
     if config.cancel not in CANCEL_MODES:
         raise FcctlInputError(
             f"cancel: one of {', '.join(CANCEL_MODES)}; got {config.cancel!r}", parameter="cancel"
@@ -555,6 +562,7 @@ def replay_trace(
             "closed_loop": workload.closed_loop or config.concurrency is not None,
             "think_time": str(config.think_time),
             "cancel": config.cancel,
+            "router": config.router,
             "seed": config.seed,
             "natural_rate_per_s": workload.natural_rate_per_s(),
         },

@@ -166,7 +166,7 @@ def _place_seq(  # pragma: no cover - numba
 def _lookup_lru(  # pragma: no cover - numba
     blk: np.ndarray,
     w: int,
-    g_own: np.ndarray,
+    g_in: np.ndarray,
     g_prev: np.ndarray,
     g_next: np.ndarray,
     g_lst: np.ndarray,
@@ -186,7 +186,7 @@ def _lookup_lru(  # pragma: no cover - numba
     p = 0
     for i in range(n):
         b = blk[i]
-        if g_own[b] == w:
+        if g_in[b]:
             codes[i] = CODE_GPU
             n_g += 1
         elif h_in[b]:
@@ -216,7 +216,7 @@ def _lookup_lru(  # pragma: no cover - numba
 def _gpu_insert(  # pragma: no cover - numba
     blk: np.ndarray,
     w: int,
-    g_own: np.ndarray,
+    g_in: np.ndarray,
     g_prev: np.ndarray,
     g_next: np.ndarray,
     g_lst: np.ndarray,
@@ -229,30 +229,35 @@ def _gpu_insert(  # pragma: no cover - numba
     i = 0
     while i < n:
         j = i
-        while j < n and g_own[blk[j]] == w:
+        while j < n and g_in[blk[j]]:
             j += 1
         if j > i:
             a = _place_seq(blk[i:j], a, g_prev, g_next, g_lst, w)
             i = j
             continue
         b = blk[i]
-        o = g_own[b]
-        if o >= 0:
-            _unlink(b, g_prev, g_next, g_lst, o)
         _insert_after(b, a, g_prev, g_next, g_lst, w)
-        g_own[b] = w
+        g_in[b] = 1
         a = b
         i += 1
     while g_lst[w, 2] > cap:
         t = g_lst[w, 1]
         _unlink(t, g_prev, g_next, g_lst, w)
-        g_own[t] = -1
+        g_in[t] = 0
+
+
+@njit(cache=True)
+def _gpu_prefix(blk: np.ndarray, g_in: np.ndarray) -> int:  # pragma: no cover - numba
+    p = 0
+    while p < blk.shape[0] and g_in[blk[p]]:
+        p += 1
+    return p
 
 
 @njit(cache=True)
 def _gpu_trim(  # pragma: no cover - numba
     w: int,
-    g_own: np.ndarray,
+    g_in: np.ndarray,
     g_prev: np.ndarray,
     g_next: np.ndarray,
     g_lst: np.ndarray,
@@ -261,7 +266,7 @@ def _gpu_trim(  # pragma: no cover - numba
     while g_lst[w, 2] > max(cap, 0):
         t = g_lst[w, 1]
         _unlink(t, g_prev, g_next, g_lst, w)
-        g_own[t] = -1
+        g_in[t] = 0
 
 
 @njit(cache=True)
@@ -307,7 +312,7 @@ def _host_insert(  # pragma: no cover - numba
 def _lookup_flat(  # pragma: no cover - numba
     blk: np.ndarray,
     w: int,
-    g_own: np.ndarray,
+    g_in: np.ndarray,
     g_prev: np.ndarray,
     g_next: np.ndarray,
     g_lst: np.ndarray,
@@ -329,7 +334,7 @@ def _lookup_flat(  # pragma: no cover - numba
     last_ssd = -2  # prefix position of the previous SSD block
     for i in range(n):
         b = blk[i]
-        if g_own[b] == w:
+        if g_in[b]:
             codes[i] = CODE_GPU
             n_g += 1
         elif m_seg[b] >= 0:
@@ -439,9 +444,10 @@ class FastStore:
         n = max(num_blocks, 1)
         self.gpu_blocks = gpu_blocks
         self.host_blocks = host_blocks
-        self.g_own = np.full(n, -1, dtype=np.int32)
-        self.g_prev = np.full(n, -1, dtype=np.int32)
-        self.g_next = np.full(n, -1, dtype=np.int32)
+        # One LRU list per worker over its own copies: a block may be cached on several.
+        self.g_in = np.zeros((workers, n), dtype=np.uint8)
+        self.g_prev = np.full((workers, n), -1, dtype=np.int32)
+        self.g_next = np.full((workers, n), -1, dtype=np.int32)
         self.g_lst = np.zeros((workers, 3), dtype=np.int64)
         self.g_lst[:, :2] = -1
         self.h_in = np.zeros(n, dtype=np.uint8)
@@ -475,8 +481,9 @@ class FastStore:
     def lookup_lru(self, blk: np.ndarray, worker: int, use_ssd: bool) -> tuple[int, int, int, int]:
         """(prefix blocks stored, of them in this GPU, in host, on SSD); touches the hits."""
         return _lookup_lru(
-            blk, worker, self.g_own, self.g_prev, self.g_next, self.g_lst, self.h_in,
-            self.h_prev, self.h_next, self.h_lst, use_ssd, self.s_seq, self.codes, self.out,
+            blk, worker, self.g_in[worker], self.g_prev[worker], self.g_next[worker], self.g_lst,
+            self.h_in, self.h_prev, self.h_next, self.h_lst, use_ssd, self.s_seq, self.codes,
+            self.out,
         )  # fmt: skip
 
     def prefix_codes(self, p: int) -> np.ndarray:
@@ -486,11 +493,25 @@ class FastStore:
     def gpu_insert(self, blk: np.ndarray, worker: int, cap: int | None = None) -> None:
         """Cache ``blk`` in ``worker``'s GPU memory, at most ``cap`` blocks (default: the pool)."""
         cap = self.gpu_blocks if cap is None else cap
-        _gpu_insert(blk, worker, self.g_own, self.g_prev, self.g_next, self.g_lst, cap)
+        _gpu_insert(
+            blk,
+            worker,
+            self.g_in[worker],
+            self.g_prev[worker],
+            self.g_next[worker],
+            self.g_lst,
+            cap,
+        )
+
+    def gpu_prefix(self, blk: np.ndarray, worker: int) -> int:
+        """Leading blocks of ``blk`` cached on ``worker``'s GPU (nothing is touched)."""
+        return int(_gpu_prefix(blk, self.g_in[worker]))
 
     def gpu_trim(self, worker: int, cap: int) -> None:
         """Evict ``worker``'s least recently used cached blocks down to ``cap``."""
-        _gpu_trim(worker, self.g_own, self.g_prev, self.g_next, self.g_lst, cap)
+        _gpu_trim(
+            worker, self.g_in[worker], self.g_prev[worker], self.g_next[worker], self.g_lst, cap
+        )
 
     def host_insert(self, blk: np.ndarray, tiered: bool) -> None:
         _host_insert(
@@ -524,9 +545,9 @@ class FastStore:
     def lookup_flat(self, blk: np.ndarray, worker: int) -> tuple[int, int, int, int, np.ndarray]:
         """(prefix stored, in GPU, in memory, on SSD, SSD runs as rows (segment, first, len))."""
         p, n_g, n_m, n_s, runs = _lookup_flat(
-            blk, worker, self.g_own, self.g_prev, self.g_next, self.g_lst, self.m_seg,
-            self.s_seg, self.s_idx, self.codes, self.run_seg, self.run_first, self.run_len,
-            self.out,
+            blk, worker, self.g_in[worker], self.g_prev[worker], self.g_next[worker], self.g_lst,
+            self.m_seg, self.s_seg, self.s_idx, self.codes, self.run_seg, self.run_first,
+            self.run_len, self.out,
         )  # fmt: skip
         rows = np.stack(
             [self.run_seg[:runs], self.run_first[:runs], self.run_len[:runs]], axis=1

@@ -7,9 +7,9 @@
   sessions of ``fcctl analyze`` (:func:`fcctl.analyzers.reuse.sessions.infer_sessions`). A request's
   turn is its position in its session (0-based) and its previous reply is the output of the
   session's previous request (the inferred parent for inferred sessions).
-* Workers: sticky by session (session ordinal modulo the worker count) when the trace has
-  session ids; by first block otherwise (a mix of the first block's hash modulo the worker
-  count), so requests sharing a prefix meet its blocks on the same GPU.
+* Workers: each request's *home* worker is its session's (session ordinal modulo the worker
+  count; inferred sessions for traces without ids), what the ``sticky`` router uses; the
+  engine's router (kv-aware by default) chooses the worker at arrival.
 * Load: ``closed_loop`` (per-session clocks, Claude Code): sessions start on
   :func:`fcctl.analyzers.traces.schedule.schedule_by_rate`; each turn keeps its gap to the previous
   turn's arrival and cannot arrive before the previous turn's first token plus its decode
@@ -110,14 +110,6 @@ class Workload:
         return arrivals
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: a fixed, well-spread hash of the raw block ids."""
-    z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
 def build_workload(trace: Trace, geometry: KvGeometry, workers: int) -> Workload:
     """The :class:`Workload` of ``trace`` for ``workers`` GPUs (rules in the module docstring)."""
     if not trace.has_hashes:
@@ -157,15 +149,7 @@ def build_workload(trace: Trace, geometry: KvGeometry, workers: int) -> Workload
         session = sess32.astype(np.int64)
         prev = prev.astype(np.int64)
         inferred = True
-        lens = np.diff(acc.request_offsets)
-        first_raw = np.zeros(n, dtype=np.uint64)
-        hashes = req["hash_ids"].list.first().fill_null(0).to_numpy().astype(np.uint64)
-        first_raw[:] = hashes
-        worker = np.where(
-            lens > 0,
-            (_mix(first_raw) % np.uint64(workers)).astype(np.int64),
-            np.arange(n, dtype=np.int64) % workers,
-        )
+        worker = session % workers
     turn = np.zeros(n, dtype=np.int64)
     for_order = np.flatnonzero(prev >= 0)
     # Turn = depth in the chain of previous requests; parents come first in analysis order.

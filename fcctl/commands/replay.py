@@ -78,6 +78,13 @@ def register(app: typer.Typer) -> None:
                 help="A cancelled tiered prefetch: discard what it read, or credit it.",
             ),
         ] = "discard",
+        router: Annotated[
+            str,
+            typer.Option(
+                "--router",
+                help="kv-aware, sticky (the session's worker), round-robin, least-loaded.",
+            ),
+        ] = "kv-aware",
         model: ModelOpt = "llama-3.1-8b",
         model_config: ModelConfigOpt = None,
         tp: TpOpt = None,
@@ -131,7 +138,8 @@ def register(app: typer.Typer) -> None:
             trace, format=format, policies=policies, rates=rates, rate=rate,
             slo_ttft_p99_s=slo_ttft_p99, gpu_kv_sweep=gpu_kv_more, host_memory_sweep=host_more,
             staging_sweep=staging_more, host_memory_auto=host_auto, concurrency=concurrency,
-            think_time=think_time, cancel=cancel, decision_margin_pp=decision_margin_pp,
+            think_time=think_time, cancel=cancel, router=router,
+            decision_margin_pp=decision_margin_pp,
             decision_ttft_margin=decision_ttft_margin, model=model,
             model_config=model_config, tp=tp, kv_dtype=kv_dtype, hardware=node,
             short_reply_tokens=short_reply, agent_context_tokens=agent_context, seed=seed,

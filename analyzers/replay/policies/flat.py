@@ -68,7 +68,7 @@ class Flat:
     def on_arrival(self, r: int, now: float) -> None:
         sim = self.sim
         wl = sim.w
-        w = int(wl.worker[r])
+        w = sim.worker_of[r]
         blk = wl.blocks_of(r)
         sim.store.add_refs(blk, 1)
         owner = int(wl.session[r])

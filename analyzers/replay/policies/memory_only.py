@@ -26,13 +26,13 @@ class MemoryOnly:
 
     def on_arrival(self, r: int, now: float) -> None:
         sim = self.sim
-        p, n_g, n_h, _ = sim.store.lookup_lru(sim.w.blocks_of(r), int(sim.w.worker[r]), False)
+        p, n_g, n_h, _ = sim.store.lookup_lru(sim.w.blocks_of(r), sim.worker_of[r], False)
         log = sim.log
         log.delivered_blocks[r] = p
         log.gpu_blocks[r] = n_g
         log.host_blocks[r] = n_h
         log.copy_blocks[r] = n_h
-        self.ready.push(int(sim.w.worker[r]), now, r)
+        self.ready.push(sim.worker_of[r], now, r)
         sim.make_ready(r, now)
 
     def pop_ready(self, w: int, now: float) -> int | None:

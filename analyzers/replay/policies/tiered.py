@@ -67,7 +67,7 @@ class Tiered:
 
     def on_arrival(self, r: int, now: float) -> None:
         sim = self.sim
-        w = int(sim.w.worker[r])
+        w = sim.worker_of[r]
         p, n_g, n_h, n_s = sim.store.lookup_lru(sim.w.blocks_of(r), w, True)
         log = sim.log
         log.delivered_blocks[r] = p
@@ -147,7 +147,7 @@ class Tiered:
         self._start_waiting(now)
 
     def _ready(self, r: int, now: float) -> None:
-        self.ready.push(int(self.sim.w.worker[r]), self.sim.log.arrival_s[r], r)
+        self.ready.push(self.sim.worker_of[r], self.sim.log.arrival_s[r], r)
         self.sim.make_ready(r, now)
 
     def pop_ready(self, w: int, now: float) -> int | None:
