@@ -161,9 +161,12 @@ def test_simulator_decides_as_the_emitted_place(emitted: Path, sample: str) -> N
         sys.path.remove(str(emitted))
     assert placement.__file__.startswith(str(emitted))
     geometry = model_geometry("llama-3.1-8b")
-    # A node small enough that memory fills and every rule decides on these samples.
+    # A node small enough that memory fills and every rule decides on these samples (the GPU
+    # KV is a 1 GiB prefix cache; running requests get a pool of their own, so none is
+    # rejected for size).
     hw = with_values(PRESETS["h200-8x"], {"gpus": 2, "gpu_kv_bytes": 2**30,
-                                          "host_memory_bytes": 4 * 2**30}, "test")  # fmt: skip
+                                          "host_memory_bytes": 4 * 2**30,
+                                          "gpu_running_kv_bytes": 2**50}, "test")  # fmt: skip
     rule = RecordingRule(SHORT, AGENT)
     workload = build_workload(read_trace(SAMPLES / sample, None), geometry, 2)
     config = ReplayConfig(geometry=geometry, hardware=hw, placement=rule)
