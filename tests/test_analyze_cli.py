@@ -98,7 +98,9 @@ def test_json_keys_and_types_claude_code() -> None:
         "sample_rate",
         "sampling",
         "dataset",
+        "fingerprint",
     }
+    assert t["fingerprint"].startswith("sha256:")
     assert t["sampled"] is False and t["sample_rate"] is None and t["sampling"] is None
     assert t["format"] == "claude-code" and t["sessions_inferred"] is False
     assert isinstance(t["sessions"], int) and t["block_size_tokens"] == 64

@@ -14,7 +14,7 @@ from typing import Any
 from fcctl.analyzers.replay.result import RateResult
 from fcctl.common.provenance import Provenance
 
-SCHEMA_VERSION = 2  # 2: recommendation.matters, recommendation.spread, recommendation.why
+SCHEMA_VERSION = 2  # 2: recommendation.matters/spread/why, trace (path, fingerprint)
 NOT_JSON = {"json": False}
 
 #: The misplacement changes, in the order they are evaluated and shown.
@@ -117,6 +117,16 @@ class RunFacts:
 
 
 @dataclass(frozen=True)
+class TraceIdentity:
+    """Which trace the sweep ran on (``fingerprint``: analyzers/traces/fingerprint.py)."""
+
+    path: str
+    format: str
+    requests: int
+    fingerprint: str | None
+
+
+@dataclass(frozen=True)
 class RecommendResult:
     """The whole ``recommend-thresholds`` run; ``jsonio.dumps`` of it is the ``--json`` document."""
 
@@ -127,5 +137,6 @@ class RecommendResult:
     grid: tuple[GridCell, ...]
     misplacement: tuple[Misplacement, ...]
     hardware: Mapping[str, Any]
+    trace: TraceIdentity
     provenance: Provenance
     facts: RunFacts = field(metadata=NOT_JSON, compare=False)

@@ -80,6 +80,7 @@ from fcctl.analyzers.recommend.result import (
     RecommendResult,
     RunFacts,
     Spread,
+    TraceIdentity,
     Ttft,
 )
 from fcctl.analyzers.replay import (
@@ -96,6 +97,7 @@ from fcctl.analyzers.replay import (
 from fcctl.analyzers.replay.decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins
 from fcctl.analyzers.replay.hardware import hardware_document
 from fcctl.analyzers.replay.run import DEFAULT_SEED, check_rates, workers_of
+from fcctl.analyzers.traces.fingerprint import trace_fingerprint
 from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
@@ -538,6 +540,7 @@ def recommend_thresholds(
     else:
         target = max(rates)
     workload = build_workload(trace, config.geometry, workers_of(config.geometry, config.hardware))
+    identity = TraceIdentity(trace.path, trace.format, workload.requests, trace_fingerprint(trace))
     signals = _Signals(workload)
     default_short, default_agent = default_grid(
         signals.input_tokens, signals.output_tokens, signals.prev_request
@@ -619,6 +622,7 @@ def recommend_thresholds(
         grid=grid,
         misplacement=tuple(misplacement),
         hardware=hardware_document(config.hardware),
+        trace=identity,
         provenance=collect_provenance(started),
         facts=dataclasses.replace(
             facts,

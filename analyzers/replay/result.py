@@ -35,6 +35,7 @@ class TraceSummary:
     block_accesses: int
     distinct_blocks: int
     duration_s: float | None  # the longest session's span for per-session clocks
+    fingerprint: str | None = None  # analyzers/traces/fingerprint.py
 
 
 @dataclass(frozen=True)

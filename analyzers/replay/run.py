@@ -52,6 +52,7 @@ from fcctl.analyzers.replay.sweep import (
 )
 from fcctl.analyzers.replay.workload import Workload, build_workload
 from fcctl.analyzers.reuse.bounded import default_memory_budget
+from fcctl.analyzers.traces.fingerprint import trace_fingerprint
 from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
@@ -550,6 +551,7 @@ def replay_trace(
             block_accesses=workload.block_accesses,
             distinct_blocks=workload.num_blocks,
             duration_s=_duration(trace),
+            fingerprint=trace_fingerprint(trace),
         ),
         kv=KvSummary(g.name, g.bytes_per_token, workload.block_bytes, g.tp, g.dtype_bytes),
         hardware=hardware_document(config.hardware),

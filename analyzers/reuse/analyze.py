@@ -62,6 +62,7 @@ from fcctl.analyzers.reuse.verdict import (
     Verdict,
     decide,
 )
+from fcctl.analyzers.traces.fingerprint import trace_fingerprint
 from fcctl.analyzers.traces.schedule import (
     SessionSchedule,
     interleave,
@@ -178,6 +179,9 @@ class TraceSummary:
     sample_rate: float | None = None
     sampling: Sampling | None = None
     dataset: DatasetSummary | None = None
+    # Which trace (analyzers/traces/fingerprint.py); None when the requests were not all in
+    # memory at once (the bounded and Dask analyses).
+    fingerprint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -820,6 +824,7 @@ def assemble_result(
             sample_rate=sampling.rate if sampling is not None else None,
             sampling=sampling,
             dataset=dataset,
+            fingerprint=trace_fingerprint(trace),
         ),
         kv=KvSummary(
             model=geometry.name,
