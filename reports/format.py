@@ -23,6 +23,7 @@ iobench's table writes ``"-"`` (pass ``missing="-"``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,12 +33,22 @@ NA = "n/a"
 
 
 def number(v: float | None, missing: str = NA) -> str:
-    """Whole numbers with thousands separators; fractions (interpolated percentiles) to 1 place."""
+    """Whole numbers with thousands separators; fractions (interpolated percentiles) to three
+    significant digits, so ``0.85`` stays ``0.85`` (one place would print ``0.8``)."""
     if v is None:
         return missing
     if abs(v) >= 100 or float(v).is_integer():
         return f"{round(v):,}"
-    return f"{v:,.1f}"
+    return _sig(v, 3)
+
+
+def _sig(v: float, digits: int) -> str:
+    """``v`` to ``digits`` significant digits in fixed notation (never ``1e-05``)."""
+    if v == 0:
+        return "0"
+    places = max(0, digits - 1 - math.floor(math.log10(abs(v))))
+    text = f"{v:,.{places}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def count(v: int | None, missing: str = NA) -> str:
@@ -98,10 +109,14 @@ def fixed2(v: float | None, missing: str = NA) -> str:
 
 
 def seconds(v: float | None, missing: str = NA) -> str:
-    """A duration with 3 significant digits, in ms below 1 s: ``45.4 ms``, ``1.23 s``, ``123 s``."""
+    """A duration with 3 significant digits, in us below 1 ms and ms below 1 s: ``8.42 us``,
+    ``45.4 ms``, ``1.23 s``, ``123 s`` (a microsecond figure never reads ``0.00 ms``)."""
     if v is None:
         return missing
-    x, unit = (v * 1000.0, "ms") if abs(v) < 1.0 else (float(v), "s")
+    if abs(v) < 1e-3:
+        x, unit = v * 1e6, "us"
+    else:
+        x, unit = (v * 1000.0, "ms") if abs(v) < 1.0 else (float(v), "s")
     if x == 0:
         return "0 ms"
     if abs(x) >= 99.95:

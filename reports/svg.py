@@ -11,6 +11,7 @@ the caller's function (:mod:`fcctl.reports.format`), so they read like the table
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
@@ -163,9 +164,20 @@ def _open(name: str, title: str) -> str:
     )
 
 
+def distinct_labels(ticks: Sequence[float], fmt: Callable[[float], str]) -> list[float]:
+    """The ticks whose label no other tick shares (the lowest tick when every label is shared):
+    an axis over bytes or counts whose data are all 0 would otherwise read ``0 B, 0 B, 1 B,
+    1 B`` with fractional ticks rounded into the same labels."""
+    labels = [fmt(v) for v in ticks]
+    counts = Counter(labels)
+    kept = [v for v, label in zip(ticks, labels, strict=True) if counts[label] == 1]
+    return kept or list(ticks[:1])
+
+
 def _axes(f: _Frame, x_ticks: list[tuple[float, str]], y_ticks: list[float]) -> None:
     """Grid lines, tick labels and axis labels; the caller decides where x ticks sit."""
     bottom = f.top + f.plot_h
+    y_ticks = distinct_labels(y_ticks, f.y.fmt)
     for v in y_ticks:
         y = f.py(v)
         f.parts.append(

@@ -59,3 +59,19 @@ def test_format_bytes() -> None:
     assert format_bytes(512) == "512 B"
     assert format_bytes(3 * 2**30) == "3.00 GiB"
     assert format_bytes(1.5 * 2**20) == "1.50 MiB"
+
+
+def test_report_formats_keep_small_figures_readable() -> None:
+    """#16.5: 0.85 is not shown as 0.8, microseconds are not 0.00 ms, and an axis over data that
+    are all 0 bytes does not read 1 B, 1 B, 1 B, 0 B."""
+    from fcctl.reports import format as fmt
+    from fcctl.reports import svg
+
+    assert fmt.number(0.85) == "0.85" and fmt.number(12.345) == "12.3"
+    assert fmt.number(0.000123) == "0.000123" and fmt.number(150.4) == "150"
+    assert fmt.seconds(5e-6) == "5.00 us" and fmt.seconds(0.0005) == "500 us"
+    assert fmt.seconds(0.045) == "45.0 ms" and fmt.seconds(0) == "0 ms"
+    labels = [fmt.size(v) for v in svg.distinct_labels(svg.linear_ticks(0, 1), fmt.size)]
+    assert labels == ["0 B"]
+    ticks = svg.linear_ticks(0, 5e9)
+    assert svg.distinct_labels(ticks, fmt.size) == ticks  # a normal axis keeps every tick
