@@ -56,15 +56,18 @@ def read_rule(path: str | os.PathLike[str]) -> PlacementRule:
     return rule_from_mapping(data, str(p))
 
 
-def package_rule(default_file: str | os.PathLike[str] | None) -> PlacementRule:
+def package_rule(
+    default_file: str | os.PathLike[str] | None, fallback: PlacementRule | None = None
+) -> PlacementRule:
     """The rule a package uses: the file ``$FLATCAKE_THRESHOLDS`` names when set, else
-    ``default_file`` (the package's ``thresholds.toml``), else the core's defaults."""
+    ``default_file`` (the package's ``thresholds.toml``) when it exists, else ``fallback``
+    (else the core's defaults)."""
     override = os.environ.get(THRESHOLDS_ENV)
     if override:
         return read_rule(override)
     if default_file is not None and Path(default_file).is_file():
         return read_rule(default_file)
-    return PlacementRule()
+    return fallback or PlacementRule()
 
 
 def resolve_rule(rule: PlacementRule | str | os.PathLike[str] | None = None) -> PlacementRule:
