@@ -54,7 +54,8 @@ except ImportError as e:  # pragma: no cover - depends on the engine being insta
     ) from e
 
 from ..placement import PlacementRule
-from .common import SessionKV, StoreOptions
+from .common import Clock, SessionKV, StoreOptions, key_hex, session_name
+from .trace import TraceRecorder
 
 ENGINE = "sglang"
 SESSION_SOURCE = "extra_info"
@@ -98,7 +99,8 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
         self.options = StoreOptions.from_config(extra, rank=rank)
         self.page_tokens = int(extra.get("page_size", 0)) or None
         self.rule = rule
-        self.trace = trace
+        self.recorder = TraceRecorder.from_environment(trace, engine=ENGINE)
+        self.clock = Clock()  # the store's too, once open: one clock for the capture
         self.kv: SessionKV | None = None
         self.mem_pool_host: Any = None
         self._open_lock = threading.Lock()
@@ -117,8 +119,10 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
             if self.kv is None:
                 self.kv = SessionKV(self.options, engine=ENGINE, layers=1,
                                     layer_page_bytes=page_bytes,
-                                    tokens_per_key=self.page_tokens or 1, rule=self.rule,
-                                    trace=self.trace)  # fmt: skip
+                                    tokens_per_key=self.page_tokens or 1,
+                                    rule=self.rule)  # fmt: skip
+                self.kv.recorder = self.recorder  # one capture, open before the store is
+                self.kv.clock = self.clock  # started earlier: never behind the store's
             elif self.kv.layer_page_bytes != page_bytes:
                 raise ValueError(
                     f"value: every page is {self.kv.layer_page_bytes} bytes here; got {page_bytes}"
@@ -140,7 +144,7 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
         # One record per query: the controller asks in batches of 128 pages, each batch's
         # prefix_keys being the chain so far, so a batch that continues the pending chain
         # extends it and any other starts a new record.
-        if self.kv is None or self.kv.recorder is None:
+        if self.recorder is None:
             return
         prefix = _prefix(extra_info)
         session = _session_id(extra_info)
@@ -154,9 +158,20 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
     def flush_trace(self) -> None:
         """Write the query being recorded (the next query, or close, does it too)."""
         pending, self._pending = self._pending, None
-        if pending is not None and self.kv is not None:
-            self.kv.record(pending[1], session_id=pending[0], source=SESSION_SOURCE,
-                           input_tokens=len(pending[1]) * (self.page_tokens or 1))  # fmt: skip
+        if pending is None or self.recorder is None or not pending[1]:
+            return
+        session, keys = pending
+        tokens = len(keys) * (self.page_tokens or 1)
+        if self.kv is not None:
+            self.kv.record(keys, session_id=session, source=SESSION_SOURCE, input_tokens=tokens)
+            return
+        # Nothing stored yet: the session is the side channel's, or the fallback's new one.
+        named = session is not None and str(session)
+        name = session_name(session) if named else "h-" + key_hex(keys[0])[:40]
+        self.recorder.record(timestamp_s=self.clock(), session_id=name,
+                             session_source=SESSION_SOURCE if named else "chained", keys=keys,
+                             block_size_tokens=self.page_tokens or 1,
+                             input_tokens=tokens)  # fmt: skip
 
     # zero-copy interface (interface_v1) ----------------------------------------------------
     def _host_index(self, host_indices: torch.Tensor, i: int) -> int:
@@ -272,3 +287,5 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
         self.flush_trace()
         if self.kv is not None:
             self.kv.close()
+        elif self.recorder is not None:
+            self.recorder.close()
