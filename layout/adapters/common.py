@@ -356,8 +356,10 @@ class SessionKV:
         source: str,
         input_tokens: int | None = None,
         output_tokens: int | None = None,
+        trace_keys: Sequence[Hashable] | None = None,
     ) -> None:
-        """A request seen (its prefix chain from the start) to the trace, when capturing."""
+        """A request seen (its prefix chain from the start) to the trace, when capturing;
+        ``trace_keys`` are what the record folds into ``hash_ids`` (default ``keys``)."""
         if self.recorder is None or not keys:
             return
         with self.lock:
@@ -368,7 +370,8 @@ class SessionKV:
                 name, chained = self.index.session_for(keys[:hits], keys[hits:], session_id)
                 how = chained or source
         self.recorder.record(timestamp_s=self.clock(), session_id=name, session_source=how,
-                             keys=keys, block_size_tokens=self.tokens_per_key,
+                             keys=keys if trace_keys is None else trace_keys,
+                             block_size_tokens=self.tokens_per_key,
                              input_tokens=input_tokens, output_tokens=output_tokens)  # fmt: skip
 
     def close(self, *, remove: bool = False) -> None:

@@ -59,10 +59,12 @@ except ImportError as e:  # pragma: no cover - depends on the engine being insta
     ) from e
 
 from ..placement import PlacementRule
-from .common import SessionKV, StoreOptions
+from .common import Clock, SessionKV, StoreOptions, key_hex, session_name
+from .trace import TraceRecorder
 
 ENGINE = "lmcache"
 SESSION_TAG = "session_id"
+SESSION_SOURCE = "lmcache.tag"
 CONFIG_PREFIX = "flatcake."
 #: Lookup chains remembered for the fallback (chunk key -> its chain), bounded.
 MAX_CHAIN_KEYS = 65536
@@ -104,7 +106,8 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
         self.chunk_tokens = int(getattr(config, "chunk_size", 256) or 256)
         self.page_bytes = page_bytes or int(ours.get("page_bytes", 0)) or _full_chunk(metadata)
         self.rule = rule
-        self.trace = trace
+        self.recorder = TraceRecorder.from_environment(trace, engine=ENGINE)
+        self.clock = Clock()  # the store's too, once open: one clock for the capture
         self.kv: SessionKV | None = None
         if self.page_bytes:
             self._open(self.page_bytes)
@@ -117,8 +120,9 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
         if self.kv is None:
             self.page_bytes = page_bytes
             self.kv = SessionKV(self.options, engine=ENGINE, layers=1, layer_page_bytes=page_bytes,
-                                tokens_per_key=self.chunk_tokens, rule=self.rule,
-                                trace=self.trace)  # fmt: skip
+                                tokens_per_key=self.chunk_tokens, rule=self.rule)  # fmt: skip
+            self.kv.recorder = self.recorder
+            self.kv.clock = self.clock  # started earlier: never behind the store's
         return self.kv
 
     # lookups ----------------------------------------------------------------------------
@@ -132,14 +136,30 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
         """The stored prefix of a request's chunk chain; the chain is remembered for the
         fallback and recorded to the trace."""
         self._remember(keys)
-        if self.kv is not None and keys:
-            self.kv.record(keys, session_id=_session_of(keys[0]), source="lmcache.tag",
-                           input_tokens=len(keys) * self.chunk_tokens)  # fmt: skip
+        self._record(keys)
         hits = 0 if self.kv is None else self.kv.lookup(keys)
         if pin:
             for k in keys[:hits]:
                 self.pin(k)
         return hits
+
+    def _record(self, keys: Sequence[CacheEngineKey]) -> None:
+        if self.recorder is None or not keys:
+            return
+        session, tokens = _session_of(keys[0]), len(keys) * self.chunk_tokens
+        if self.kv is not None:
+            self.kv.record(keys, session_id=session, source=SESSION_SOURCE, input_tokens=tokens,
+                           trace_keys=[k.chunk_hash for k in keys])  # fmt: skip
+            return
+        named = session is not None and str(session)
+        self.recorder.record(
+            timestamp_s=self.clock(),
+            session_id=session_name(session) if named else "h-" + key_hex(keys[0])[:40],
+            session_source=SESSION_SOURCE if named else "chained",
+            keys=[k.chunk_hash for k in keys],
+            block_size_tokens=self.chunk_tokens,
+            input_tokens=tokens,
+        )
 
     def _remember(self, keys: Sequence[CacheEngineKey]) -> None:
         chain = tuple(keys)
@@ -257,6 +277,8 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
     def close(self) -> None:
         if self.kv is not None:
             self.kv.close()
+        elif self.recorder is not None:
+            self.recorder.close()
 
 
 def _full_chunk(metadata: Any) -> int:
