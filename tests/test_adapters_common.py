@@ -229,3 +229,42 @@ def test_restore_into_per_layer_tensors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="every layer alike"):
         store.restore_to_pages(plan, [layers[0], layers[1][:5]], pages, now_s=2.0)
     store.close(remove=True)
+
+
+@pytest.mark.gpu
+def test_restore_into_per_layer_cuda_tensors(tmp_path: Path) -> None:
+    """The vLLM worker's GPU path without vLLM: SSD turns through the staging window on the
+    GPU into per-layer padded CUDA tables, read by the kvikio engine (GDS) when it is usable,
+    else by the posix engine; every byte checked on the host."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from fcctl.layout.engines import EngineUnavailable, open_engine
+
+    store = FlatStore.open(tmp_path / "s", GEOMETRY, block_tokens=4, host_bytes=1 << 20,
+                           ssd_bytes=1 << 24, now_s=0.0, extent_bytes=1 << 16)  # fmt: skip
+    rng = np.random.default_rng(6)
+    data = []
+    for turn, medium in enumerate((Medium.SSD, Medium.MEMORY, Medium.SSD)):
+        kv = rng.integers(0, 256, (2, store.layer_bytes_for(8)), dtype=np.uint8)
+        store.write_turn("s", turn, kv, tokens=8, medium=medium, now_s=1.0)
+        data.append(kv)
+    plan = store.plan_restore("s", 24, now_s=2.0)
+    piece = store.piece_bytes
+    tables = [torch.zeros((16, piece + 64), dtype=torch.int8, device="cuda") for _ in range(2)]
+    pages = torch.tensor([3, 9, 0, 12, 7, 5], device="cuda")
+    try:
+        engine = open_engine("kvikio")
+        used = "kvikio"
+    except EngineUnavailable:
+        engine, used = None, "posix"
+    store.restore_to_pages(plan, [t[:, :piece] for t in tables], pages, now_s=2.0, engine=engine)
+    expected = np.concatenate(data, axis=1).reshape(2, 6, piece)
+    for layer, table in enumerate(tables):
+        got = table.view(torch.uint8).cpu().numpy()
+        for i, page in enumerate(pages.tolist()):
+            assert np.array_equal(got[page, :piece], expected[layer, i]), (used, layer, i)
+        assert not got[:, piece:].any()
+    if engine is not None:
+        engine.close()
+    store.close(remove=True)
