@@ -73,10 +73,10 @@ def test_dynamic_backend_over_several_turns(tmp_path: Path) -> None:
 
 
 def test_prefix_keys_chain_turns_into_one_session_and_trace(tmp_path: Path) -> None:
-    """The zero-copy path's side channel: ``extra_info.prefix_keys`` (SGLang's own) links a
-    later turn to the session; ``extra_info.extra_info["session_id"]`` names it. The pages
-    go through the interface_v1 writer's code with SGLang's host pool replaced by the page
-    tensors themselves only where no real host pool can be built (next test)."""
+    """The zero-copy path's side channel: ``extra_info.prefix_keys`` (what SGLang's cache
+    controller sends) links a later turn to the session, ``extra_info.extra_info["session_id"]``
+    names it. The pages go in through ``write_pages``, where ``batch_set_v1`` ends once it has
+    read them from the host pool (that pool is exercised in the next test, where importable)."""
     trace = tmp_path / "t.jsonl"
     backend = adapter.FlatCakeHiCacheStorage(_config(tmp_path), None, trace=trace)
     keys = [f"{i:064x}" for i in range(6)]
@@ -85,8 +85,8 @@ def test_prefix_keys_chain_turns_into_one_session_and_trace(tmp_path: Path) -> N
     # The controller queries in batches, each batch's prefix_keys the chain so far.
     assert backend.batch_exists(keys[:3], info(prefix_keys=None)) == 0
     assert backend.batch_exists(keys[3:], info(prefix_keys=keys[:3])) == 0
-    backend._write(keys[:3], [adapter._tensor_bytes(p) for p in pages[:3]], [], "chat-9")
-    backend._write(keys[3:], [adapter._tensor_bytes(p) for p in pages[3:]], keys[:3], None)
+    backend.write_pages(keys[:3], [adapter.tensor_bytes(p) for p in pages[:3]], [], "chat-9")
+    backend.write_pages(keys[3:], [adapter.tensor_bytes(p) for p in pages[3:]], keys[:3], None)
     assert backend.kv is not None
     assert {backend.kv.index.where[k][0] for k in keys} == {"chat-9"}  # chained on the prefix
     assert backend.batch_exists(keys, info(prefix_keys=[])) == 6

@@ -73,7 +73,8 @@ def _prefix(extra_info: HiCacheStorageExtraInfo | None) -> list[str]:
     return list(extra_info.prefix_keys)
 
 
-def _tensor_bytes(t: torch.Tensor) -> np.ndarray:
+def tensor_bytes(t: torch.Tensor) -> np.ndarray:
+    """A tensor's bytes as a flat uint8 array on the host."""
     return t.detach().contiguous().view(-1).view(torch.uint8).cpu().numpy()
 
 
@@ -206,14 +207,16 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
     ) -> list[bool]:
         """Write the host pool's pages of ``keys`` as one turn of their session."""
         pages = [
-            _tensor_bytes(self.mem_pool_host.get_data_page(self._host_index(host_indices, i)))
+            tensor_bytes(self.mem_pool_host.get_data_page(self._host_index(host_indices, i)))
             for i in range(len(keys))
         ]
-        return self._write(keys, pages, _prefix(extra_info), _session_id(extra_info))
+        return self.write_pages(keys, pages, _prefix(extra_info), _session_id(extra_info))
 
-    def _write(
+    def write_pages(
         self, keys: Sequence[Hashable], pages: list[np.ndarray], prefix: list[str], session: Any
     ) -> list[bool]:
+        """Store ``pages`` (one flat page's bytes each) under ``keys`` as one turn; what both
+        writers (``batch_set``, ``batch_set_v1``) end in."""
         if not keys:
             return []
         kv = self._open(int(pages[0].nbytes))
@@ -275,7 +278,7 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
     ) -> bool:
         if values is None or len(values) != len(keys):
             return False
-        return all(self._write(keys, [_tensor_bytes(v) for v in values], [], None))
+        return all(self.write_pages(keys, [tensor_bytes(v) for v in values], [], None))
 
     # lifetime ---------------------------------------------------------------------------
     def clear(self) -> None:
