@@ -312,7 +312,32 @@ when its context is at most **{agent} tokens** and the previous reply was at mos
 tokens**; first turns, long replies, agent contexts and writes that do not fit memory go to
 SSD; shared prefixes stay in memory. Source: {where}.
 
+Install it (`pyproject.toml` is beside this directory): `pip install DIR` (or `pip wheel DIR`);
+numpy is its only requirement, and `pip install 'DIR[vllm]'` (`[sglang]`, `[lmcache]`,
+`[trace]` for Parquet captures) adds an engine. The thresholds are data: `thresholds.toml`,
+read at import; `FLATCAKE_THRESHOLDS=/path/other.toml` replaces it without a rebuild.
+
 Check it runs here: `python -m {name}.smoke`.
+
+## Adapters (`{name}.adapters`)
+
+Each is a thin module over `FlatStore`, importing its engine only when it is imported itself.
+Set `FLATCAKE_TRACE=/path/capture.jsonl` to record what each sees (`fcctl analyze` reads it).
+
+* vLLM 0.34.0: `--kv-transfer-config '{{"kv_connector": "OffloadingConnector", "kv_role":
+  "kv_both", "kv_connector_extra_config": {{"spec_name": "FlatCakeOffloadingSpec",
+  "spec_module_path": "{name}.adapters.vllm", "directory": "/nvme/kv"}}}}'`; per request
+  `"kv_transfer_params": {{"session_id": "..."}}`.
+* SGLang 0.5.23: `--hicache-storage-backend dynamic --hicache-storage-backend-extra-config
+  '{{"backend_name": "flatcake", "module_path": "{name}.adapters.sglang", "class_name":
+  "FlatCakeHiCacheStorage", "interface_v1": 1, "directory": "/nvme/kv"}}'`.
+* LMCache 0.5.6: `storage_plugins: ["flatcake"]`, `extra_config:
+  {{storage_plugin.flatcake.module_path: {name}.adapters.lmcache,
+  storage_plugin.flatcake.class_name: FlatCakeStoragePlugin, flatcake.directory: /nvme/kv}}`;
+  per request the tag `lmcache.tag.session_id`.
+
+Without a session id an adapter links a write to the session whose last stored block ends
+the request's prefix chain, else starts a new one (`adapters/common.py`).
 
 ## What is ready
 
@@ -328,7 +353,8 @@ Check it runs here: `python -m {name}.smoke`.
 | per-session reclamation | `reclaim.py` | ready |
 | two-queue scheduler (FC-MAS) | `scheduler.py` | ready |
 | engine facade `FlatStore` | `store.py` | ready |
-| vLLM / SGLang / LMCache adapters | | **not yet**: the hook points below say where each call goes |
+| engine adapters | `adapters/` | ready: vLLM 0.34.0, SGLang 0.5.23, LMCache 0.5.6 |
+| thresholds as data | `rule_file.py`, `thresholds.toml` | ready (`FLATCAKE_THRESHOLDS`) |
 
 ## How an engine calls it
 
@@ -370,7 +396,7 @@ store.write_turn(session, t, kv_bytes, tokens=new, medium=p.medium, now_s=now)
 store.reclaim(now)                         # at the watermark, whole sessions
 ```
 
-## Hook points
+## Hook points (where each engine's calls go; what the adapters implement or why not)
 
 **vLLM, `KVConnectorBase_V1`** (a connector class loaded through `kv_transfer_config`; the
 session id rides in the request's `kv_transfer_params`):
