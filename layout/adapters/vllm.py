@@ -212,15 +212,17 @@ class FlatCakeManager(OffloadingManager):
             blocks.append(block)
             wanted.setdefault(name, []).append(block)
         spans = {s: self.index.turn_span(s, min(b), max(b)) for s, b in wanted.items()}
-        for s in spans:
-            self.ssd.begin_read(s, now)  # never reclaimed while a worker reads it
+        for s in spans:  # never reclaimed while a worker reads it
+            self.ssd.begin_read(s, now)
+            self.host.begin_read(s, now)
         return FlatCakeLoadSpec(sessions, blocks, spans, self._take_drops())
 
     def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
         now = self.clock()
         for s in {self.index.where[k][0] for k in keys if k in self.index}:
-            if self.ssd.being_read(s):
-                self.ssd.end_read(s, now)
+            for reclaimer in (self.ssd, self.host):
+                if reclaimer.being_read(s):
+                    reclaimer.end_read(s, now)
 
     # stores -----------------------------------------------------------------------------
     def prepare_store(
