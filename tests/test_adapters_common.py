@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fcctl.analyzers.traces.readers import read_trace
 from fcctl.layout import FlatStore, KvGeometry
 from fcctl.layout.adapters.common import KeyIndex, SessionKV, StoreOptions, session_name
 from fcctl.layout.adapters.trace import TRACE_ENV, TraceRecorder, key_id
@@ -109,7 +110,7 @@ def test_reclaimed_sessions_are_forgotten_whole(tmp_path: Path) -> None:
 
 def test_trace_recorder_bounded_and_appending(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
-    rec = TraceRecorder(path, engine="test", flush_records=2)
+    rec = TraceRecorder(path, engine="test", flush_records=2, parquet=False)
     rec.record(timestamp_s=1.0, session_id="s", session_source="x", keys=["a", "b"],
                block_size_tokens=16, input_tokens=40, output_tokens=None)  # fmt: skip
     assert not path.exists()  # buffered
@@ -147,6 +148,11 @@ def test_trace_parquet_parts(tmp_path: Path) -> None:
     table = pq.read_table(part).to_pydict()
     assert table["session_id"] == ["s"] and table["input_tokens"] == [16]
     assert table["hash_ids"] == [[key_id("a")]]
+    # A part is a canonical trace table of its own: fcctl reads it as one.
+    trace = read_trace(part)
+    assert trace.format == "parquet" and trace.has_sessions and trace.block_size_tokens == 16
+    assert trace.requests["hash_ids"].to_list() == [[key_id("a")]]
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 def test_rule_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

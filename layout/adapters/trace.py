@@ -20,9 +20,11 @@ adapter), each adapter appends one record per request it sees to ``PATH`` (JSON 
 
 Memory is bounded: records wait in a buffer of at most ``flush_records`` and are appended (one
 ``write`` per flush, ``O_APPEND``) when it fills, at :meth:`TraceRecorder.flush` and at
-:meth:`TraceRecorder.close`. With ``parquet=True`` and pyarrow importable each flush also
-writes a canonical Parquet part ``PATH.partNNNNN.parquet`` (the columns of fcctl's canonical
-trace table) beside the JSON Lines file.
+:meth:`TraceRecorder.close`. When pyarrow is importable (``parquet=None``, the default; or
+``parquet=True``) each flush also writes a canonical Parquet part ``PATH.partNNNNN.parquet``
+beside the JSON Lines file: the nine columns of fcctl's canonical trace table, one row per
+record, ``request_index`` 0..n-1 within the part, ``turn`` and ``parent_request`` null (a part
+does not see the sessions' earlier rows; the JSON Lines file, read whole, links them).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class TraceRecorder:
         *,
         engine: str,
         flush_records: int = DEFAULT_FLUSH_RECORDS,
-        parquet: bool = False,
+        parquet: bool | None = None,
     ) -> None:
         if not isinstance(flush_records, int) or flush_records < 1:
             raise ValueError(f"flush_records: must be an integer >= 1; got {flush_records!r}")
@@ -125,7 +127,7 @@ class TraceRecorder:
         finally:
             os.close(fd)
         self.records_written += len(rows)
-        if self.parquet:
+        if self.parquet is not False:
             self._write_part(rows)
 
     def _write_part(self, rows: list[dict[str, Any]]) -> None:
@@ -133,10 +135,16 @@ class TraceRecorder:
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
+            if self.parquet:
+                raise
             return  # the JSON Lines file holds everything; Parquet parts are a convenience
+        n = len(rows)
         table = pa.table(
             {
+                "request_index": pa.array(range(n), pa.int64()),
                 "session_id": pa.array([r["session_id"] for r in rows], pa.string()),
+                "turn": pa.nulls(n, pa.int32()),
+                "parent_request": pa.nulls(n, pa.int64()),
                 "timestamp_s": pa.array([r["timestamp_s"] for r in rows], pa.float64()),
                 "input_tokens": pa.array([_input_tokens(r) for r in rows], pa.int64()),
                 "output_tokens": pa.array([r["output_tokens"] or 0 for r in rows], pa.int64()),
