@@ -122,17 +122,18 @@ def core_modules(core: Path = CORE_DIR, roots: tuple[str, ...] = ROOTS) -> tuple
     return tuple(sorted(seen))
 
 
-#: Top-level modules the emitted core imports from outside itself: a package of one of these
-#: names would shadow it (``--emit-name numpy`` cannot import its own ``import numpy``).
-IMPORTED_TOP_LEVEL = ("numpy", "torch", "kvikio", "fcctl")
+#: Top-level modules the emitted core (adapters included) imports from outside itself: a
+#: package of one of these names would shadow it (``--emit-name numpy`` cannot import its
+#: own ``import numpy``).
+IMPORTED_TOP_LEVEL = ("numpy", "torch", "kvikio", "fcctl", "lmcache", "sglang", "vllm", "pyarrow")
 
 
 def check_name(name: str) -> str:
     """A package name: a Python identifier, not a keyword, and no module the package imports.
 
     A name of the standard library (``sys.stdlib_module_names``) or of a top-level module the
-    core imports (numpy; torch and kvikio lazily) would shadow it once the emitted directory
-    is on ``sys.path``, so the package could not import itself.
+    core imports (numpy; torch, kvikio, the engines, pyarrow lazily) would shadow it once the
+    emitted directory is on ``sys.path``, so the package could not import itself.
     """
     if not name.isidentifier() or keyword.iskeyword(name):
         raise FcctlInputError(

@@ -95,8 +95,11 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
         trace: str | os.PathLike[str] | None = None,
     ) -> None:
         extra = dict(storage_config.extra_config or {})
-        # Each TP rank (and DP rank) writes its own shard: its own files.
-        rank = storage_config.tp_rank + storage_config.tp_size * storage_config.dp_rank
+        # Each rank (TP, context-parallel, pipeline stage, DP replica) writes its own shard:
+        # its own files and lock.
+        c = storage_config
+        group = (c.dp_rank * c.pp_size + c.pp_rank) * c.attn_cp_size + c.attn_cp_rank
+        rank = group * c.tp_size + c.tp_rank
         self.options = StoreOptions.from_config(extra, rank=rank)
         self.page_tokens = int(extra.get("page_size", 0)) or None
         self.rule = rule
