@@ -20,6 +20,8 @@ KV cache shapes accepted (any dtype; the tensor must be contiguous):
   contiguous; a block's bytes in the session file are copied as they are.
 * ``[layers, 2, num_pages, ...]`` (``kv_split=True``, vLLM-style separate K and V): a block's
   bytes at one layer are the K page followed by the V page (each half of the block).
+* a list of per-layer tensors ``[num_pages, page_bytes]`` of one-byte elements (rows may be
+  strided, e.g. padded pages): one tensor per layer, as vLLM's canonical KV caches hold them.
 
 By default a 6-dimensional cache ``[layers, 2, num_pages, page_tokens, kv_heads, head_dim]`` is
 taken as split and a 3-dimensional ``[layers, num_pages, page_bytes]`` as joint; other shapes
@@ -411,9 +413,49 @@ class _Shared:
             raise self.error
 
 
+class _LayerList:
+    """Per-layer page tables ``[pages, page_bytes]`` (one tensor each, rows may be strided) seen
+    as one ``[layers, pages, page_bytes]`` cache: an engine whose layers are separate tensors
+    (vLLM's canonical KV caches) is scattered into in place, with no stacked copy."""
+
+    def __init__(self, layers: list[Any]) -> None:
+        self.layers = layers
+        self.shape = (len(layers), layers[0].shape[0], layers[0].shape[1])
+        self.device = layers[0].device
+
+    def __getitem__(self, layer: int) -> Any:
+        return self.layers[layer]
+
+
+def _layer_list(torch: Any, kv_cache: Sequence[Any]) -> _LayerList:
+    if not kv_cache:
+        raise LayoutError("restore: kv_cache is an empty list of layers")
+    views = []
+    for i, t in enumerate(kv_cache):
+        if not hasattr(t, "element_size") or t.dim() != 2 or t.element_size() != 1:
+            raise LayoutError(
+                f"restore: kv_cache[{i}] must be a 2-D one-byte tensor [pages, page_bytes]; "
+                f"got {getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}"
+            )
+        views.append(t.view(torch.uint8))
+    first = views[0]
+    for i, v in enumerate(views):
+        if v.shape != first.shape or v.device != first.device:
+            raise LayoutError(
+                f"restore: kv_cache[{i}] is {tuple(v.shape)} on {v.device}; layer 0 is "
+                f"{tuple(first.shape)} on {first.device} (every layer alike)"
+            )
+    return _LayerList(views)
+
+
 def kv_view(torch: Any, kv_cache: Any, kv_split: bool | None) -> tuple[Any, bool, int]:
     """``(uint8 view, split, page_bytes)``: ``[L, P, page_bytes]`` or ``[L, 2, P, "
-    "page_bytes/2]``."""
+    "page_bytes/2]``; a list of per-layer ``[P, page_bytes]`` tensors is taken as the first."""
+    if isinstance(kv_cache, list | tuple):
+        if kv_split:
+            raise LayoutError("restore: a list of per-layer tensors is never split (kv_split)")
+        layers = _layer_list(torch, kv_cache)
+        return layers, False, layers.shape[2]
     if not hasattr(kv_cache, "is_contiguous"):
         raise LayoutError(
             f"restore: kv_cache must be a torch tensor; got {type(kv_cache).__name__}"
@@ -460,7 +502,8 @@ def restore_session(
     """
     if window is None:
         need = max((p.buffer_bytes for p in plan_per_layer), default=PAGE_BYTES)
-        dev = device if device is not None else str(kv_cache.device)
+        first = kv_cache[0] if isinstance(kv_cache, list | tuple) and kv_cache else kv_cache
+        dev = device if device is not None else str(first.device)
         window = StagingWindow(max(need, 1), device=dev, streams=streams)
     return window.restore_session(
         plan_per_layer, engine, kv_cache, page_ids, kv_split=kv_split, on_layer=on_layer

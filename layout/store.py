@@ -436,17 +436,23 @@ class FlatStore:
         return () if s is None else tuple(t for t in s.turns if t is not None)
 
     # reads ------------------------------------------------------------------------------
-    def plan_restore(self, session: str, tokens: int, *, now_s: float) -> RestorePlan:
+    def plan_restore(
+        self, session: str, tokens: int, *, now_s: float, start_tokens: int = 0
+    ) -> RestorePlan:
         """The restore of the session's first ``tokens`` tokens, in whole turns: every turn
-        that ends at or before ``tokens``, up to the first one reclaimed."""
+        that ends at or before ``tokens``, up to the first one reclaimed. With
+        ``start_tokens`` the turns that end at or before it are left out (an engine that
+        holds the session's first ``start_tokens`` tokens already reads only the rest)."""
         self._clock(now_s)
         s = self._session(session, create=False)
         _check_int("tokens", tokens, 0)
+        _check_int("start_tokens", start_tokens, 0)
         picked: list[StoredTurn] = []
         for t in s.turns:
             if t is None or t.token_start + t.tokens > tokens:
                 break
-            picked.append(t)
+            if t.token_start + t.tokens > start_tokens:
+                picked.append(t)
         ssd_turns = [s.file_turn[t.turn] for t in picked if t.medium == Medium.SSD]
         plans: tuple[ReadPlan, ...] = ()
         if ssd_turns and s.file is not None:
@@ -529,8 +535,9 @@ class FlatStore:
     ) -> int:
         """Restore ``plan`` into an engine's paged KV: block ``i`` of the plan (turn order) goes
         to page ``page_ids[i]`` of every layer of ``kv_cache`` (a torch tensor,
-        ``[layers, pages, ...]`` or split ``[layers, 2, pages, ...]``, one page = one block at
-        one layer; ``kv_split`` as :func:`.staging.restore_session`). SSD turns stream through
+        ``[layers, pages, ...]`` or split ``[layers, 2, pages, ...]``, or a list of per-layer
+        ``[pages, page_bytes]`` tensors; one page = one block at one layer; ``kv_split`` as
+        :func:`.staging.restore_session`). SSD turns stream through
         the double-buffered staging window (:func:`.staging.restore_session`: GDS with the
         kvikio engine, posix otherwise); memory turns are copied from host memory. Needs torch.
         ``on_layer(l)`` runs once layer ``l`` is complete in ``kv_cache`` (an engine's
@@ -612,6 +619,23 @@ class FlatStore:
             s.memory.clear()
             dropped.append(r)
         return tuple(dropped)
+
+    def drop(self, session: str, now_s: float) -> int:
+        """Remove ``session`` whole, whatever the watermark (an engine's own eviction decision,
+        made where this store's reclaimer does not run): its file deleted, its memory turns
+        freed; the name may start again at turn 0. Refused while a restore of it runs. Returns
+        the bytes freed on both media."""
+        self._clock(now_s)
+        s = self._session(session, create=False)
+        if self.ssd.being_read(session):
+            raise InputError(
+                f"session: {session!r} is being restored; it cannot be dropped now",
+                parameter="session",
+            )
+        freed = self.ssd.remove(session) + self.memory.remove(session)
+        self._drop_file(s, remove=True)
+        del self._sessions[session]
+        return freed
 
     # scheduling -------------------------------------------------------------------------
     def submit(self, request: Hashable, *, arrival_s: float, ssd_bytes: int, now_s: float) -> None:

@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fcctl.analyzers.recommend.emit import CORE_DIR, GENERATED, MANIFEST, core_modules, emit_package
+from fcctl.analyzers.recommend.emit import (
+    CORE_DIR,
+    GENERATED,
+    MANIFEST,
+    PROJECT_FILES,
+    core_modules,
+    emit_package,
+)
 from fcctl.analyzers.replay import PRESETS, ReplayConfig, build_workload, simulate, with_values
 from fcctl.analyzers.traces.readers import read_trace
 from fcctl.layout.geometry import model_geometry
@@ -26,13 +33,14 @@ from tests.conftest import SAMPLES
 
 SHORT, AGENT = 300, 20_000
 SOURCE = {"trace": "hand-made", "rate_per_s": 1.0, "fcctl_version": "test"}
+TOML = f"[thresholds]\nshort_reply_tokens = {SHORT}\nagent_context_tokens = {AGENT}\n"
 
 
 @pytest.fixture(scope="module")
 def emitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("emit") / "pkg"
     emit_package(out, name="flatcake_store", short_reply_tokens=SHORT, agent_context_tokens=AGENT,
-                 source=SOURCE, toml_text="[thresholds]\nshort_reply_tokens = 300\n")  # fmt: skip
+                 source=SOURCE, toml_text=TOML)  # fmt: skip
     return out
 
 
@@ -66,19 +74,43 @@ def test_modules_are_the_cores_bytes_and_manifest_is_right(emitted: Path) -> Non
     for line in lines:
         digest, rel = line.split("  ", 1)
         listed[rel] = digest
-    assert sorted(listed) == sorted([*copied, *GENERATED])
+    assert sorted(listed) == sorted([*copied, *GENERATED, *(f"../{f}" for f in PROJECT_FILES)])
+    assert sorted(p.name for p in emitted.iterdir() if p.is_file()) == sorted(PROJECT_FILES)
+    # The adapters ship in the package, and the core's __init__ never imports them.
+    for rel in ("adapters/__init__.py", "adapters/lmcache.py", "adapters/sglang.py",
+                "adapters/vllm.py", "adapters/common.py", "adapters/trace.py"):  # fmt: skip
+        assert rel in copied, rel
+    assert "adapters" not in (pkg / "__init__.py").read_text()
     for rel, digest in listed.items():
         assert hashlib.sha256((pkg / rel).read_bytes()).hexdigest() == digest, rel
 
 
-def test_generated_thresholds(emitted: Path) -> None:
-    text = (emitted / "flatcake_store" / "thresholds.py").read_text()
-    namespace: dict[str, Any] = {}
-    # thresholds.py imports the package's own placement; run it with the core's in its place.
-    exec(text.replace("from .placement import", "from fcctl.layout.placement import"), namespace)
-    assert namespace["SHORT_REPLY_TOKENS"] == SHORT and namespace["AGENT_CONTEXT_TOKENS"] == AGENT
-    assert namespace["SOURCE"] == SOURCE
-    assert namespace["RULE"] == PlacementRule(SHORT, AGENT)
+def _import_emitted(emitted: Path, module: str) -> Any:
+    sys.path.insert(0, str(emitted))
+    try:
+        for name in [m for m in sys.modules if m.startswith("flatcake_store")]:
+            del sys.modules[name]  # each test reads the package as it is now
+        return importlib.import_module(f"flatcake_store.{module}")
+    finally:
+        sys.path.remove(str(emitted))
+
+
+def test_generated_thresholds(
+    emitted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FLATCAKE_THRESHOLDS", raising=False)
+    thresholds = _import_emitted(emitted, "thresholds")
+    assert thresholds.SHORT_REPLY_TOKENS == SHORT and thresholds.AGENT_CONTEXT_TOKENS == AGENT
+    assert thresholds.SOURCE == SOURCE
+    assert thresholds.RULE == thresholds.RECOMMENDED
+    assert dataclasses.astuple(thresholds.RULE) == (SHORT, AGENT)
+    # The thresholds are data: another file named by the environment wins at import.
+    other = tmp_path / "other.toml"
+    other.write_text("[thresholds]\nshort_reply_tokens = 7\nagent_context_tokens = 70\n")
+    monkeypatch.setenv("FLATCAKE_THRESHOLDS", str(other))
+    thresholds = _import_emitted(emitted, "thresholds")
+    assert dataclasses.astuple(thresholds.RULE) == (7, 70)
+    assert thresholds.RECOMMENDED.short_reply_tokens == SHORT
     readme = (emitted / "flatcake_store" / "README.md").read_text()
     for hook in (
         "get_num_new_matched_tokens",
@@ -152,13 +184,12 @@ class RecordingRule(PlacementRule):
 @pytest.mark.parametrize(
     "sample", ["claude_code_sample.jsonl.gz", "mooncake_conversation_2k.jsonl"]
 )
-def test_simulator_decides_as_the_emitted_place(emitted: Path, sample: str) -> None:
-    sys.path.insert(0, str(emitted))
-    try:
-        placement = importlib.import_module("flatcake_store.placement")
-        thresholds = importlib.import_module("flatcake_store.thresholds")
-    finally:
-        sys.path.remove(str(emitted))
+def test_simulator_decides_as_the_emitted_place(
+    emitted: Path, sample: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FLATCAKE_THRESHOLDS", raising=False)
+    thresholds = _import_emitted(emitted, "thresholds")
+    placement = sys.modules["flatcake_store.placement"]
     assert placement.__file__.startswith(str(emitted))
     geometry = model_geometry("llama-3.1-8b")
     # A node small enough that memory fills and every rule decides on these samples (the GPU

@@ -37,6 +37,7 @@ def test_registry_names_and_protocol() -> None:
         "parquet",
         "tracelab",
         "dynamo",
+        "flatcake",
         "generic",
     }
     for name, reader in FORMATS.items():

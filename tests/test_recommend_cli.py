@@ -88,7 +88,7 @@ def test_thresholds_that_do_not_matter(tmp_path: Path) -> None:
     cell = next(g for g in at if (g["short_reply_tokens"], g["agent_context_tokens"]) == default)
     assert cell["gpu_hit_share"] == rec["gpu_hit_share"] and cell["ttft_s"] == rec["ttft_s"]
     text = (emit / "fcs" / "thresholds.py").read_text()
-    assert f"SHORT_REPLY_TOKENS = {default[0]}" in text
+    assert f"short_reply_tokens={default[0]}," in text
     summary = _run(MOONCAKE, *NODE)
     assert "the thresholds do not matter here" in summary.stdout
     assert "wider" not in summary.stdout
@@ -124,7 +124,7 @@ def test_out_and_emit(tmp_path: Path, doc: dict[str, Any]) -> None:
     assert (pkg / "MANIFEST").is_file() and (pkg / "store.py").is_file()
     assert (pkg / "thresholds.toml").read_text() == (out / "thresholds.toml").read_text()
     assert (
-        f"SHORT_REPLY_TOKENS = {rec['short_reply_tokens']}" in (pkg / "thresholds.py").read_text()
+        f"short_reply_tokens={rec['short_reply_tokens']}," in (pkg / "thresholds.py").read_text()
     )
     # Again without --force: refused before any work.
     again = _run(MOONCAKE, *SMALL, "--emit", str(emit), "--emit-name", "fcs")

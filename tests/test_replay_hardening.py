@@ -38,7 +38,9 @@ def test_gpus_checked_against_the_memory_budget_before_allocation() -> None:
     assert WORKER_STATE_BYTES > 0
 
 
-@pytest.mark.parametrize("name", ["numpy", "json", "os", "sys", "torch", "kvikio", "fcctl"])
+@pytest.mark.parametrize(
+    "name", ["numpy", "json", "os", "sys", "torch", "kvikio", "fcctl", "vllm", "sglang", "lmcache"]
+)
 def test_emit_name_that_shadows_an_import_is_refused(name: str) -> None:
     with pytest.raises(FcctlInputError, match=rf"^--emit-name: must not shadow.*got '{name}'"):
         check_name(name)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import keyword
 import sys
 from collections.abc import Mapping
@@ -52,9 +53,24 @@ ROOTS: tuple[str, ...] = (
     "scheduler.py",
     "store.py",
     "smoke.py",
+    "rule_file.py",
+    "adapters/__init__.py",
+    "adapters/common.py",
+    "adapters/trace.py",
+    "adapters/lmcache.py",
+    "adapters/sglang.py",
+    "adapters/vllm.py",
 )
 GENERATED: tuple[str, ...] = ("thresholds.py", "thresholds.toml", "README.md")
+#: Written beside the package (``DIR/``), listed in its MANIFEST as ``../<name>``.
+PROJECT_FILES: tuple[str, ...] = ("pyproject.toml",)
 MANIFEST = "MANIFEST"
+#: The engine releases the adapters target: the emitted package's optional extras pin them.
+ENGINE_PINS: dict[str, str] = {
+    "lmcache": "lmcache==0.5.6",
+    "sglang": "sglang==0.5.23",
+    "vllm": "vllm==0.34.0",
+}
 
 
 def _module_path(parts: list[str], core: Path) -> str | None:
@@ -106,17 +122,18 @@ def core_modules(core: Path = CORE_DIR, roots: tuple[str, ...] = ROOTS) -> tuple
     return tuple(sorted(seen))
 
 
-#: Top-level modules the emitted core imports from outside itself: a package of one of these
-#: names would shadow it (``--emit-name numpy`` cannot import its own ``import numpy``).
-IMPORTED_TOP_LEVEL = ("numpy", "torch", "kvikio", "fcctl")
+#: Top-level modules the emitted core (adapters included) imports from outside itself: a
+#: package of one of these names would shadow it (``--emit-name numpy`` cannot import its
+#: own ``import numpy``).
+IMPORTED_TOP_LEVEL = ("numpy", "torch", "kvikio", "fcctl", "lmcache", "sglang", "vllm", "pyarrow")
 
 
 def check_name(name: str) -> str:
     """A package name: a Python identifier, not a keyword, and no module the package imports.
 
     A name of the standard library (``sys.stdlib_module_names``) or of a top-level module the
-    core imports (numpy; torch and kvikio lazily) would shadow it once the emitted directory
-    is on ``sys.path``, so the package could not import itself.
+    core imports (numpy; torch, kvikio, the engines, pyarrow lazily) would shadow it once the
+    emitted directory is on ``sys.path``, so the package could not import itself.
     """
     if not name.isidentifier() or keyword.iskeyword(name):
         raise FcctlInputError(
@@ -148,24 +165,78 @@ def check_distinct_outputs(out: Path | None, emit: Path | None) -> None:
 
 def thresholds_module(short_reply_tokens: int, agent_context_tokens: int,
                       source: Mapping[str, Any]) -> str:  # fmt: skip
-    """The generated ``thresholds.py``."""
+    """The generated ``thresholds.py``: the thresholds stay data, read at import from
+    ``thresholds.toml`` (or the file ``$FLATCAKE_THRESHOLDS`` names)."""
     lines = [
         '"""Placement thresholds recommended by ``fcctl recommend-thresholds`` (generated).',
         "",
-        "``RULE`` is the placement rule an engine passes to ``FlatStore``; ``SOURCE`` says where",
-        "the values came from. Regenerate with ``fcctl recommend-thresholds TRACE --emit DIR``.",
+        "``RULE`` is the placement rule an engine passes to ``FlatStore``, read at import from",
+        "the file ``$FLATCAKE_THRESHOLDS`` names, else ``thresholds.toml`` beside this module",
+        "(``RECOMMENDED`` when that file is gone); ``SOURCE`` says where the recommendation came",
+        "from. Regenerate with ``fcctl recommend-thresholds TRACE --emit DIR``.",
         '"""',
         "",
-        "from .placement import PlacementRule",
+        "from pathlib import Path",
         "",
-        f"SHORT_REPLY_TOKENS = {int(short_reply_tokens)!r}",
-        f"AGENT_CONTEXT_TOKENS = {int(agent_context_tokens)!r}",
+        "from .placement import PlacementRule",
+        "from .rule_file import package_rule",
+        "",
+        "RECOMMENDED = PlacementRule(",
+        f"    short_reply_tokens={int(short_reply_tokens)!r}, "
+        f"agent_context_tokens={int(agent_context_tokens)!r}",
+        ")",
         "SOURCE = {",
         *(f"    {str(k)!r}: {v!r}," for k, v in source.items()),
         "}",
-        "RULE = PlacementRule(",
-        "    short_reply_tokens=SHORT_REPLY_TOKENS, agent_context_tokens=AGENT_CONTEXT_TOKENS",
-        ")",
+        'RULE = package_rule(Path(__file__).with_name("thresholds.toml"), RECOMMENDED)',
+        "SHORT_REPLY_TOKENS = RULE.short_reply_tokens",
+        "AGENT_CONTEXT_TOKENS = RULE.agent_context_tokens",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def package_version(short_reply_tokens: int, agent_context_tokens: int) -> str:
+    """fcctl's version plus the thresholds' short hash as a PEP 440 local version
+    (``0.1.0+t1a2b3c4``): two packages emitted with other thresholds never share a version."""
+    digest = hashlib.sha256(f"{int(short_reply_tokens)},{int(agent_context_tokens)}".encode())
+    return f"{fcctl_version()}+t{digest.hexdigest()[:8]}"
+
+
+def fcctl_version() -> str:
+    from fcctl.common.version import __version__
+
+    return str(__version__).split("+", 1)[0]
+
+
+def pyproject_text(name: str, version: str, packages: list[str]) -> str:
+    """The emitted ``pyproject.toml``: numpy the only requirement, one extra per engine."""
+    extras = {
+        **{engine: [pin] for engine, pin in ENGINE_PINS.items()},
+        "trace": ["pyarrow>=14"],
+        "gpu": ["torch>=2.4", "kvikio-cu12>=24.10"],
+    }
+    q = json.dumps  # a TOML basic string is a JSON string for these names
+    lines = [
+        "# Generated by fcctl recommend-thresholds --emit: pip install DIR (or pip wheel DIR).",
+        "[build-system]",
+        f"requires = [{q('setuptools>=61')}]",
+        f"build-backend = {q('setuptools.build_meta')}",
+        "",
+        "[project]",
+        f"name = {q(name)}",
+        f"version = {q(version)}",
+        f"description = {q('FlatCake write-time placement and per-session KV layout (fcctl)')}",
+        f"requires-python = {q('>=3.11')}",
+        f"dependencies = [{q('numpy>=1.26')}]",
+        "",
+        "[project.optional-dependencies]",
+        *(f"{extra} = [{', '.join(map(q, pins))}]" for extra, pins in extras.items()),
+        "",
+        "[tool.setuptools]",
+        f"packages = [{', '.join(map(q, packages))}]",
+        "",
+        "[tool.setuptools.package-data]",
+        f"{name} = [{', '.join(map(q, ('thresholds.toml', 'README.md', MANIFEST)))}]",
     ]
     return "\n".join(lines) + "\n"
 
@@ -212,7 +283,10 @@ def emit_package(
         (pkg / "README.md").write_text(
             readme_text(name, short_reply_tokens, agent_context_tokens, source)
         )
-        files = sorted([*copied, *GENERATED])
+        packages = sorted({".".join([name, *Path(rel).parent.parts]) for rel in copied})
+        version = package_version(short_reply_tokens, agent_context_tokens)
+        (tmp / "pyproject.toml").write_text(pyproject_text(name, version, packages))
+        files = sorted([*copied, *GENERATED, *(f"../{f}" for f in PROJECT_FILES)])
         (pkg / MANIFEST).write_text("".join(f"{sha256_file(pkg / f)}  {f}\n" for f in files))
     return EmitResult(directory / name, copied, GENERATED)
 
@@ -239,7 +313,32 @@ when its context is at most **{agent} tokens** and the previous reply was at mos
 tokens**; first turns, long replies, agent contexts and writes that do not fit memory go to
 SSD; shared prefixes stay in memory. Source: {where}.
 
+Install it (`pyproject.toml` is beside this directory): `pip install DIR` (or `pip wheel DIR`);
+numpy is its only requirement, and `pip install 'DIR[vllm]'` (`[sglang]`, `[lmcache]`,
+`[trace]` for Parquet captures) adds an engine. The thresholds are data: `thresholds.toml`,
+read at import; `FLATCAKE_THRESHOLDS=/path/other.toml` replaces it without a rebuild.
+
 Check it runs here: `python -m {name}.smoke`.
+
+## Adapters (`{name}.adapters`)
+
+Each is a thin module over `FlatStore`, importing its engine only when it is imported itself.
+Set `FLATCAKE_TRACE=/path/capture.jsonl` to record what each sees (`fcctl analyze` reads it).
+
+* vLLM 0.34.0: `--kv-transfer-config '{{"kv_connector": "OffloadingConnector", "kv_role":
+  "kv_both", "kv_connector_extra_config": {{"spec_name": "FlatCakeOffloadingSpec",
+  "spec_module_path": "{name}.adapters.vllm", "directory": "/nvme/kv"}}}}'`; per request
+  `"kv_transfer_params": {{"session_id": "..."}}`.
+* SGLang 0.5.23: `--hicache-storage-backend dynamic --hicache-storage-backend-extra-config
+  '{{"backend_name": "flatcake", "module_path": "{name}.adapters.sglang", "class_name":
+  "FlatCakeHiCacheStorage", "interface_v1": 1, "directory": "/nvme/kv"}}'`.
+* LMCache 0.5.6: `storage_plugins: ["flatcake"]`, `extra_config:
+  {{storage_plugin.flatcake.module_path: {name}.adapters.lmcache,
+  storage_plugin.flatcake.class_name: FlatCakeStoragePlugin, flatcake.directory: /nvme/kv}}`;
+  per request the tag `lmcache.tag.session_id`.
+
+Without a session id an adapter links a write to the session whose last stored block ends
+the request's prefix chain, else starts a new one (`adapters/common.py`).
 
 ## What is ready
 
@@ -255,7 +354,8 @@ Check it runs here: `python -m {name}.smoke`.
 | per-session reclamation | `reclaim.py` | ready |
 | two-queue scheduler (FC-MAS) | `scheduler.py` | ready |
 | engine facade `FlatStore` | `store.py` | ready |
-| vLLM / SGLang / LMCache adapters | | **not yet**: the hook points below say where each call goes |
+| engine adapters | `adapters/` | ready: vLLM 0.34.0, SGLang 0.5.23, LMCache 0.5.6 |
+| thresholds as data | `rule_file.py`, `thresholds.toml` | ready (`FLATCAKE_THRESHOLDS`) |
 
 ## How an engine calls it
 
@@ -297,7 +397,7 @@ store.write_turn(session, t, kv_bytes, tokens=new, medium=p.medium, now_s=now)
 store.reclaim(now)                         # at the watermark, whole sessions
 ```
 
-## Hook points
+## Hook points (where each engine's calls go; what the adapters implement or why not)
 
 **vLLM, `KVConnectorBase_V1`** (a connector class loaded through `kv_transfer_config`; the
 session id rides in the request's `kv_transfer_params`):

@@ -11,5 +11,6 @@ FORMAT_NAMES: tuple[str, ...] = (
     "parquet",
     "tracelab",
     "dynamo",
+    "flatcake",
     "generic",
 )

@@ -156,7 +156,8 @@ def register(app: typer.Typer) -> None:
             )  # fmt: skip
             print(
                 f"wrote {emitted.package_dir}: {len(emitted.copied)} core modules, "
-                f"{', '.join(emitted.generated)}, {MANIFEST} (check: python -m {emit_name}.smoke)",
+                f"{', '.join(emitted.generated)}, {MANIFEST}; {emit}/pyproject.toml "
+                f"(install: pip install {emit}; check: python -m {emit_name}.smoke)",
                 file=sys.stderr,
             )
         print_result(result, as_json=as_json, print_summary=print_summary)

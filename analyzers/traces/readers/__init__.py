@@ -30,6 +30,7 @@ from fcctl.analyzers.traces.readers.azure import AzureReader
 from fcctl.analyzers.traces.readers.bailian import BailianReader
 from fcctl.analyzers.traces.readers.claude_code import ClaudeCodeReader
 from fcctl.analyzers.traces.readers.dynamo import DynamoReader
+from fcctl.analyzers.traces.readers.flatcake import FlatCakeReader
 from fcctl.analyzers.traces.readers.generic import GenericReader, columns_error
 from fcctl.analyzers.traces.readers.mooncake import MooncakeReader
 from fcctl.analyzers.traces.readers.parquet import ParquetReader
@@ -78,7 +79,8 @@ class TraceReader(Protocol):
 
 
 # Sniffed in this order: the most specific signatures first (Bailian and Dynamo rows also
-# carry Mooncake's fields, so both go before Mooncake).
+# carry Mooncake's fields, so both go before Mooncake; FlatCake captures carry Dynamo's
+# session_id and hash_ids, so they go before Dynamo).
 FORMATS: dict[str, TraceReader] = {
     reader.name: reader
     for reader in (
@@ -87,6 +89,7 @@ FORMATS: dict[str, TraceReader] = {
         ClaudeCodeReader(),
         TraceLabReader(),
         BailianReader(),
+        FlatCakeReader(),
         DynamoReader(),
         MooncakeReader(),
         GenericReader(),  # never sniffed: chosen by a column mapping

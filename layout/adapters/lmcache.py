@@ -1,0 +1,292 @@
+"""LMCache storage plugin over the storage core: ``FlatCakeStoragePlugin(StoragePluginInterface)``.
+
+Targets LMCache 0.5.6, ``lmcache/v1/storage_backend/abstract_backend.py``
+(``StoragePluginInterface``), loaded by ``storage_plugin_launcher`` in
+``lmcache/v1/storage_backend/__init__.py``: for each name in ``storage_plugins`` it imports
+``extra_config["storage_plugin.<name>.module_path"]`` and calls the class with ``config=,
+dst_device=, metadata=, local_cpu_backend=, loop=``. Enable it in the LMCache config::
+
+    storage_plugins: ["flatcake"]
+    extra_config:
+      storage_plugin.flatcake.module_path: flatcake_store.adapters.lmcache
+      storage_plugin.flatcake.class_name: FlatCakeStoragePlugin
+      flatcake.directory: /nvme/kv
+      flatcake.host_bytes: 17179869184
+      flatcake.ssd_bytes: 2199023255552
+
+Why this interface and not the multi-process ``L2AdapterInterface``: 0.5.6 still loads
+in-process plugins from ``storage_plugins`` (the launcher above) beside its local CPU backend,
+and an in-process plugin sees the request's tags; the MP L2 adapter runs in LMCache's server
+process, completes through eventfds and only ever fills the server's CPU L1, so it needs a
+server to test against and still could not deliver more than this plugin does here.
+
+Keys are ``CacheEngineKey`` (a chunk's prefix hash, ``chunk_size`` tokens, 256 by default).
+The session id arrives as the request tag ``lmcache.tag.session_id`` (vLLM:
+``kv_transfer_params={"lmcache.tag.session_id": "chat-7"}``), which LMCache folds into every
+key's ``tags``; ``cache_salt`` exists only on the multi-process mode's keys in 0.5.6. Without a
+tag the write-time rule's fallback links a put to the session of the last stored chunk of the
+request's lookup chain (this plugin remembers the most recent lookup chains, bounded).
+
+A chunk is kept whole (its ``MemoryObj`` bytes, padded to the largest chunk; one store *layer*):
+the GPU connector consumes retrieved chunks whole, not layer by layer. What it cannot deliver:
+the placement's reply-length signal (not passed to storage), the two-queue scheduler (LMCache
+decides retrieval order), and GDS into the GPU (use LMCache's own ``GdsBackend`` for that).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+try:
+    import torch
+    from lmcache.utils import CacheEngineKey
+    from lmcache.v1.memory_management import (
+        MemoryObj,
+        MemoryObjMetadata,
+        TensorMemoryObj,
+    )
+    from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface
+except ImportError as e:  # pragma: no cover - depends on the engine being installed
+    raise ImportError(
+        f"the LMCache adapter needs lmcache (0.5.6) and torch ({e}); "
+        "pip install 'flatcake_store[lmcache]'"
+    ) from e
+
+from ..placement import PlacementRule
+from .common import Clock, SessionKV, StoreOptions, key_hex, session_name
+from .trace import TraceRecorder
+
+ENGINE = "lmcache"
+SESSION_TAG = "session_id"
+SESSION_SOURCE = "lmcache.tag"
+CONFIG_PREFIX = "flatcake."
+#: Lookup chains remembered for the fallback (chunk key -> its chain), bounded.
+MAX_CHAIN_KEYS = 65536
+
+
+def _session_of(key: CacheEngineKey) -> Any:
+    for name, value in key.tags or ():
+        if name == SESSION_TAG:
+            return value
+    return None
+
+
+class FlatCakeStoragePlugin(StoragePluginInterface):
+    """LMCache chunks in FlatCake session files (module docstring).
+
+    ``page_bytes``: the largest chunk in bytes; default the engine metadata's full chunk
+    (``kv_shape`` x dtype), else the first chunk stored. ``rule`` / ``trace`` as
+    :class:`.common.SessionKV`.
+    """
+
+    def __init__(
+        self,
+        dst_device: str = "cpu",
+        config: Any = None,
+        metadata: Any = None,
+        local_cpu_backend: Any = None,
+        loop: Any = None,
+        *,
+        page_bytes: int | None = None,
+        rule: PlacementRule | str | os.PathLike[str] | None = None,
+        trace: str | os.PathLike[str] | None = None,
+    ) -> None:
+        super().__init__(dst_device=dst_device, config=config, metadata=metadata,
+                         local_cpu_backend=local_cpu_backend, loop=loop)  # fmt: skip
+        extra = dict(getattr(config, "extra_config", None) or {})
+        ours = {k[len(CONFIG_PREFIX) :]: v for k, v in extra.items() if k.startswith(CONFIG_PREFIX)}
+        rank = int(getattr(metadata, "worker_id", 0) or 0)
+        self.options = StoreOptions.from_config(ours, rank=rank)
+        self.chunk_tokens = int(getattr(config, "chunk_size", 256) or 256)
+        self.page_bytes = page_bytes or int(ours.get("page_bytes", 0)) or _full_chunk(metadata)
+        self.rule = rule
+        self.recorder = TraceRecorder.from_environment(trace, engine=ENGINE)
+        self.clock = Clock()  # the store's too, once open: one clock for the capture
+        self.kv: SessionKV | None = None
+        if self.page_bytes:
+            self._open(self.page_bytes)
+        # chunk key -> (shape, dtype, format, bytes) of the object stored under it
+        self.objects: dict[CacheEngineKey, tuple[torch.Size, torch.dtype, Any, int]] = {}
+        self.chains: OrderedDict[CacheEngineKey, tuple[CacheEngineKey, ...]] = OrderedDict()
+        self.pinned: dict[CacheEngineKey, int] = {}
+
+    def _open(self, page_bytes: int) -> SessionKV:
+        if self.kv is None:
+            self.page_bytes = page_bytes
+            self.kv = SessionKV(self.options, engine=ENGINE, layers=1, layer_page_bytes=page_bytes,
+                                tokens_per_key=self.chunk_tokens, rule=self.rule)  # fmt: skip
+            self.kv.recorder = self.recorder
+            self.kv.clock = self.clock  # started earlier: never behind the store's
+        return self.kv
+
+    # lookups ----------------------------------------------------------------------------
+    def contains(self, key: CacheEngineKey, pin: bool = False) -> bool:
+        found = self.kv is not None and self.kv.lookup([key]) == 1
+        if found and pin:
+            self.pin(key)
+        return found
+
+    def batched_contains(self, keys: list[CacheEngineKey], pin: bool = False) -> int:
+        """The stored prefix of a request's chunk chain; the chain is remembered for the
+        fallback and recorded to the trace."""
+        self._remember(keys)
+        self._record(keys)
+        hits = 0 if self.kv is None else self.kv.lookup(keys)
+        if pin:
+            for k in keys[:hits]:
+                self.pin(k)
+        return hits
+
+    def _record(self, keys: Sequence[CacheEngineKey]) -> None:
+        if self.recorder is None or not keys:
+            return
+        session, tokens = _session_of(keys[0]), len(keys) * self.chunk_tokens
+        if self.kv is not None:
+            self.kv.record(keys, session_id=session, source=SESSION_SOURCE, input_tokens=tokens,
+                           trace_keys=[k.chunk_hash for k in keys])  # fmt: skip
+            return
+        named = session is not None and str(session)
+        self.recorder.record(
+            timestamp_s=self.clock(),
+            session_id=session_name(session) if named else "h-" + key_hex(keys[0])[:40],
+            session_source=SESSION_SOURCE if named else "chained",
+            keys=[k.chunk_hash for k in keys],
+            block_size_tokens=self.chunk_tokens,
+            input_tokens=tokens,
+        )
+
+    def _remember(self, keys: Sequence[CacheEngineKey]) -> None:
+        chain = tuple(keys)
+        for k in chain:
+            self.chains[k] = chain
+            self.chains.move_to_end(k)
+        while len(self.chains) > MAX_CHAIN_KEYS:
+            self.chains.popitem(last=False)
+
+    def exists_in_put_tasks(self, key: CacheEngineKey) -> bool:
+        return False  # puts complete before batched_submit_put_task returns
+
+    # writes -----------------------------------------------------------------------------
+    def batched_submit_put_task(
+        self,
+        keys: Sequence[CacheEngineKey],
+        objs: list[MemoryObj],
+        transfer_spec: Any = None,
+        on_complete_callback: Callable[[CacheEngineKey], None] | None = None,
+    ) -> list[Future[Any]] | None:
+        """Store the chunks as one turn of their session (synchronously; ``None`` as the
+        interface says for a synchronous put)."""
+        if not keys:
+            return None
+        sizes = [o.get_size() for o in objs]
+        kv = self._open(max(sizes))
+        pages = np.zeros((len(keys), 1, kv.layer_page_bytes), dtype=np.uint8)
+        for i, obj in enumerate(objs):
+            if sizes[i] > kv.layer_page_bytes:
+                raise ValueError(
+                    f"objs: a chunk is at most {kv.layer_page_bytes} bytes here; got {sizes[i]}"
+                )
+            raw = obj.tensor.contiguous().view(-1).view(torch.uint8).cpu().numpy()
+            pages[i, 0, : raw.nbytes] = raw
+        chain = self.chains.get(keys[0], ())
+        prefix = chain[: chain.index(keys[0])] if keys[0] in chain else ()
+        kv.write(list(keys), pages, prefix=prefix, session_id=_session_of(keys[0]))
+        for k, obj, size in zip(keys, objs, sizes, strict=True):
+            self.objects[k] = (obj.get_shape(), obj.get_dtype(), obj.get_memory_format(), size)
+            if on_complete_callback is not None:
+                on_complete_callback(k)
+        return None
+
+    # reads ------------------------------------------------------------------------------
+    def get_blocking(self, key: CacheEngineKey) -> MemoryObj | None:
+        got = self.batched_get_blocking([key])
+        return got[0]
+
+    def batched_get_blocking(self, keys: list[CacheEngineKey]) -> list[MemoryObj | None]:
+        """The chunks, restored with one coalesced read per session; ``None`` for a chunk not
+        stored."""
+        if self.kv is None:
+            return [None] * len(keys)
+        present = [k for k in keys if self.kv.lookup([k]) == 1]
+        pages = self.kv.read(present) if present else None
+        found = dict(zip(present, pages, strict=True)) if pages is not None else {}
+        return [self._object(k, found[k][0]) if k in found else None for k in keys]
+
+    def get_non_blocking(
+        self, key: CacheEngineKey, location: str | None = None
+    ) -> Future[Any] | None:
+        obj = self.get_blocking(key)
+        if obj is None:
+            return None
+        done: Future[Any] = Future()
+        done.set_result(obj)
+        return done
+
+    def _object(self, key: CacheEngineKey, page: np.ndarray) -> MemoryObj | None:
+        shape, dtype, fmt, size = self.objects[key]
+        obj = None
+        if self.local_cpu_backend is not None:
+            obj = self.local_cpu_backend.allocate(shape, dtype, fmt)
+        if obj is None:
+            raw = torch.empty(size, dtype=torch.uint8)
+            meta = MemoryObjMetadata(shape=shape, dtype=dtype, address=0, phy_size=size,
+                                     ref_count=1, fmt=fmt)  # fmt: skip
+            obj = TensorMemoryObj(raw, meta, None)
+        obj.tensor.contiguous().view(-1).view(torch.uint8).copy_(torch.from_numpy(page[:size]))
+        return obj
+
+    # pins and removal -------------------------------------------------------------------
+    def pin(self, key: CacheEngineKey) -> bool:
+        if self.kv is None or self.kv.lookup([key]) != 1:
+            return False
+        self.pinned[key] = self.pinned.get(key, 0) + 1
+        return True
+
+    def unpin(self, key: CacheEngineKey) -> bool:
+        if self.pinned.get(key, 0) < 1:
+            return False
+        self.pinned[key] -= 1
+        if not self.pinned[key]:
+            del self.pinned[key]
+        return True
+
+    def remove(self, key: CacheEngineKey, force: bool = True) -> bool:
+        """Remove ``key``: its whole session goes (a session is stored whole), unless one of
+        its chunks is pinned and ``force`` is false."""
+        if self.kv is None or self.kv.lookup([key]) != 1:
+            return False
+        session = self.kv.index.where[key][0]
+        held = self.kv.index.sessions[session].keys
+        if not force and any(k in self.pinned for k in held):
+            return False
+        for k in self.kv.evict_session(session):
+            self.objects.pop(k, None)
+            self.pinned.pop(k, None)
+        return True
+
+    def get_allocator_backend(self) -> Any:
+        return self.local_cpu_backend
+
+    def touch_cache(self) -> None:
+        return None  # recency is the core's (sessions touched by their reads)
+
+    def close(self) -> None:
+        if self.kv is not None:
+            self.kv.close()
+        elif self.recorder is not None:
+            self.recorder.close()
+
+
+def _full_chunk(metadata: Any) -> int:
+    """Bytes of one full chunk from LMCache's engine metadata (0 when not known)."""
+    shape = getattr(metadata, "kv_shape", None)
+    dtype = getattr(metadata, "kv_dtype", None)
+    if not shape or dtype is None:
+        return 0
+    return int(np.prod(shape)) * int(torch.empty((), dtype=dtype).element_size())
