@@ -94,10 +94,18 @@ def exit_status_of(e: BaseException) -> int:
 
 
 def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
+    label = func.__name__.replace("_", "-")
+
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from fcctl.common.signals import first_interrupt_raises
+
         try:
-            return func(*args, **kwargs)
+            # Every command: the first SIGINT, SIGTERM or SIGHUP raises, so temporary outputs
+            # and child processes go in the ``finally`` blocks on the way out; later ones only
+            # say "cleaning up" (and stay ignored once the command is ending).
+            with first_interrupt_raises(ignore_after=True, label=label):
+                return func(*args, **kwargs)
         except InputError as e:
             raise fail(input_error_message(e, flags), EXIT_BAD_INPUT) from None
         except RunFailed as e:
@@ -116,7 +124,9 @@ def cli_errors(func: F) -> F: ...
 @overload
 def cli_errors(*, flags: Mapping[str, str]) -> Callable[[F], F]: ...
 def cli_errors(func: F | None = None, *, flags: Mapping[str, str] | None = None) -> Any:
-    """Decorate a command: bad input becomes one line and exit 2, never a traceback.
+    """Decorate a command: bad input becomes one line and exit 2, never a traceback; a failed
+    run one line and exit 1; SIGINT, SIGTERM and SIGHUP interrupt it (its ``finally`` blocks
+    remove temporary outputs and stop child processes) with exit 130, 143 and 129.
 
     ``flags`` maps library parameter names to this command's flags where the rule
     ``kv_dtype`` -> ``--kv-dtype`` does not hold (``{"config_path": "--model-config"}``).
