@@ -1268,7 +1268,7 @@ def check_output(out: Path, *, force: bool) -> None:
 
 def write_page(html: str, out: Path) -> None:
     """A temporary sibling, then a rename: a reader never sees half a page."""
-    write_text_atomic(out, html)
+    write_text_atomic(out, html, flag="-o")
 
 
 @dataclass(frozen=True)

@@ -139,8 +139,9 @@ def temporary_sibling_file(target: Path) -> Iterator[Path]:
 def write_text_atomic(path: str | os.PathLike[str], text: str, *, flag: str | None = None) -> None:
     """Write ``path`` through a temporary sibling and a rename: never half a file.
 
-    A full disk (and the like, :data:`MACHINE_ERRNOS`) is :class:`RunFailed` naming ``path``
-    (after ``flag``, e.g. ``-o``); the temporary is removed on every failure and interrupt.
+    With ``flag`` (e.g. ``-o``: ``path`` is a command's output itself) a full disk (and the
+    like, :data:`MACHINE_ERRNOS`) is :class:`RunFailed` naming both; otherwise the ``OSError``
+    names ``path``. The temporary is removed on every failure and interrupt.
     """
     path = Path(path)
     where = f"{flag} {path}" if flag else str(path)
@@ -153,10 +154,12 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, *, flag: str | No
                 os.fsync(f.fileno())
             os.replace(tmp, path)
     except OSError as e:
-        failed = write_failed(where, f"writing {path.name}", e)
-        if failed is not None:
-            raise failed from None
-        raise
+        if flag is not None:
+            failed = write_failed(where, f"writing {path.name}", e)
+            if failed is not None:
+                raise failed from None
+        # Named after the file being written, not its temporary (atomic_out_dir names it so).
+        raise type(e)(e.errno, e.strerror, os.fspath(path)) from None
 
 
 def _newest_entry(root: Path) -> Path | None:
@@ -174,16 +177,64 @@ def _newest_entry(root: Path) -> Path | None:
     return newest
 
 
+def _watched_dir(path: Path) -> Path:
+    """``path`` as a Path that remembers the last path under it handed to the OS.
+
+    Every writer (``open``, polars, matplotlib) turns its path into a string through
+    ``os.fspath``, and a path joined under this one keeps its class, so when a write fails
+    the last path taken is the file being written, whichever library wrote it and whether or
+    not its error carries a file name.
+    """
+    seen: list[str] = []
+
+    class _Watched(type(path)):  # type: ignore[misc]
+        def __fspath__(self) -> str:
+            text = super().__fspath__()
+            seen[:] = [text]
+            return text
+
+    _Watched.last = seen  # type: ignore[attr-defined]
+    return _Watched(path)
+
+
 def _failing_name(tmp: Path, e: BaseException) -> str:
     """The output file a write into ``tmp`` failed on, relative to it."""
-    for name in (getattr(e, "filename", None), getattr(e, "filename2", None)):
+    last = getattr(type(tmp), "last", [])
+    for name in (getattr(e, "filename", None), getattr(e, "filename2", None), *last):
         if name:
             try:
-                return str(Path(name).absolute().relative_to(tmp))
+                relative = Path(name).absolute().relative_to(tmp)
             except ValueError:
-                pass
+                continue
+            if str(relative) != ".":
+                return str(relative)
     newest = _newest_entry(tmp)
     return str(newest.relative_to(tmp)) if newest is not None else "its first file"
+
+
+#: Free space below which a writer's error without an errno is taken for a full disk.
+FULL_BELOW_BYTES = 64 * 1024
+
+
+def _full_after(tmp: Path, e: BaseException) -> str | None:
+    """Why ``e``, a writer's error that lost its errno, means the disk under ``tmp`` is full.
+
+    Some writers (polars' streaming Parquet sink) report ENOSPC as a broken file ("Invalid
+    thrift: transport error"); the free space after the failure tells what happened.
+    """
+    if isinstance(e, OSError) or machine_failure(e) is not None:
+        return None
+    if not isinstance(e, Exception) or isinstance(e, RuntimeError | ValueError | TypeError):
+        return None  # our own bugs and refusals, not a writer's I/O error
+    try:
+        st = os.statvfs(tmp)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= FULL_BELOW_BYTES:
+        return None
+    said = " ".join(str(e).split())[:100]
+    return f"{free} bytes free on its file system; the writer said: {said}"
 
 
 def _move_into_place(tmp: Path, out: Path) -> None:
@@ -221,7 +272,7 @@ def atomic_out_dir(
     out = Path(out)
     where = f"{flag} {out}"
     check_out_dir(out, force=force, marker=marker, command=command, flag=flag)
-    tmp = _fresh_sibling(out, ".tmp-")
+    tmp = _watched_dir(_fresh_sibling(out, ".tmp-"))
     phase = "creating it"
     try:
         out.absolute().parent.mkdir(parents=True, exist_ok=True)
@@ -237,11 +288,17 @@ def atomic_out_dir(
         with deferred_interrupts():
             _move_into_place(tmp, out)
     except BaseException as e:
+        full = None
         if phase == "writing" and not isinstance(e, KeyboardInterrupt):
             phase = f"writing {_failing_name(tmp, e)}"
+            full = _full_after(tmp, e)
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, KeyboardInterrupt | RunFailed | FcctlInputError):
             raise
+        if full is not None:
+            raise RunFailed(
+                f"{where}: disk full while {phase} ({full}); nothing was left behind"
+            ) from None
         failed = write_failed(where, phase, e)
         if failed is not None:
             raise failed from None
