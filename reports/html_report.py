@@ -146,6 +146,32 @@ def thin(xs: list[float], ys: list[float], limit: int = MAX_CURVE_POINTS) -> tup
     return [xs[i] for i in idx], [ys[i] for i in idx]
 
 
+#: The columns the page reads from each ``--out`` table, and what they must hold.
+PARQUET_COLUMNS: dict[str, dict[str, str]] = {
+    "histograms.parquet": {"metric": "text", "count": "numbers", "bucket_hi": "numbers"},
+    "sessions.parquet": {"kv_bytes": "numbers"},
+    "memory_tier_curve.parquet": {"capacity_bytes": "numbers", "lru_hit_share": "numbers"},
+}
+
+
+def _check_columns(frame: Any, path: Path, name: str) -> None:
+    """Every column the page reads from table ``name`` is there and of its kind."""
+    import polars as pl
+
+    for column, kind in PARQUET_COLUMNS.get(name, {}).items():
+        if column not in frame.columns:
+            raise ReportInputError(
+                f"{display_path(path)}: column {column!r}: missing (an fcctl {name} has it); "
+                f"got columns {', '.join(frame.columns) or 'none'}"
+            )
+        dtype = frame.schema[column]
+        ok = dtype.is_numeric() if kind == "numbers" else dtype in (pl.String, pl.Categorical)
+        if not ok:
+            raise ReportInputError(
+                f"{display_path(path)}: column {column!r}: expected {kind}; got {dtype}"
+            )
+
+
 def _parquet(inp: Input, name: str) -> Any | None:
     """A Parquet table of ``inp``'s ``--out`` directory, or None (a bare JSON, or absent)."""
     if inp.directory is None or not (inp.directory / name).is_file():
@@ -154,12 +180,14 @@ def _parquet(inp: Input, name: str) -> Any | None:
 
     path = inp.directory / name
     try:
-        return pl.read_parquet(path)
+        frame = pl.read_parquet(path)
     except Exception as e:  # polars raises several types for a damaged file
         first = " ".join(str(e).split())[:160]
         raise ReportInputError(
             f"{display_path(path)}: not a readable Parquet table: {first}"
         ) from None
+    _check_columns(frame, path, name)
+    return frame
 
 
 # --- the trace ------------------------------------------------------------------------------
@@ -1266,6 +1294,40 @@ def check_output(out: Path, *, force: bool) -> None:
         raise ReportOutputError(f"-o {shown}: cannot create files in {display_path(parent)}")
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def check_not_an_input(out: Path, inputs: Sequence[Path]) -> None:
+    """Refuse an ``-o`` that is one of the inputs, or lies inside an input directory.
+
+    Compared by resolved path and by device and inode, so a link or another spelling of an
+    input is caught too: ``--force`` replaces an earlier page, never what the page is made of.
+    """
+    shown = display_path(out)
+    page = out.resolve()
+    page_id = _identity(out)
+    parent_id = _identity(out.absolute().parent)
+    for given in inputs:
+        where = display_path(given)
+        if given.is_dir():
+            inside = (
+                page.is_relative_to(given.resolve())
+                or (parent_id is not None and parent_id == _identity(given))
+                or (page_id is not None and any(_identity(f) == page_id for f in given.iterdir()))
+            )
+            if inside:
+                raise ReportOutputError(
+                    f"-o {shown}: is inside the input directory {where}; choose a page outside it"
+                )
+        elif page == given.resolve() or (page_id is not None and page_id == _identity(given)):
+            raise ReportOutputError(f"-o {shown}: is the input {where}; choose another file")
+
+
 def write_page(html: str, out: Path) -> None:
     """A temporary sibling, then a rename: a reader never sees half a page."""
     write_text_atomic(out, html, flag="-o")
@@ -1287,6 +1349,7 @@ def make_report(
     """Read every input, build the page and write it to ``out``; nothing is written on error."""
     out = Path(out)
     check_output(out, force=force)
+    check_not_an_input(out, [Path(p) for p in paths])
     inputs = read_inputs([Path(p) for p in paths])
     html = build_page(inputs, title=title)
     write_page(html, out)
