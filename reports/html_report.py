@@ -249,9 +249,7 @@ def trace_section(inputs: dict[str, Input]) -> str:
     rows.append(
         (
             "counting",
-            "exact: every block access counted"
-            if sampling is None
-            else "sampled: " + json.dumps(sampling.value),
+            "exact: every block access counted" if sampling is None else _sampling_legend(sampling),
         )
     )
     rows.append(("read by", f"fcctl {first.command} ({first.shown})"))
@@ -404,9 +402,38 @@ def _tier_chart(inp: Input) -> str:
     )
 
 
+def _sampling_legend(sampling: Node) -> str:
+    """analyze's own legend of the sampled figures (rate, exact head, error bound)."""
+    bound = sampling["error_bound"]
+    return fmt.sampling_legend(
+        sampling["rate"].need_num(),
+        int(sampling["exact_below_blocks"].need_num()),
+        bound["hit_share_mean_abs_pp"].as_num(),
+        bound["hit_share_max_abs_pp"].as_num(),
+    )
+
+
+def _sampled(doc: Node) -> Node | None:
+    """The analysis' ``trace.sampling`` when some figures are estimated from a sample."""
+    trace = doc.get("trace")
+    if trace is None:
+        return None
+    sampled = trace.get("sampled")
+    if sampled is not None and not sampled.as_bool():
+        return None
+    return trace.get("sampling")
+
+
 def reuse_section(inp: Input) -> str:
     doc = inp.doc
     parts = []
+    sampling = _sampled(doc)
+    mark = fmt.SAMPLED_MARK if sampling is not None else ""
+    if sampling is not None:
+        # The terminal's legend, word for word: the marked rows below are estimates.
+        parts.append(
+            f'<p id="sampling-legend" class="note">{escape(_sampling_legend(sampling))}</p>'
+        )
     if doc["reuse_access_share"].is_null():
         parts.append(
             para(
@@ -436,8 +463,8 @@ def reuse_section(inp: Input) -> str:
                     [
                         ("requests", rd["requests"], fmt.number),
                         ("seconds", rd["seconds"], fmt.number),
-                        ("LRU stack (blocks)", rd["stack_blocks"], fmt.number),
-                        ("LRU stack (bytes)", rd["stack_bytes"], fmt.size),
+                        (mark + "LRU stack (blocks)", rd["stack_blocks"], fmt.number),
+                        (mark + "LRU stack (bytes)", rd["stack_bytes"], fmt.size),
                     ],
                     ("p50", "p90", "p99"),
                 ),
@@ -475,7 +502,11 @@ def reuse_section(inp: Input) -> str:
         rows = []
         for p in doc["memory_tier"]:
             cap, blocks = p["capacity_bytes"].as_num(), p["capacity_blocks"].as_num()
-            cells: list[CellLike] = [Cell(fmt.size(cap), cap), Cell(fmt.number(blocks), blocks)]
+            point_mark = fmt.SAMPLED_MARK if (q := p.get("sampled")) and q.as_bool() else ""
+            cells: list[CellLike] = [
+                Cell(point_mark + fmt.size(cap), cap),
+                Cell(fmt.number(blocks), blocks),
+            ]
             for key in ("lru_hit_share", "share_of_ideal", "ssd_reuse_share"):
                 v = p[key].as_num()
                 cells.append(Cell(fmt.share(v), v))

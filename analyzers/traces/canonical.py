@@ -20,7 +20,7 @@ from fcctl.analyzers.traces.readers.parquet import PARQUET_MAGIC
 from fcctl.analyzers.traces.schema import Trace, table_columns
 from fcctl.analyzers.traces.trace_metadata import METADATA_KEY, trace_metadata
 from fcctl.common.errors import FcctlInputError
-from fcctl.common.outdir import temporary_sibling_file, write_failed
+from fcctl.common.outdir import machine_failure, temporary_sibling_file, write_failed
 from fcctl.common.paths import display_path
 
 
@@ -89,8 +89,10 @@ def write_canonical(trace: Trace, path: str | Path, *, force: bool = False) -> N
     """
     target = Path(path)
     check_output_file(target, force=force)
+    created = False
     try:
         with temporary_sibling_file(target) as tmp:
+            created = True
             trace.requests.select(table_columns(trace.requests.columns)).write_parquet(
                 tmp, compression="zstd", metadata=trace_metadata(trace)
             )
@@ -99,6 +101,11 @@ def write_canonical(trace: Trace, path: str | Path, *, force: bool = False) -> N
                 os.fsync(written.fileno())
             os.replace(tmp, target)
     except (OSError, pl.exceptions.PolarsError) as e:
+        if not created and isinstance(e, OSError) and machine_failure(e) is None:
+            raise FcctlInputError(
+                f"{display_path(target)}: cannot create it ({e.strerror}: "
+                f"{display_path(e.filename or target.parent)})"
+            ) from None
         raise _write_failed(target, e) from None
 
 
