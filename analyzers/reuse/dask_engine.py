@@ -255,6 +255,37 @@ def _facts(client: Client, cluster: str, address: str) -> ClusterFacts:
     )
 
 
+def _probe(scheduler: str, timeout_s: float) -> None:
+    """Ask the scheduler at ``scheduler`` who it is; TimeoutError unless it answers (the
+    connect, the handshake and the reply together) within ``timeout_s`` seconds."""
+    import asyncio
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def ask() -> None:
+        comm = None
+        try:
+            comm = await connect(
+                scheduler,
+                timeout=timeout_s,
+                **Security().get_connection_args("client"),
+            )
+            await comm.write({"op": "identity", "reply": True})
+            await comm.read()
+        finally:
+            if comm is not None:
+                comm.abort()
+
+    async def bounded() -> None:
+        try:
+            await asyncio.wait_for(ask(), timeout_s)
+        except TimeoutError:
+            raise TimeoutError(f"no answer within {timeout_s:g} s") from None
+
+    asyncio.run(bounded())
+
+
 def _connect(scheduler: str) -> Client:
     """A client of the scheduler at ``scheduler`` with at least one worker, or exit 2."""
     from distributed import Client
@@ -266,6 +297,9 @@ def _connect(scheduler: str) -> Client:
             parameter="scheduler",
         )
     try:
+        # Client's own timeout covers the TCP connect, not a peer that accepts and then never
+        # answers (its start waits on that reply for ever): asked first, within the bound.
+        _probe(scheduler, CONNECT_TIMEOUT_S)
         client = Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     except Exception as e:  # OSError, TimeoutError, ValueError: unreachable or malformed
         reason = " ".join(str(e).split())[:160] or type(e).__name__
