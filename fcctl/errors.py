@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Mapping
+import typing
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar, overload
 
 import typer
@@ -75,13 +76,44 @@ def flag_for(parameter: str, flags: Mapping[str, str] | None = None) -> str:
     return "--" + parameter.replace("_", "-")
 
 
-def input_error_message(e: InputError, flags: Mapping[str, str] | None = None) -> str:
-    """The message of ``e``, its leading parameter name replaced by the flag."""
+def input_error_message(
+    e: InputError,
+    flags: Mapping[str, str] | None = None,
+    command_flags: Collection[str] | None = None,
+) -> str:
+    """The message of ``e``, its leading parameter name replaced by the flag.
+
+    ``command_flags`` (the flags the command has): a parameter whose flag is not among them
+    keeps its own name, so a message never names a flag the command does not have (a storage
+    core check, ``now_s: ...``, reached through replay's simulation is not ``--now-s``).
+    """
     text = str(e)
     parameter = getattr(e, "parameter", None)
     if parameter and text.startswith(f"{parameter}:"):
-        text = flag_for(parameter, flags) + text[len(parameter) :]
+        flag = flag_for(parameter, flags)
+        if command_flags is None or flag in command_flags:
+            text = flag + text[len(parameter) :]
     return text
+
+
+def command_flags(func: Callable[..., Any]) -> frozenset[str] | None:
+    """Every flag of a typer command function (from its ``typer.Option`` annotations); None
+    when they cannot be read."""
+    try:
+        hints = typing.get_type_hints(func, include_extras=True)
+    except Exception:  # a name the annotations use is not importable here: no filtering
+        return None
+    found: set[str] = set()
+    for name, hint in hints.items():
+        metadata = getattr(hint, "__metadata__", ())
+        options = [m for m in metadata if isinstance(m, typer.models.OptionInfo)]
+        for option in options:
+            decls = [*(option.param_decls or ())]
+            if isinstance(option.default, str) and option.default.startswith("-"):
+                decls.append(option.default)
+            for decl in decls or ["--" + name.replace("_", "-")]:
+                found.update(d for d in decl.split("/") if d.startswith("--"))
+    return frozenset(found)
 
 
 def exit_status_of(e: BaseException) -> int:
@@ -95,6 +127,7 @@ def exit_status_of(e: BaseException) -> int:
 
 def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
     label = func.__name__.replace("_", "-")
+    own: list[frozenset[str] | None] = []  # read on the first error, not at every start
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -107,7 +140,9 @@ def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
             with first_interrupt_raises(ignore_after=True, label=label):
                 return func(*args, **kwargs)
         except InputError as e:
-            raise fail(input_error_message(e, flags), EXIT_BAD_INPUT) from None
+            if not own:
+                own.append(command_flags(func))
+            raise fail(input_error_message(e, flags, own[0]), EXIT_BAD_INPUT) from None
         except RunFailed as e:
             raise fail(str(e), EXIT_RUN_FAILED) from None
         except KeyboardInterrupt as e:
