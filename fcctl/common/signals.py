@@ -193,6 +193,27 @@ def starting_children() -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored (process-wide) while processes start that another thread launches (a Dask
+    LocalCluster starts its workers from its event loop's thread, so :func:`starting_children`,
+    which blocks signals in the calling thread, cannot reach them); they inherit ``SIG_IGN``.
+
+    A Ctrl-C at the terminal goes to the whole process group: the workers leave it to this
+    process, which closes them, instead of dying half-started with tracebacks of their own. A
+    Ctrl-C in this window (about a second) is lost; the next one stops the run. Main thread
+    only.
+    """
+    if not _in_main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def worker_ignores_sigint() -> None:
     """In a worker started by :func:`starting_children`: ignore SIGINT for good (the parent
     stops its workers itself on Ctrl-C), and let SIGTERM and SIGHUP end it again (the parent
@@ -209,4 +230,5 @@ __all__ = [
     "held_signals",
     "interruption",
     "interrupts_raise",
+    "sigint_ignored",
 ]
