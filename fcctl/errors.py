@@ -22,6 +22,7 @@ from typing import Any, TypeVar, overload
 import typer
 
 from fcctl.common.errors import InputError, RunFailed
+from fcctl.common.signals import interrupt_in_chain
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -146,12 +147,24 @@ def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
         except RunFailed as e:
             raise fail(str(e), EXIT_RUN_FAILED) from None
         except KeyboardInterrupt as e:
-            # Ctrl-C: 130; a signal turned into KeyboardInterrupt carries its own 128 + N.
-            name = getattr(e, "signal_name", "")
-            print(f"fcctl: interrupted{f' by {name}' if name else ''}", file=sys.stderr)
-            raise typer.Exit(exit_status_of(e)) from None
+            raise _interrupted(e) from None
+        except Exception as e:
+            # An interrupt raised inside a C extension's call back into Python (numba loading
+            # its cache, a polars UDF) reaches us wrapped: SystemError "returned a result with
+            # an exception set", the KeyboardInterrupt as its cause.
+            interrupt = interrupt_in_chain(e)
+            if interrupt is None:
+                raise
+            raise _interrupted(interrupt) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _interrupted(e: KeyboardInterrupt) -> typer.Exit:
+    # Ctrl-C: 130; a signal turned into KeyboardInterrupt carries its own 128 + N.
+    name = getattr(e, "signal_name", "")
+    print(f"fcctl: interrupted{f' by {name}' if name else ''}", file=sys.stderr)
+    return typer.Exit(exit_status_of(e))
 
 
 @overload

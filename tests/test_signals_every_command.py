@@ -2,13 +2,14 @@
 whole process group as a terminal does) and by SIGTERM (sent to fcctl alone, as ``kill`` does):
 exit 130 / 143, one line and no traceback, no temporary output left, no child process left.
 
-The signal goes only once the command is inside its body (its SIGTERM handler is installed,
-read from /proc/PID/status) and its temporary output exists; a run that finished first is
-started again.
+The signal goes once the command's temporary output exists (or, for the one command that has
+none worth waiting for, once its SIGTERM handler is installed, read from /proc/PID/status); a
+run that finished first is started again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -78,6 +79,18 @@ def spawned_workers(pid: int) -> list:
     return out
 
 
+def assert_none_left(processes: list, what: str = "child processes") -> None:
+    """Within 10 s none of ``processes`` runs; any that still does is killed, then reported."""
+    deadline = time.monotonic() + 10
+    while alive(processes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = alive(processes)
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    assert left == [], f"{what} outlived fcctl: {left}"
+
+
 def alive(processes: list) -> list:
     out = []
     for p in processes:
@@ -95,6 +108,9 @@ class Case:
     ready: Callable[[int], bool]  # mid-run: safe to signal now
     workdir: Path  # where the outputs (and their temporaries) go
     absent: list[Path]  # outputs an interrupted run must not leave
+    # Signalled only once fcctl handles SIGTERM (read from /proc): for a command with no
+    # temporary output to wait for, so the signal cannot land while Python starts.
+    wait_for_handler: bool = False
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +171,7 @@ def _case(command: str, tmp: Path, synth_trace: Path, analysis_json: Path) -> Ca
     if command == "report":
         # The page is built in well under a second: signalled as soon as the body runs.
         return Case(["report", analysis_json, "-o", out / "page.html"], lambda pid: True, out,
-                    [out / "page.html"])  # fmt: skip
+                    [out / "page.html"], wait_for_handler=True)  # fmt: skip
     if command == "iobench":
         bench = out / "bench"
         bench.mkdir()
@@ -191,7 +207,9 @@ def interrupt_mid_run(case: Case, sig: signal.Signals, attempts: int = 3):
         try:
             deadline = time.monotonic() + 120
             while proc.poll() is None and time.monotonic() < deadline:
-                if catches_sigterm(proc.pid) and case.ready(proc.pid):
+                if case.ready(proc.pid) and (
+                    not case.wait_for_handler or catches_sigterm(proc.pid)
+                ):
                     break
                 time.sleep(0.005)
             if proc.poll() is not None:  # finished (or failed) first: try again
@@ -209,11 +227,15 @@ def interrupt_mid_run(case: Case, sig: signal.Signals, attempts: int = 3):
                 os.kill(proc.pid, sig)
             _, err = proc.communicate(timeout=120)
             return proc, err, descendants, workers
-        finally:
-            if proc.poll() is None:
+        except BaseException:
+            # A failing run leaves nothing behind either (its orphaned workers are still in
+            # its process group).
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    pytest.fail(f"{case.args[0]} finished before it could be interrupted, {attempts} times")
+            proc.wait()
+            raise
+    why = " (it never handled SIGTERM)" if case.wait_for_handler else ""
+    pytest.fail(f"{case.args[0]} finished before it could be interrupted, {attempts} times{why}")
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
@@ -234,10 +256,7 @@ def test_a_signal_mid_run_exits_128_plus_n_and_leaves_nothing(
         assert not path.exists(), f"{path} written by an interrupted run"
     if command == "iobench":
         assert list(case.workdir.iterdir()) == [], "the benchmark's files were left behind"
-    deadline = time.monotonic() + 10
-    while alive(descendants) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert alive(descendants) == [], f"child processes outlived fcctl: {alive(descendants)}"
+    assert_none_left(descendants)
 
 
 def test_recommend_workers_are_gone_after_sigterm_and_ctrl_c_while_they_start(
@@ -249,10 +268,7 @@ def test_recommend_workers_are_gone_after_sigterm_and_ctrl_c_while_they_start(
     proc, err, _, workers = interrupt_mid_run(case, signal.SIGTERM)
     assert len(workers) == 2
     assert proc.returncode == 143, err
-    deadline = time.monotonic() + 10
-    while alive(workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert alive(workers) == [], "a worker outlived fcctl"
+    assert_none_left(workers, "workers")
     assert "Traceback" not in err, err
 
     # Ctrl-C the moment the first worker process exists: it is still starting (importing).
@@ -262,7 +278,40 @@ def test_recommend_workers_are_gone_after_sigterm_and_ctrl_c_while_they_start(
     assert proc.returncode == 130, err
     assert "Traceback" not in err, err
     assert err.count("fcctl: interrupted") == 1, err
-    deadline = time.monotonic() + 10
-    while alive(descendants) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert alive(descendants) == []
+    assert_none_left(descendants)
+
+
+def test_an_interrupt_wrapped_by_a_c_extension_is_still_an_interrupt(tmp_path):
+    """Ctrl-C inside a C extension's call back into Python (numba loading its cache) surfaces
+    as ``SystemError: ... returned a result with an exception set``: still exit 130, one line,
+    the temporary output removed."""
+    import typer
+    from typer.testing import CliRunner
+
+    from fcctl.common.outdir import atomic_out_dir
+    from fcctl.common.signals import Interrupted
+    from fcctl.errors import cli_errors
+
+    demo = typer.Typer()
+    out = tmp_path / "out"
+
+    @demo.command("demo")
+    @cli_errors
+    def demo_command(term: bool = typer.Option(False, "--term")) -> None:
+        with atomic_out_dir(out, force=False, marker="m", command="demo") as tmp:
+            (tmp / "part").write_text("x")
+            try:
+                raise Interrupted(signal.SIGTERM) if term else KeyboardInterrupt
+            except KeyboardInterrupt as e:
+                raise SystemError("<function f> returned a result with an exception set") from e
+
+    @demo.command("other")
+    def other() -> None:
+        pass
+
+    for args, status, line in (([], 130, "fcctl: interrupted"),
+                               (["--term"], 143, "fcctl: interrupted by SIGTERM")):  # fmt: skip
+        done = CliRunner().invoke(demo, ["demo", *args])
+        assert done.exit_code == status, done.output
+        assert done.output.strip() == line
+        assert list(tmp_path.iterdir()) == []

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fcctl.common.errors import FcctlInputError, RunFailed
-from fcctl.common.signals import deferred_interrupts
+from fcctl.common.signals import deferred_interrupts, interrupt_in_chain
 
 
 class OutDirError(FcctlInputError):
@@ -289,7 +289,10 @@ def atomic_out_dir(
             _move_into_place(tmp, out)
     except BaseException as e:
         full = None
-        if phase == "writing" and not isinstance(e, KeyboardInterrupt):
+        if interrupt_in_chain(e) is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if phase == "writing":
             phase = f"writing {_failing_name(tmp, e)}"
             full = _full_after(tmp, e)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -54,6 +54,23 @@ def interruption(signum: int) -> KeyboardInterrupt:
     return Interrupted(signum)
 
 
+def interrupt_in_chain(e: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt among ``e`` and its causes and contexts, if any.
+
+    An interrupt raised inside a C extension's call back into Python (numba loading its
+    cache, a polars UDF) surfaces wrapped: ``SystemError: ... returned a result with an
+    exception set``, the KeyboardInterrupt as its cause.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def _raise(signum: int, frame: object) -> None:
     raise Interrupted(signum)
 
@@ -228,6 +245,7 @@ __all__ = [
     "Interrupted",
     "first_interrupt_raises",
     "held_signals",
+    "interrupt_in_chain",
     "interruption",
     "interrupts_raise",
     "sigint_ignored",
