@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shlex
 import shutil
 import sys
@@ -267,10 +268,16 @@ def prepare_workspace(
 
 
 def _new_workspace(base: Path, created: Path | None, keep: bool) -> Workspace:
-    root = Path(tempfile.mkdtemp(prefix=PREFIX, dir=base))
-    try:
-        write_lock(root)
-    except BaseException:
-        shutil.rmtree(root, ignore_errors=True)
-        raise
-    return Workspace(root, created, keep)
+    # The name is chosen before the directory is made (not mkdtemp), so an interrupt that
+    # lands right after the mkdir still finds it to remove.
+    while True:
+        root = base / f"{PREFIX}{secrets.token_hex(4)}"
+        try:
+            os.mkdir(root, 0o700)
+            write_lock(root)
+        except FileExistsError:  # only mkdir raises it: another run's name, not ours
+            continue
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        return Workspace(root, created, keep)

@@ -193,7 +193,7 @@ def _watched_dir(path: Path) -> Path:
             seen[:] = [text]
             return text
 
-    _Watched.last = seen  # type: ignore[attr-defined]
+    _Watched.last = seen
     return _Watched(path)
 
 
