@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Mapping
+import typing
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar, overload
 
 import typer
 
 from fcctl.common.errors import InputError, RunFailed
+from fcctl.common.signals import interrupt_in_chain
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -77,13 +79,44 @@ def flag_for(parameter: str, flags: Mapping[str, str] | None = None) -> str:
     return "--" + parameter.replace("_", "-")
 
 
-def input_error_message(e: InputError, flags: Mapping[str, str] | None = None) -> str:
-    """The message of ``e``, its leading parameter name replaced by the flag."""
+def input_error_message(
+    e: InputError,
+    flags: Mapping[str, str] | None = None,
+    command_flags: Collection[str] | None = None,
+) -> str:
+    """The message of ``e``, its leading parameter name replaced by the flag.
+
+    ``command_flags`` (the flags the command has): a parameter whose flag is not among them
+    keeps its own name, so a message never names a flag the command does not have (a storage
+    core check, ``now_s: ...``, reached through replay's simulation is not ``--now-s``).
+    """
     text = str(e)
     parameter = getattr(e, "parameter", None)
     if parameter and text.startswith(f"{parameter}:"):
-        text = flag_for(parameter, flags) + text[len(parameter) :]
+        flag = flag_for(parameter, flags)
+        if command_flags is None or flag in command_flags:
+            text = flag + text[len(parameter) :]
     return text
+
+
+def command_flags(func: Callable[..., Any]) -> frozenset[str] | None:
+    """Every flag of a typer command function (from its ``typer.Option`` annotations); None
+    when they cannot be read."""
+    try:
+        hints = typing.get_type_hints(func, include_extras=True)
+    except Exception:  # a name the annotations use is not importable here: no filtering
+        return None
+    found: set[str] = set()
+    for name, hint in hints.items():
+        metadata = getattr(hint, "__metadata__", ())
+        options = [m for m in metadata if isinstance(m, typer.models.OptionInfo)]
+        for option in options:
+            decls = [*(option.param_decls or ())]
+            if isinstance(option.default, str) and option.default.startswith("-"):
+                decls.append(option.default)
+            for decl in decls or ["--" + name.replace("_", "-")]:
+                found.update(d for d in decl.split("/") if d.startswith("--"))
+    return frozenset(found)
 
 
 def exit_status_of(e: BaseException) -> int:
@@ -96,21 +129,44 @@ def exit_status_of(e: BaseException) -> int:
 
 
 def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
+    label = func.__name__.replace("_", "-")
+    own: list[frozenset[str] | None] = []  # read on the first error, not at every start
+
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from fcctl.common.signals import first_interrupt_raises
+
         try:
-            return func(*args, **kwargs)
+            # Every command: the first SIGINT, SIGTERM or SIGHUP raises, so temporary outputs
+            # and child processes go in the ``finally`` blocks on the way out; later ones only
+            # say "cleaning up" (and stay ignored once the command is ending).
+            with first_interrupt_raises(ignore_after=True, label=label):
+                return func(*args, **kwargs)
         except InputError as e:
-            raise fail(input_error_message(e, flags), EXIT_BAD_INPUT) from None
+            if not own:
+                own.append(command_flags(func))
+            raise fail(input_error_message(e, flags, own[0]), EXIT_BAD_INPUT) from None
         except RunFailed as e:
             raise fail(str(e), EXIT_RUN_FAILED) from None
         except KeyboardInterrupt as e:
-            # Ctrl-C: 130; a signal turned into KeyboardInterrupt carries its own 128 + N.
-            name = getattr(e, "signal_name", "")
-            print(f"fcctl: interrupted{f' by {name}' if name else ''}", file=sys.stderr)
-            raise typer.Exit(exit_status_of(e)) from None
+            raise _interrupted(e) from None
+        except Exception as e:
+            # An interrupt raised inside a C extension's call back into Python (numba loading
+            # its cache, a polars UDF) reaches us wrapped: SystemError "returned a result with
+            # an exception set", the KeyboardInterrupt as its cause.
+            interrupt = interrupt_in_chain(e)
+            if interrupt is None:
+                raise
+            raise _interrupted(interrupt) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _interrupted(e: KeyboardInterrupt) -> typer.Exit:
+    # Ctrl-C: 130; a signal turned into KeyboardInterrupt carries its own 128 + N.
+    name = getattr(e, "signal_name", "")
+    print(f"fcctl: interrupted{f' by {name}' if name else ''}", file=sys.stderr)
+    return typer.Exit(exit_status_of(e))
 
 
 @overload
@@ -118,7 +174,9 @@ def cli_errors(func: F) -> F: ...
 @overload
 def cli_errors(*, flags: Mapping[str, str]) -> Callable[[F], F]: ...
 def cli_errors(func: F | None = None, *, flags: Mapping[str, str] | None = None) -> Any:
-    """Decorate a command: bad input becomes one line and exit 2, never a traceback.
+    """Decorate a command: bad input becomes one line and exit 2, never a traceback; a failed
+    run one line and exit 1; SIGINT, SIGTERM and SIGHUP interrupt it (its ``finally`` blocks
+    remove temporary outputs and stop child processes) with exit 130, 143 and 129.
 
     ``flags`` maps library parameter names to this command's flags where the rule
     ``kv_dtype`` -> ``--kv-dtype`` does not hold (``{"config_path": "--model-config"}``).

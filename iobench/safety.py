@@ -15,9 +15,10 @@ Rules:
   A run directory whose owner is gone (a run killed with SIGKILL) is removed by the next run in
   the same place, which says so; one without a readable lock is named with the command that
   removes it. Neither silently blocks the next run.
-* Cleanup: :meth:`Workspace.cleanup` in a ``finally``; ``fcctl.common.signals.interrupts_raise``
-  turns SIGTERM and SIGHUP into ``KeyboardInterrupt`` (as Ctrl-C already is) so the ``finally``
-  runs for them too. While files are removed, SIGINT, SIGTERM and SIGHUP are held (a second
+* Cleanup: :meth:`Workspace.cleanup` in a ``finally``; the one signal mechanism,
+  :mod:`fcctl.common.signals` (which the CLI wraps every command in), turns SIGTERM and SIGHUP
+  into ``KeyboardInterrupt`` (as Ctrl-C already is) so the ``finally`` runs for them too.
+  While files are removed, SIGINT, SIGTERM and SIGHUP are held (a second
   Ctrl-C prints "cleaning up, please wait" and does not abort the removal; the run then still
   ends as interrupted). ``--keep`` leaves the files and says where they are.
 """
@@ -26,18 +27,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shlex
 import shutil
-import signal
 import sys
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fcctl.common.errors import FcctlInputError
-from fcctl.common.signals import Interrupted
+from fcctl.common.signals import first_interrupt_raises as _first_interrupt_raises
+from fcctl.common.signals import held_signals as _held_signals
+from fcctl.common.signals import interruption
 
 GiB = 2**30
 MARGIN_MIN_BYTES = 1 * GiB
@@ -45,8 +47,6 @@ MARGIN_FRACTION = 0.05
 PREFIX = "fcctl-iobench-"
 LOCK_NAME = ".fcctl-iobench.lock"
 KEPT_NAME = ".fcctl-iobench.kept"  # a --keep run's directory: never removed by a later run
-# Signals held while the run's files are removed.
-_CLEANUP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def margin_bytes(total_bytes: int, margin: int | None = None) -> int:
@@ -69,71 +69,18 @@ def check_free_space(path: Path, bytes_needed: int, margin: int | None = None) -
         )
 
 
-@contextlib.contextmanager
-def held_signals(record: Callable[[int], None] | None = None) -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP do not interrupt the block (cleanup that must finish: removing
-    files, terminating fio); each one is passed to ``record`` and answered with "cleaning up,
-    please wait" on stderr. Old handlers come back after. Main thread only (elsewhere the block
-    runs unchanged, as signals are delivered to the main thread anyway)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def hold(signum: int, frame: object) -> None:
-        if record is not None:
-            record(signum)
-        # Said even without progress: the user pressed a key and deserves an answer.
-        print("iobench: cleaning up, please wait", file=sys.stderr, flush=True)
-
-    previous = {sig: signal.signal(sig, hold) for sig in _CLEANUP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+def held_signals(
+    record: Callable[[int], None] | None = None,
+) -> contextlib.AbstractContextManager[None]:
+    """:func:`fcctl.common.signals.held_signals`, answering as ``iobench``."""
+    return _held_signals(record, label="iobench")
 
 
-# Whether a first_interrupt_raises block is active (the outermost one handles the signals).
-_interrupt_scope = threading.local()
-
-
-@contextlib.contextmanager
-def first_interrupt_raises(*, ignore_after: bool = False) -> Iterator[None]:
-    """Within the block the first SIGINT, SIGTERM or SIGHUP raises (``KeyboardInterrupt``, or
-    :class:`~fcctl.common.signals.Interrupted` with its 128 + N exit status); every later one
-    is only answered with "cleaning up, please wait".
-
-    So once a run is being interrupted, a second Ctrl-C can never land in the unwinding (closing
-    the engines, terminating fio, removing the files, printing the error) and cut it short.
-    Nested blocks share the outermost one's handlers. ``ignore_after``: after an interrupt,
-    leave the signals ignored instead of restoring the old handlers (for a CLI about to exit,
-    so a Ctrl-C during its last steps prints no traceback). Main thread only.
-    """
-    if threading.current_thread() is not threading.main_thread() or getattr(
-        _interrupt_scope, "active", False
-    ):
-        yield
-        return
-    raised = False
-
-    def handle(signum: int, frame: object) -> None:
-        nonlocal raised
-        if raised:
-            print("iobench: cleaning up, please wait", file=sys.stderr, flush=True)
-            return
-        raised = True
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise Interrupted(signum)
-
-    previous = {sig: signal.signal(sig, handle) for sig in _CLEANUP_SIGNALS}
-    _interrupt_scope.active = True
-    try:
-        yield
-    finally:
-        _interrupt_scope.active = False
-        for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_IGN if raised and ignore_after else handler)
+def first_interrupt_raises(
+    *, ignore_after: bool = False
+) -> contextlib.AbstractContextManager[None]:
+    """:func:`fcctl.common.signals.first_interrupt_raises`, answering as ``iobench``."""
+    return _first_interrupt_raises(ignore_after=ignore_after, label="iobench")
 
 
 # ----------------------------------------------------------------------------- ownership
@@ -258,10 +205,7 @@ class Workspace:
         """After a clean finish: a signal that arrived during cleanup still ends the run."""
         if not self.held_signals:
             return
-        signum = self.held_signals[0]
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise Interrupted(signum)
+        raise interruption(self.held_signals[0])
 
 
 def prepare_workspace(
@@ -324,10 +268,16 @@ def prepare_workspace(
 
 
 def _new_workspace(base: Path, created: Path | None, keep: bool) -> Workspace:
-    root = Path(tempfile.mkdtemp(prefix=PREFIX, dir=base))
-    try:
-        write_lock(root)
-    except BaseException:
-        shutil.rmtree(root, ignore_errors=True)
-        raise
-    return Workspace(root, created, keep)
+    # The name is chosen before the directory is made (not mkdtemp), so an interrupt that
+    # lands right after the mkdir still finds it to remove.
+    while True:
+        root = base / f"{PREFIX}{secrets.token_hex(4)}"
+        try:
+            os.mkdir(root, 0o700)
+            write_lock(root)
+        except FileExistsError:  # only mkdir raises it: another run's name, not ours
+            continue
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        return Workspace(root, created, keep)

@@ -84,16 +84,11 @@ def _figures(result: AnalysisResult) -> str:
     if sampling is None:
         return "all exact"
     bound = sampling.error_bound
-    stated = (
-        f"measured error at this rate {bound.hit_share_mean_abs_pp:.3g} pp mean / "
-        f"{bound.hit_share_max_abs_pp:.3g} pp max (hit share)"
-        if bound.hit_share_mean_abs_pp is not None and bound.hit_share_max_abs_pp is not None
-        else "error not measured at this rate"
-    )
-    return (
-        f"~ marks SAMPLED figures: LRU stack distances and memory-tier points above "
-        f"{sampling.exact_below_blocks:,} blocks (SHARDS, rate {sampling.rate:g}; {stated}); "
-        "everything else exact"
+    return fmt.sampling_legend(
+        sampling.rate,
+        sampling.exact_below_blocks,
+        bound.hit_share_mean_abs_pp,
+        bound.hit_share_max_abs_pp,
     )
 
 
@@ -122,12 +117,12 @@ def _reuse_tables(r: ReuseMetrics, *, sampled: bool = False) -> list[Table]:
             ("requests", r.distance_requests, fmt.number),
             ("seconds", r.distance_seconds, fmt.number),
             (
-                "~ LRU stack (blocks)" if sampled else "LRU stack (blocks)",
+                (fmt.SAMPLED_MARK if sampled else "") + "LRU stack (blocks)",
                 r.distance_stack_blocks,
                 fmt.number,
             ),
             (
-                "~ LRU stack (bytes)" if sampled else "LRU stack (bytes)",
+                (fmt.SAMPLED_MARK if sampled else "") + "LRU stack (bytes)",
                 r.distance_stack_bytes,
                 fmt.size,
             ),
@@ -169,7 +164,7 @@ def _memory_tier_table(result: AnalysisResult) -> Table:
         tier.add_column(c, justify="right")
     for p in result.memory_tier:
         tier.add_row(
-            ("~ " if p.sampled else "") + fmt.size(p.capacity_bytes),
+            (fmt.SAMPLED_MARK if p.sampled else "") + fmt.size(p.capacity_bytes),
             fmt.number(p.capacity_blocks),
             fmt.share(p.lru_hit_share),
             fmt.share(p.share_of_ideal),

@@ -134,6 +134,27 @@ def per_s(v: float | None, missing: str = NA) -> str:
     return missing if v is None else f"{v:,.3f} requests/s"
 
 
+#: What marks a figure estimated from a sample, in the terminal and on the HTML page alike.
+SAMPLED_MARK = "~ "
+
+
+def sampling_legend(
+    rate: float, exact_below_blocks: int, mean_abs_pp: float | None, max_abs_pp: float | None
+) -> str:
+    """The line that says which figures :data:`SAMPLED_MARK` marks, the rate and the bound."""
+    stated = (
+        f"measured error at this rate {mean_abs_pp:.3g} pp mean / {max_abs_pp:.3g} pp max "
+        "(hit share)"
+        if mean_abs_pp is not None and max_abs_pp is not None
+        else "error not measured at this rate"
+    )
+    return (
+        f"{SAMPLED_MARK.strip()} marks SAMPLED figures: LRU stack distances and memory-tier "
+        f"points above {exact_below_blocks:,} blocks (SHARDS, rate {rate:g}; {stated}); "
+        "everything else exact"
+    )
+
+
 def concurrency_label(concurrency: int, ran: int) -> str:
     """``"16"``, or ``"16 (ran 4: only 4 sessions)"`` when fewer sessions than that exist."""
     if ran == concurrency:

@@ -146,6 +146,32 @@ def thin(xs: list[float], ys: list[float], limit: int = MAX_CURVE_POINTS) -> tup
     return [xs[i] for i in idx], [ys[i] for i in idx]
 
 
+#: The columns the page reads from each ``--out`` table, and what they must hold.
+PARQUET_COLUMNS: dict[str, dict[str, str]] = {
+    "histograms.parquet": {"metric": "text", "count": "numbers", "bucket_hi": "numbers"},
+    "sessions.parquet": {"kv_bytes": "numbers"},
+    "memory_tier_curve.parquet": {"capacity_bytes": "numbers", "lru_hit_share": "numbers"},
+}
+
+
+def _check_columns(frame: Any, path: Path, name: str) -> None:
+    """Every column the page reads from table ``name`` is there and of its kind."""
+    import polars as pl
+
+    for column, kind in PARQUET_COLUMNS.get(name, {}).items():
+        if column not in frame.columns:
+            raise ReportInputError(
+                f"{display_path(path)}: column {column!r}: missing (an fcctl {name} has it); "
+                f"got columns {', '.join(frame.columns) or 'none'}"
+            )
+        dtype = frame.schema[column]
+        ok = dtype.is_numeric() if kind == "numbers" else dtype in (pl.String, pl.Categorical)
+        if not ok:
+            raise ReportInputError(
+                f"{display_path(path)}: column {column!r}: expected {kind}; got {dtype}"
+            )
+
+
 def _parquet(inp: Input, name: str) -> Any | None:
     """A Parquet table of ``inp``'s ``--out`` directory, or None (a bare JSON, or absent)."""
     if inp.directory is None or not (inp.directory / name).is_file():
@@ -154,12 +180,14 @@ def _parquet(inp: Input, name: str) -> Any | None:
 
     path = inp.directory / name
     try:
-        return pl.read_parquet(path)
+        frame = pl.read_parquet(path)
     except Exception as e:  # polars raises several types for a damaged file
         first = " ".join(str(e).split())[:160]
         raise ReportInputError(
             f"{display_path(path)}: not a readable Parquet table: {first}"
         ) from None
+    _check_columns(frame, path, name)
+    return frame
 
 
 # --- the trace ------------------------------------------------------------------------------
@@ -221,9 +249,7 @@ def trace_section(inputs: dict[str, Input]) -> str:
     rows.append(
         (
             "counting",
-            "exact: every block access counted"
-            if sampling is None
-            else "sampled: " + json.dumps(sampling.value),
+            "exact: every block access counted" if sampling is None else _sampling_legend(sampling),
         )
     )
     rows.append(("read by", f"fcctl {first.command} ({first.shown})"))
@@ -376,9 +402,38 @@ def _tier_chart(inp: Input) -> str:
     )
 
 
+def _sampling_legend(sampling: Node) -> str:
+    """analyze's own legend of the sampled figures (rate, exact head, error bound)."""
+    bound = sampling["error_bound"]
+    return fmt.sampling_legend(
+        sampling["rate"].need_num(),
+        int(sampling["exact_below_blocks"].need_num()),
+        bound["hit_share_mean_abs_pp"].as_num(),
+        bound["hit_share_max_abs_pp"].as_num(),
+    )
+
+
+def _sampled(doc: Node) -> Node | None:
+    """The analysis' ``trace.sampling`` when some figures are estimated from a sample."""
+    trace = doc.get("trace")
+    if trace is None:
+        return None
+    sampled = trace.get("sampled")
+    if sampled is not None and not sampled.as_bool():
+        return None
+    return trace.get("sampling")
+
+
 def reuse_section(inp: Input) -> str:
     doc = inp.doc
     parts = []
+    sampling = _sampled(doc)
+    mark = fmt.SAMPLED_MARK if sampling is not None else ""
+    if sampling is not None:
+        # The terminal's legend, word for word: the marked rows below are estimates.
+        parts.append(
+            f'<p id="sampling-legend" class="note">{escape(_sampling_legend(sampling))}</p>'
+        )
     if doc["reuse_access_share"].is_null():
         parts.append(
             para(
@@ -408,8 +463,8 @@ def reuse_section(inp: Input) -> str:
                     [
                         ("requests", rd["requests"], fmt.number),
                         ("seconds", rd["seconds"], fmt.number),
-                        ("LRU stack (blocks)", rd["stack_blocks"], fmt.number),
-                        ("LRU stack (bytes)", rd["stack_bytes"], fmt.size),
+                        (mark + "LRU stack (blocks)", rd["stack_blocks"], fmt.number),
+                        (mark + "LRU stack (bytes)", rd["stack_bytes"], fmt.size),
                     ],
                     ("p50", "p90", "p99"),
                 ),
@@ -447,7 +502,11 @@ def reuse_section(inp: Input) -> str:
         rows = []
         for p in doc["memory_tier"]:
             cap, blocks = p["capacity_bytes"].as_num(), p["capacity_blocks"].as_num()
-            cells: list[CellLike] = [Cell(fmt.size(cap), cap), Cell(fmt.number(blocks), blocks)]
+            point_mark = fmt.SAMPLED_MARK if (q := p.get("sampled")) and q.as_bool() else ""
+            cells: list[CellLike] = [
+                Cell(point_mark + fmt.size(cap), cap),
+                Cell(fmt.number(blocks), blocks),
+            ]
             for key in ("lru_hit_share", "share_of_ideal", "ssd_reuse_share"):
                 value = p[key].as_num()
                 cells.append(Cell(fmt.share(value), value))
@@ -1265,9 +1324,43 @@ def check_output(out: Path, *, force: bool) -> None:
         raise ReportOutputError(f"-o {shown}: cannot create files in {display_path(parent)}")
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def check_not_an_input(out: Path, inputs: Sequence[Path]) -> None:
+    """Refuse an ``-o`` that is one of the inputs, or lies inside an input directory.
+
+    Compared by resolved path and by device and inode, so a link or another spelling of an
+    input is caught too: ``--force`` replaces an earlier page, never what the page is made of.
+    """
+    shown = display_path(out)
+    page = out.resolve()
+    page_id = _identity(out)
+    parent_id = _identity(out.absolute().parent)
+    for given in inputs:
+        where = display_path(given)
+        if given.is_dir():
+            inside = (
+                page.is_relative_to(given.resolve())
+                or (parent_id is not None and parent_id == _identity(given))
+                or (page_id is not None and any(_identity(f) == page_id for f in given.iterdir()))
+            )
+            if inside:
+                raise ReportOutputError(
+                    f"-o {shown}: is inside the input directory {where}; choose a page outside it"
+                )
+        elif page == given.resolve() or (page_id is not None and page_id == _identity(given)):
+            raise ReportOutputError(f"-o {shown}: is the input {where}; choose another file")
+
+
 def write_page(html: str, out: Path) -> None:
     """A temporary sibling, then a rename: a reader never sees half a page."""
-    write_text_atomic(out, html)
+    write_text_atomic(out, html, flag="-o")
 
 
 @dataclass(frozen=True)
@@ -1286,6 +1379,7 @@ def make_report(
     """Read every input, build the page and write it to ``out``; nothing is written on error."""
     out = Path(out)
     check_output(out, force=force)
+    check_not_an_input(out, [Path(p) for p in paths])
     inputs = read_inputs([Path(p) for p in paths])
     html = build_page(inputs, title=title)
     write_page(html, out)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fcctl.common.errors import FcctlInputError
+from fcctl.common.inputfile import parse_json, read_regular
 from fcctl.common.paths import display_path
 
 #: The newest schema_version of each command's document this fcctl reads.
@@ -191,12 +192,12 @@ def _identify(doc: dict[str, Any], where: str) -> str | None:
 def read_document(file: Path, directory: Path | None = None) -> Input:
     """Parse ``file`` and identify its command; every failure is one :class:`ReportInputError`."""
     where = display_path(file)
+    # A regular file under the cap: a FIFO or a device is refused without blocking on it.
+    data = read_regular(file, "report input", error=ReportInputError)
     try:
-        text = file.read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ReportInputError(f"{where}: not UTF-8 text, so not an fcctl JSON document") from None
-    except OSError as e:
-        raise ReportInputError(f"{where}: cannot read: {e.strerror or e}") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
@@ -207,6 +208,11 @@ def read_document(file: Path, directory: Path | None = None) -> Input:
         raise ReportInputError(
             f"{where}: not valid JSON{cut}: {e.msg} (line {e.lineno}, column {e.colno})"
         ) from None
+    except (RecursionError, ValueError):
+        # Nested past the parser, or a 4300-digit integer: parse_json says so in one line
+        # (it raises for the same text).
+        parse_json(text, where, error=ReportInputError)
+        raise
     if not isinstance(doc, dict):
         raise ReportInputError(
             f"{where}: not an fcctl document: expected a JSON object; got {type(doc).__name__}"

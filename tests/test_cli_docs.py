@@ -18,7 +18,8 @@ CLI_DOC = REPO / "docs" / "cli.md"
 HEADER = (
     "# fcctl command reference\n\n"
     "Generated from `--help` by `UPDATE_DOCS=1 python -m pytest tests/test_cli_docs.py`; "
-    "a test fails when this file and the code disagree.\n"
+    "a test fails when this file and the code disagree. Exit statuses, signals and what an "
+    "interrupted or failed run leaves: [errors.md](errors.md).\n"
 )
 
 

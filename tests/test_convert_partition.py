@@ -290,7 +290,8 @@ def test_a_full_disk_is_run_failed_and_leaves_nothing(tiny_fs: Path, tmp_path: P
     assert result.exit_code == 1, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "No space left on device" in lines[0], result.output
-    assert f"{tiny_fs}/ds/session_bucket=" in lines[0]  # names the part being written
+    # names the output and the part being written
+    assert f"-o {tiny_fs}/ds: disk full while writing session_bucket=" in lines[0]
     assert "Traceback" not in result.output
     assert list(tiny_fs.iterdir()) == []
 

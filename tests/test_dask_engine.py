@@ -361,14 +361,8 @@ def test_cli_refuses_what_is_not_canonical_parquet(trace: str, words: str) -> No
 
 
 def test_without_dask_the_flag_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib.util
-
-    find_spec = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "distributed" else find_spec(name, *a),
-    )
+    # The import fails for real (tests/test_dask_unavailable.py does it in a fresh process).
+    monkeypatch.setitem(sys.modules, "distributed", None)
     with pytest.raises(FcctlInputError, match="distributed package"):
         check_engine("dask", None)
     line = one_line_exit_2(_run(str(SAMPLES / "claude_code_sample.jsonl.gz"), "--engine", "dask"))

@@ -58,6 +58,7 @@ independent and deterministic).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import hashlib
@@ -66,6 +67,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from typing import Any
 
 import numpy as np
@@ -102,6 +104,7 @@ from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
 from fcctl.common.provenance import collect_provenance, utc_now
+from fcctl.common.signals import starting_children, worker_ignores_sigint
 from fcctl.layout.geometry import KvGeometry
 from fcctl.layout.placement import (
     DEFAULT_AGENT_CONTEXT_TOKENS,
@@ -238,6 +241,9 @@ class _TraceHolder:
 
 def _init_worker(holder: _TraceHolder, geometry: KvGeometry, hardware: Hardware, seed: int) -> None:
     global _WORKER
+    # The parent owns the workers and stops them on Ctrl-C (which reaches the whole process
+    # group) and on SIGTERM (see _Runner.close).
+    worker_ignores_sigint()
     assert holder.trace is not None, "the trace was released before this worker started"
     trace = holder.trace
     w = build_workload(trace, geometry, workers_of(geometry, hardware))
@@ -296,7 +302,13 @@ class _Runner:
                 self.results[key] = _run(self._workload, c.geometry, c.hardware, c.seed, cell)
                 self.advance()
             return
-        futures = {self._pool.submit(_worker_run, cell): key for key, cell in todo.items()}
+        # Workers start in submit, with interrupts held until they have (see starting_children:
+        # no traceback from a worker cut off while it starts, none from one hit by Ctrl-C).
+        # multiprocessing starts its resource tracker with the first worker, and unblocks
+        # SIGINT when it does: started before, it leaves the mask alone.
+        resource_tracker.ensure_running()
+        with starting_children():
+            futures = {self._pool.submit(_worker_run, cell): key for key, cell in todo.items()}
         # Each worker was started (the trace pickled to it) by a submit once enough cells wait.
         if len(futures) >= self._config.jobs:
             self._holder.trace = None
@@ -311,9 +323,29 @@ class _Runner:
     def simulated(self) -> int:
         return len(self.results)
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, *, abort: bool = False) -> None:
+        """Stop the workers: after their cells, or (``abort``: an error or an interrupt in the
+        parent) at once, cells in flight dropped, so none outlives the run."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if not abort:
+            pool.shutdown(wait=True, cancel_futures=True)
+            return
+        # The executor offers no way to stop busy workers before Python 3.14
+        # (terminate_workers); its process table is the only list of them.
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        for process in processes:
+            with contextlib.suppress(OSError, ValueError):
+                process.terminate()
+        for process in processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        # With no worker left the executor's own thread ends at once; waited for, so it is not
+        # still closing its pipes when the interpreter's exit hook writes to them.
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _grid_cell(short: int, agent: int, rate: float, p: PolicyResult) -> GridCell:
@@ -585,8 +617,10 @@ def recommend_thresholds(
             fcfs_cells = [Cell("flat-fcfs", r, s, a) for r in rates]
             mis_cells = [Cell("flat", target, cs, ca) for _, cs, ca in changes]
             runner.run(fcfs_cells + mis_cells)
-        finally:
-            runner.close()
+        except BaseException:
+            runner.close(abort=True)
+            raise
+        runner.close()
     rate_results = []
     for r in rates:
         policies = {

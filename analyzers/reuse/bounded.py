@@ -277,15 +277,24 @@ def check_engine(engine: str, scheduler: str | None) -> None:
             "scheduler: names a Dask scheduler, so it needs --engine dask", parameter="scheduler"
         )
     if engine == "dask":
-        import importlib.util
+        import importlib
 
-        missing = [m for m in ("dask", "distributed") if importlib.util.find_spec(m) is None]
-        if missing:
-            raise FcctlInputError(
-                f"engine: dask needs the {' and '.join(missing)} package(s), which are not "
-                f"installed; {DASK_INSTALL_HINT}",
-                parameter="engine",
-            )
+        # Imported, not only looked up: an installed package that cannot import (a missing
+        # or mismatched dependency) is as missing as an absent one.
+        for module in ("dask", "distributed", "dask.dataframe"):
+            try:
+                importlib.import_module(module)
+            except ImportError as e:
+                absent = isinstance(e, ModuleNotFoundError) and e.name == module
+                why = (
+                    "which is not installed"
+                    if absent
+                    else f"which does not import ({' '.join(str(e).split())[:120]})"
+                )
+                raise FcctlInputError(
+                    f"engine: dask needs the {module} package, {why}; {DASK_INSTALL_HINT}",
+                    parameter="engine",
+                ) from None
 
 
 def plan_memory(

@@ -144,6 +144,7 @@ from fcctl.analyzers.reuse.shards import (
 from fcctl.analyzers.traces.dataset import Dataset, is_dataset_spec, open_dataset
 from fcctl.common.errors import FcctlInputError, RunFailed
 from fcctl.common.progress import Progress
+from fcctl.common.signals import sigint_ignored
 from fcctl.common.version import fcctl_version, package_version
 from fcctl.layout.geometry import KvGeometry
 
@@ -255,6 +256,37 @@ def _facts(client: Client, cluster: str, address: str) -> ClusterFacts:
     )
 
 
+def _probe(scheduler: str, timeout_s: float) -> None:
+    """Ask the scheduler at ``scheduler`` who it is; TimeoutError unless it answers (the
+    connect, the handshake and the reply together) within ``timeout_s`` seconds."""
+    import asyncio
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def ask() -> None:
+        comm = None
+        try:
+            comm = await connect(
+                scheduler,
+                timeout=timeout_s,
+                **Security().get_connection_args("client"),
+            )
+            await comm.write({"op": "identity", "reply": True})
+            await comm.read()
+        finally:
+            if comm is not None:
+                comm.abort()
+
+    async def bounded() -> None:
+        try:
+            await asyncio.wait_for(ask(), timeout_s)
+        except TimeoutError:
+            raise TimeoutError(f"no answer within {timeout_s:g} s") from None
+
+    asyncio.run(bounded())
+
+
 def _connect(scheduler: str) -> Client:
     """A client of the scheduler at ``scheduler`` with at least one worker, or exit 2."""
     from distributed import Client
@@ -266,6 +298,9 @@ def _connect(scheduler: str) -> Client:
             parameter="scheduler",
         )
     try:
+        # Client's own timeout covers the TCP connect, not a peer that accepts and then never
+        # answers (its start waits on that reply for ever): asked first, within the bound.
+        _probe(scheduler, CONNECT_TIMEOUT_S)
         client = Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     except Exception as e:  # OSError, TimeoutError, ValueError: unreachable or malformed
         reason = " ".join(str(e).split())[:160] or type(e).__name__
@@ -308,28 +343,11 @@ def _connect(scheduler: str) -> Client:
     return client
 
 
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """SIGINT ignored while the local cluster starts its worker processes, which inherit that.
-
-    A Ctrl-C at the terminal goes to the whole process group: the workers leave it to this
-    process, which closes the cluster, instead of dying half-started with tracebacks of their
-    own. A Ctrl-C in this window (about a second) is lost; the next one stops the run.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def dask_setup(worker: object) -> None:
     """Dask's preload hook, run in each local worker process as it starts: ignore SIGINT.
 
-    For a worker its nanny restarts later, which does not inherit :func:`_sigint_ignored`.
+    For a worker its nanny restarts later, which does not inherit
+    :func:`~fcctl.common.signals.sigint_ignored`.
     """
     del worker
     if threading.current_thread() is threading.main_thread():
@@ -357,7 +375,7 @@ def dask_client(
     workers = local_workers(memory_budget_bytes)
     with contextlib.ExitStack() as stack:
         with (
-            _sigint_ignored(),
+            sigint_ignored(),
             # The nannies pass this process's configuration to the workers they start.
             dask.config.set(_local_p2p_buffers(memory_budget_bytes // workers)),
         ):

@@ -10,9 +10,7 @@ written (:func:`traces_equal`), including the source ``path`` and ``format``.
 
 from __future__ import annotations
 
-import errno
 import os
-import tempfile
 from pathlib import Path
 
 import polars as pl
@@ -21,11 +19,9 @@ from fcctl.analyzers.traces.readers import read_trace
 from fcctl.analyzers.traces.readers.parquet import PARQUET_MAGIC
 from fcctl.analyzers.traces.schema import Trace, table_columns
 from fcctl.analyzers.traces.trace_metadata import METADATA_KEY, trace_metadata
-from fcctl.common.errors import FcctlInputError, RunFailed
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.outdir import machine_failure, temporary_sibling_file, write_failed
 from fcctl.common.paths import display_path
-
-# Errors of the machine, not of the input: the run failed (exit 1), the command was right.
-_MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG}
 
 
 def check_output_file(
@@ -73,19 +69,14 @@ def _is_convert_output(path: Path) -> bool:
         return False
 
 
-def write_failed(target: Path, e: BaseException) -> Exception:
+def _write_failed(target: Path, e: BaseException) -> Exception:
     """The error for a failed write: the machine's (exit 1) or the input's (exit 2)."""
-    if isinstance(e, OSError):
-        reason = e.strerror or str(e)
-        machine = e.errno in _MACHINE_ERRNOS
-    else:  # polars reports I/O errors of its writer in the message ("... (os error 28)")
-        reason = " ".join(str(e).split())[:160]
-        machine = any(f"(os error {n})" in reason for n in _MACHINE_ERRNOS)
-        for text in ("No space left on device", "Disk quota exceeded"):
-            if text in reason:
-                reason = text
-    message = f"{display_path(target)}: cannot write it ({reason}); nothing was left behind"
-    return RunFailed(message) if machine else FcctlInputError(message)
+    where = f"-o {display_path(target)}"
+    failed = write_failed(where, "writing it", e)
+    if failed is not None:
+        return failed
+    reason = e.strerror if isinstance(e, OSError) and e.strerror else " ".join(str(e).split())
+    return FcctlInputError(f"{where}: cannot write it ({reason[:160]}); nothing was left behind")
 
 
 def write_canonical(trace: Trace, path: str | Path, *, force: bool = False) -> None:
@@ -97,39 +88,25 @@ def write_canonical(trace: Trace, path: str | Path, *, force: bool = False) -> N
     is replaced only with ``force`` (see :func:`check_output_file`).
     """
     target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
     check_output_file(target, force=force)
+    created = False
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    except OSError as e:
-        if e.errno in _MACHINE_ERRNOS:
-            raise write_failed(target, e) from None
-        raise FcctlInputError(
-            f"{display_path(target)}: cannot create it ({e.strerror}: "
-            f"{display_path(e.filename or directory)})"
-        ) from None
-    os.close(fd)
-    try:
-        trace.requests.select(table_columns(trace.requests.columns)).write_parquet(
-            tmp_name, compression="zstd", metadata=trace_metadata(trace)
-        )
-        # A full disk may show only when the data reach it (delayed allocation): sync first.
-        with open(tmp_name, "rb") as written:
-            os.fsync(written.fileno())
-        os.chmod(tmp_name, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
-        os.replace(tmp_name, target)
+        with temporary_sibling_file(target) as tmp:
+            created = True
+            trace.requests.select(table_columns(trace.requests.columns)).write_parquet(
+                tmp, compression="zstd", metadata=trace_metadata(trace)
+            )
+            # A full disk may show only when the data reach it (delayed allocation): sync first.
+            with open(tmp, "rb") as written:
+                os.fsync(written.fileno())
+            os.replace(tmp, target)
     except (OSError, pl.exceptions.PolarsError) as e:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise write_failed(target, e) from None
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+        if not created and isinstance(e, OSError) and machine_failure(e) is None:
+            raise FcctlInputError(
+                f"{display_path(target)}: cannot create it ({e.strerror}: "
+                f"{display_path(e.filename or target.parent)})"
+            ) from None
+        raise _write_failed(target, e) from None
 
 
 def read_canonical(path: str | Path) -> Trace:

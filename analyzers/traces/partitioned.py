@@ -44,7 +44,6 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.traces.canonical import write_failed
 from fcctl.analyzers.traces.schema import COLUMNS, SourceTrace, Trace
 from fcctl.analyzers.traces.trace_metadata import (
     PartitionMetadata,
@@ -289,10 +288,7 @@ def write_partitioned(
         for g, key in enumerate(values.tolist()):
             rows = order[bounds[g] : bounds[g + 1]]
             directory = _key_dir(by, key, buckets)
-            try:
-                (tmp / directory).mkdir()
-            except OSError as e:
-                raise write_failed(out / directory, e) from None
+            (tmp / directory).mkdir()
             for j, (a, b) in enumerate(_cuts(accesses[rows], max_rows, max_accesses)):
                 idx = rows[a:b]
                 if int(idx[-1]) - int(idx[0]) + 1 == idx.shape[0]:
@@ -309,7 +305,7 @@ def write_partitioned(
                     block_accesses=int(accesses[idx].sum()),
                     dataset_requests=frame.height,
                 )
-                size = _write_part(part_frame, tmp / name, out / name, trace_meta, meta)
+                size = _write_part(part_frame, tmp / name, trace_meta, meta)
                 parts.append(
                     PartFile(
                         name, meta.partition, str(key), meta.requests, meta.block_accesses, size
@@ -330,32 +326,25 @@ def write_partitioned(
             max_part_accesses=max_accesses,
             parts=tuple(parts),
         )
-        try:
-            (tmp / MANIFEST).write_text(dumps(result) + "\n")
-        except OSError as e:
-            raise write_failed(out / MANIFEST, e) from None
+        (tmp / MANIFEST).write_text(dumps(result) + "\n")
     return result
 
 
 def _write_part(
     frame: pl.DataFrame,
     path: Path,
-    shown: Path,
     trace_meta: dict[str, str],
     part: PartitionMetadata,
 ) -> int:
     """Write one part at ``path``, flushed to disk; its size in bytes.
 
-    A failure is the error of :func:`~fcctl.analyzers.traces.canonical.write_canonical` for the file
-    ``shown`` (its final place): a full disk is RunFailed (exit 1).
+    A failure reaches :func:`~fcctl.common.outdir.atomic_out_dir`, which names the part: a full
+    disk is RunFailed (exit 1).
     """
-    try:
-        frame.write_parquet(
-            path, compression="zstd", metadata={**trace_meta, **partition_metadata(part)}
-        )
-        # A full disk may show only when the data reach it (delayed allocation): sync first.
-        with open(path, "rb") as written:
-            os.fsync(written.fileno())
-        return os.path.getsize(path)
-    except (OSError, pl.exceptions.PolarsError) as e:
-        raise write_failed(shown, e) from None
+    frame.write_parquet(
+        path, compression="zstd", metadata={**trace_meta, **partition_metadata(part)}
+    )
+    # A full disk may show only when the data reach it (delayed allocation): sync first.
+    with open(path, "rb") as written:
+        os.fsync(written.fileno())
+    return os.path.getsize(path)

@@ -158,16 +158,14 @@ def register(app: typer.Typer) -> None:
         """Measure block reuse, reuse distances, session KV sizes and memory-tier hit shares."""
         from fcctl import api
         from fcctl.common.paths import display_path
-        from fcctl.common.signals import interrupts_raise
         from fcctl.reports.analyze_report import (
             check_analyze_out_dir,
             print_summary,
             write_out_dir,
         )
 
-        # SIGTERM/SIGHUP as KeyboardInterrupt: the --out temporary directory is removed on the
-        # way out and the exit status is 128 + N.
-        with interrupts_raise(), warnings.catch_warnings(record=True) as caught:
+        # (SIGTERM/SIGHUP raise like Ctrl-C for every command: fcctl.errors.cli_errors.)
+        with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             # Refused before the analysis, not after minutes of it.
             if out is not None:

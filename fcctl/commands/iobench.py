@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,32 +15,15 @@ if TYPE_CHECKING:
     from fcctl.iobench.run import RunHooks
 
 Opt = typer.Option
-F = TypeVar("F", bound=Callable[..., Any])
 # The file every iobench --out directory holds (the JSON document): --force replaces only a
 # directory that has it, so it never wipes unrelated data.
 OUT_MARKER = "iobench.json"
-
-
-def _one_interrupt(func: F) -> F:
-    """The first Ctrl-C or SIGTERM interrupts the command; later ones, while it cleans up and
-    prints its one-line message, are answered with "cleaning up, please wait" and change
-    nothing (``fcctl.iobench.safety.first_interrupt_raises``)."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from fcctl.iobench.safety import first_interrupt_raises
-
-        with first_interrupt_raises(ignore_after=True):
-            return func(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
 
 
 def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
     """Add ``iobench`` to ``app``; ``hooks`` (tests, embedders) go to :func:`run_iobench`."""
 
     @app.command("iobench")
-    @_one_interrupt
     @cli_errors
     def iobench(
         dir: Annotated[

@@ -10,14 +10,16 @@ earlier output of the same command (its ``marker`` file), so a typo never wipes 
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
 import shutil
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from fcctl.common.errors import FcctlInputError
+from fcctl.common.errors import FcctlInputError, RunFailed
+from fcctl.common.signals import deferred_interrupts, interrupt_in_chain
 
 
 class OutDirError(FcctlInputError):
@@ -62,21 +64,198 @@ def _umask() -> int:
     return mask
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+#: Errors of the machine, not of the input, while writing: the run failed (exit 1), the
+#: command was right. Each with the words a message uses.
+MACHINE_ERRNOS: Mapping[int, str] = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EIO: "I/O error",
+    errno.EROFS: "read-only file system",
+    errno.EFBIG: "file too large",
+}
+
+
+def machine_failure(e: BaseException) -> str | None:
+    """``"disk full"`` and the like when ``e`` is the machine failing a write, else None.
+
+    Writers that are not Python's own (polars, pyarrow) report the errno only in their
+    message: ``"... No space left on device (os error 28)"``.
+    """
+    if isinstance(e, OSError):
+        return MACHINE_ERRNOS.get(e.errno or 0)
+    text = str(e)
+    for number, words in MACHINE_ERRNOS.items():
+        if f"(os error {number})" in text or os.strerror(number) in text:
+            return words
+    return None
+
+
+def write_failed(where: str, phase: str, e: BaseException) -> RunFailed | None:
+    """The :class:`RunFailed` (exit 1) for a machine failure ``e`` while ``phase``, else None.
+
+    ``where`` names the output as the user gave it (``--out X``), ``phase`` what was being
+    done (``writing grid.parquet``).
+    """
+    words = machine_failure(e)
+    if words is None:
+        return None
+    number = next(n for n, w in MACHINE_ERRNOS.items() if w == words)
+    return RunFailed(
+        f"{where}: {words} while {phase} ({os.strerror(number)}); nothing was left behind"
+    )
+
+
+def _fresh_sibling(target: Path, infix: str, suffix: str = "") -> Path:
+    """A name beside ``target`` for a temporary (``.NAME<infix>XXXXXXXX<suffix>``).
+
+    The name is chosen before the file or directory is made, so the caller can hold it in a
+    ``try`` whose cleanup runs even when a signal lands right after the creation (with
+    ``mkstemp``/``mkdtemp`` the name is lost when the interrupt comes before they return).
+    """
+    return target.absolute().parent / f".{target.name}{infix}{secrets.token_hex(4)}{suffix}"
+
+
+@contextmanager
+def temporary_sibling_file(target: Path) -> Iterator[Path]:
+    """A new empty file beside ``target`` (mode as a plain ``open(..., "w")``), removed when
+    the block raises; the block renames it into place on success."""
+    while True:
+        tmp = _fresh_sibling(target, ".", ".tmp")
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue  # another run's name: never ours to remove
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        break
+    try:
+        yield tmp
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str, *, flag: str | None = None) -> None:
     """Write ``path`` through a temporary sibling and a rename: never half a file.
 
-    The file gets the mode a plain ``open(path, "w")`` would (``mkstemp`` makes 0600).
+    With ``flag`` (e.g. ``-o``: ``path`` is a command's output itself) a full disk (and the
+    like, :data:`MACHINE_ERRNOS`) is :class:`RunFailed` naming both; otherwise the ``OSError``
+    names ``path``. The temporary is removed on every failure and interrupt.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.absolute().parent)
+    where = f"{flag} {path}" if flag else str(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
+        with temporary_sibling_file(path) as tmp:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                # A full disk may show only when the data reach it (delayed allocation).
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+    except OSError as e:
+        if flag is not None:
+            failed = write_failed(where, f"writing {path.name}", e)
+            if failed is not None:
+                raise failed from None
+        # Named after the file being written, not its temporary (atomic_out_dir names it so).
+        raise type(e)(e.errno, e.strerror, os.fspath(path)) from None
+
+
+def _newest_entry(root: Path) -> Path | None:
+    """The entry under ``root`` changed last: the file being written when a write failed."""
+    newest, newest_ns = None, -1
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in (*dirnames, *filenames):
+            p = Path(dirpath, name)
+            try:
+                ns = p.lstat().st_mtime_ns
+            except OSError:
+                continue
+            if ns >= newest_ns:
+                newest, newest_ns = p, ns
+    return newest
+
+
+def _watched_dir(path: Path) -> Path:
+    """``path`` as a Path that remembers the last path under it handed to the OS.
+
+    Every writer (``open``, polars, matplotlib) turns its path into a string through
+    ``os.fspath``, and a path joined under this one keeps its class, so when a write fails
+    the last path taken is the file being written, whichever library wrote it and whether or
+    not its error carries a file name.
+    """
+    seen: list[str] = []
+
+    class _Watched(type(path)):  # type: ignore[misc]
+        def __fspath__(self) -> str:
+            text = super().__fspath__()
+            seen[:] = [text]
+            return text
+
+    _Watched.last = seen
+    return _Watched(path)
+
+
+def _failing_name(tmp: Path, e: BaseException) -> str:
+    """The output file a write into ``tmp`` failed on, relative to it."""
+    last = getattr(type(tmp), "last", [])
+    for name in (getattr(e, "filename", None), getattr(e, "filename2", None), *last):
+        if name:
+            try:
+                relative = Path(name).absolute().relative_to(tmp)
+            except ValueError:
+                continue
+            if str(relative) != ".":
+                return str(relative)
+    newest = _newest_entry(tmp)
+    return str(newest.relative_to(tmp)) if newest is not None else "its first file"
+
+
+#: Free space below which a writer's error without an errno is taken for a full disk.
+FULL_BELOW_BYTES = 64 * 1024
+
+
+def _full_after(tmp: Path, e: BaseException) -> str | None:
+    """Why ``e``, a writer's error that lost its errno, means the disk under ``tmp`` is full.
+
+    Some writers (polars' streaming Parquet sink) report ENOSPC as a broken file ("Invalid
+    thrift: transport error"); the free space after the failure tells what happened.
+    """
+    if isinstance(e, OSError) or machine_failure(e) is not None:
+        return None
+    if not isinstance(e, Exception) or isinstance(e, RuntimeError | ValueError | TypeError):
+        return None  # our own bugs and refusals, not a writer's I/O error
+    try:
+        st = os.statvfs(tmp)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= FULL_BELOW_BYTES:
+        return None
+    said = " ".join(str(e).split())[:100]
+    return f"{free} bytes free on its file system; the writer said: {said}"
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    if not out.exists():
+        tmp.rename(out)
+        return
+    # Keep the old directory until the new one is in place.
+    old = _fresh_sibling(out, ".old-")
+    os.mkdir(old)
+    try:
+        out.rename(old / "d")
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        old.rmdir()
         raise
+    try:
+        tmp.rename(out)
+    except BaseException:
+        (old / "d").rename(out)  # the earlier output back where it was
+        old.rmdir()
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 @contextmanager
@@ -86,32 +265,47 @@ def atomic_out_dir(
     """Yield a fresh temporary directory; on success it replaces ``out`` in one rename.
 
     The caller writes every file (``marker`` among them) into the yielded directory. An error
-    or interruption inside the block removes it and leaves ``out`` as it was.
+    or interruption inside the block removes it and leaves ``out`` as it was. A full disk (or
+    quota, or an I/O error: :data:`MACHINE_ERRNOS`) while writing is :class:`RunFailed` (exit 1)
+    naming ``out`` and the file: ``--out X: disk full while writing grid.parquet``.
     """
     out = Path(out)
+    where = f"{flag} {out}"
     check_out_dir(out, force=force, marker=marker, command=command, flag=flag)
+    tmp = _watched_dir(_fresh_sibling(out, ".tmp-"))
+    phase = "creating it"
     try:
         out.absolute().parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.absolute().parent))
-    except OSError as e:
-        raise OutDirError(f"{flag} {out}: cannot create it ({e.strerror}: {e.filename})") from None
-    try:
-        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0700; give what a plain mkdir would
+        os.mkdir(tmp)  # the mode a plain mkdir gives (mkdtemp's is 0700)
+        phase = "writing"
         yield tmp
         if not (tmp / marker).is_file():
             raise RuntimeError(f"{command} output written without its {marker}")
-        if out.exists():
-            # Keep the old directory until the new one is in place.
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.absolute().parent))
-            out.rename(old / "d")
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
-    except OSError as e:
+        phase = "moving it into place"
+        # Deferred while the directories move: an interrupt between the two renames would
+        # leave neither the old output nor the new one at ``out``. One that came meanwhile
+        # takes effect after, the new output complete and in place.
+        with deferred_interrupts():
+            _move_into_place(tmp, out)
+    except BaseException as e:
+        full = None
+        if interrupt_in_chain(e) is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if phase == "writing":
+            phase = f"writing {_failing_name(tmp, e)}"
+            full = _full_after(tmp, e)
         shutil.rmtree(tmp, ignore_errors=True)
-        # Disk full, quota, a file system that refuses renames: one line, nothing left behind.
-        raise OutDirError(f"{flag} {out}: cannot write it ({e.strerror}: {e.filename})") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, KeyboardInterrupt | RunFailed | FcctlInputError):
+            raise
+        if full is not None:
+            raise RunFailed(
+                f"{where}: disk full while {phase} ({full}); nothing was left behind"
+            ) from None
+        failed = write_failed(where, phase, e)
+        if failed is not None:
+            raise failed from None
+        if isinstance(e, OSError):
+            verb = "create" if phase == "creating it" else "write"
+            raise OutDirError(f"{where}: cannot {verb} it ({e.strerror}: {e.filename})") from None
         raise

@@ -1,0 +1,317 @@
+"""Every command, run as a real process and interrupted mid-run by SIGINT (Ctrl-C, sent to the
+whole process group as a terminal does) and by SIGTERM (sent to fcctl alone, as ``kill`` does):
+exit 130 / 143, one line and no traceback, no temporary output left, no child process left.
+
+The signal goes once the command's temporary output exists (or, for the one command that has
+none worth waiting for, once its SIGTERM handler is installed, read from /proc/PID/status); a
+run that finished first is started again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, SAMPLES
+from tests.iobench_helpers import tiny_model_config
+
+psutil = pytest.importorskip("psutil")
+
+MOONCAKE = SAMPLES / "mooncake_conversation_2k.jsonl"
+SIGNALS = [signal.SIGINT, signal.SIGTERM]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def fcctl(*args: str | Path, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, "-m", "fcctl", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=cwd,
+        timeout=300,
+    )
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether ``pid`` has a SIGTERM handler (the command body runs under fcctl's)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
+def temporaries(directory: Path) -> list[Path]:
+    """fcctl's temporary outputs in ``directory``: ``.NAME.tmp-*`` dirs, ``.NAME.*.tmp`` files."""
+    return sorted(p for p in directory.iterdir() if p.name.startswith(".") and ".tmp" in p.name)
+
+
+def spawned_workers(pid: int) -> list:
+    """Live multiprocessing workers among ``pid``'s descendants."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    out = []
+    for child in children:
+        try:
+            if "spawn_main" in " ".join(child.cmdline()):
+                out.append(child)
+        except psutil.Error:
+            pass
+    return out
+
+
+def assert_none_left(processes: list, what: str = "child processes") -> None:
+    """Within 10 s none of ``processes`` runs; any that still does is killed, then reported."""
+    deadline = time.monotonic() + 10
+    while alive(processes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = alive(processes)
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    assert left == [], f"{what} outlived fcctl: {left}"
+
+
+def alive(processes: list) -> list:
+    out = []
+    for p in processes:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@dataclass
+class Case:
+    args: list[str | Path]
+    ready: Callable[[int], bool]  # mid-run: safe to signal now
+    workdir: Path  # where the outputs (and their temporaries) go
+    absent: list[Path]  # outputs an interrupted run must not leave
+    # Signalled only once fcctl handles SIGTERM (read from /proc): for a command with no
+    # temporary output to wait for, so the signal cannot land while Python starts.
+    wait_for_handler: bool = False
+
+
+@pytest.fixture(scope="module")
+def synth_trace(tmp_path_factory) -> Path:
+    """A 20 000-request chat trace as one canonical Parquet file."""
+    d = tmp_path_factory.mktemp("synth")
+    fcctl("synth", "--requests", "20000", "--sessions", "2000", "--profile", "chat",
+          "--partition-rows", "100000", "-o", d / "t", cwd=d)  # fmt: skip
+    return d / "t" / "part-00000.parquet"
+
+
+@pytest.fixture(scope="module")
+def analysis_json(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("analysis")
+    done = fcctl("analyze", MOONCAKE, "--json", cwd=d)
+    (d / "analysis.json").write_text(done.stdout)
+    return d / "analysis.json"
+
+
+def _has_temporary(workdir: Path, inside: str | None = None) -> Callable[[int], bool]:
+    """Ready once a temporary output exists in ``workdir`` (holding ``inside``, if given)."""
+
+    def ready(pid: int) -> bool:
+        for t in temporaries(workdir):
+            if inside is None or (t.is_dir() and any(t.rglob(inside))):
+                return True
+        return False
+
+    return ready
+
+
+def _case(command: str, tmp: Path, synth_trace: Path, analysis_json: Path) -> Case:
+    out = tmp / "out"
+    out.mkdir()
+    if command == "analyze":
+        return Case(["analyze", MOONCAKE, "--out", out / "a"], _has_temporary(out), out,
+                    [out / "a"])  # fmt: skip
+    if command == "convert":
+        return Case(["convert", synth_trace, "-o", out / "t.parquet"], _has_temporary(out),
+                    out, [out / "t.parquet"])  # fmt: skip
+    if command == "convert-partitioned":
+        args = ["convert", synth_trace, "-o", out / "ds", "--partition-by", "session-hash",
+                "--partitions", "4096"]  # fmt: skip
+        return Case(args, _has_temporary(out, "part-*.parquet"), out, [out / "ds"])
+    if command == "synth":
+        args = ["synth", "--requests", "2000000", "--sessions", "50000", "--profile", "chat",
+                "--partition-rows", "2000", "-o", out / "s"]  # fmt: skip
+        return Case(args, _has_temporary(out, "part-*.parquet"), out, [out / "s"])
+    if command == "replay":
+        return Case(["replay", MOONCAKE, "--rates", "0.5", "--out", out / "r"],
+                    _has_temporary(out), out, [out / "r"])  # fmt: skip
+    if command == "recommend-thresholds":
+        # Signalled during the sweep, once both worker processes run.
+        args = ["recommend-thresholds", synth_trace, "--jobs", "2", "--out", out / "r",
+                "--emit", out / "e"]  # fmt: skip
+        return Case(args, lambda pid: len(spawned_workers(pid)) >= 2, out,
+                    [out / "r", out / "e"])  # fmt: skip
+    if command == "report":
+        # The page is built in well under a second: signalled as soon as the body runs.
+        return Case(["report", analysis_json, "-o", out / "page.html"], lambda pid: True, out,
+                    [out / "page.html"], wait_for_handler=True)  # fmt: skip
+    if command == "iobench":
+        bench = out / "bench"
+        bench.mkdir()
+        cfg = tiny_model_config(tmp / "tiny.json", layers=32)
+        args = ["iobench", "--model-config", cfg, "--no-fio", "--sessions", "800", "--tokens",
+                "32", "--turns", "2", "--layout", "flat", "--concurrency", "1", "--repeat",
+                "500", "--free-margin", "0", "--dir", bench]  # fmt: skip
+
+        def ready(pid: int) -> bool:
+            return any(bench.glob("fcctl-iobench-*/*"))
+
+        return Case(args, ready, bench, [])
+    raise AssertionError(command)
+
+
+COMMANDS = ["analyze", "convert", "convert-partitioned", "synth", "replay",
+            "recommend-thresholds", "report", "iobench"]  # fmt: skip
+
+
+def interrupt_mid_run(case: Case, sig: signal.Signals, attempts: int = 3):
+    """Run ``case``, signal it once ready; the finished process, its stderr, and the
+    descendants and multiprocessing workers it had when signalled."""
+    for _ in range(attempts):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fcctl", *map(str, case.args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+            cwd=case.workdir,
+            start_new_session=True,  # its own group: SIGINT goes to all of it, as Ctrl-C does
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while proc.poll() is None and time.monotonic() < deadline:
+                if case.ready(proc.pid) and (
+                    not case.wait_for_handler or catches_sigterm(proc.pid)
+                ):
+                    break
+                time.sleep(0.005)
+            if proc.poll() is not None:  # finished (or failed) first: try again
+                _, err = proc.communicate()
+                assert proc.returncode == 0, err
+                for path in case.absent:
+                    subprocess.run(["rm", "-rf", str(path)], check=True)
+                continue
+            assert time.monotonic() < deadline, "the command never reached its mid-run state"
+            descendants = psutil.Process(proc.pid).children(recursive=True)
+            workers = spawned_workers(proc.pid)
+            if sig == signal.SIGINT:
+                os.killpg(proc.pid, sig)
+            else:
+                os.kill(proc.pid, sig)
+            _, err = proc.communicate(timeout=120)
+            return proc, err, descendants, workers
+        except BaseException:
+            # A failing run leaves nothing behind either (its orphaned workers are still in
+            # its process group).
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    why = " (it never handled SIGTERM)" if case.wait_for_handler else ""
+    pytest.fail(f"{case.args[0]} finished before it could be interrupted, {attempts} times{why}")
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_signal_mid_run_exits_128_plus_n_and_leaves_nothing(
+    command, sig, tmp_path, synth_trace, analysis_json
+):
+    case = _case(command, tmp_path, synth_trace, analysis_json)
+    proc, err, descendants, _ = interrupt_mid_run(case, sig)
+    assert proc.returncode == 128 + sig, err
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("fcctl: interrupted"), err
+    if sig == signal.SIGTERM:
+        assert last == "fcctl: interrupted by SIGTERM", err
+    assert temporaries(case.workdir) == [], "temporary output left behind"
+    for path in case.absent:
+        assert not path.exists(), f"{path} written by an interrupted run"
+    if command == "iobench":
+        assert list(case.workdir.iterdir()) == [], "the benchmark's files were left behind"
+    assert_none_left(descendants)
+
+
+def test_recommend_workers_are_gone_after_sigterm_and_ctrl_c_while_they_start(
+    tmp_path, synth_trace
+):
+    """--jobs 2: SIGTERM to the parent alone stops its workers; Ctrl-C to the group while the
+    workers start prints no traceback from any of them."""
+    case = _case("recommend-thresholds", tmp_path, synth_trace, synth_trace)
+    proc, err, _, workers = interrupt_mid_run(case, signal.SIGTERM)
+    assert len(workers) == 2
+    assert proc.returncode == 143, err
+    assert_none_left(workers, "workers")
+    assert "Traceback" not in err, err
+
+    # Ctrl-C the moment the first worker process exists: it is still starting (importing).
+    starting = Case(case.args, lambda pid: len(spawned_workers(pid)) >= 1, case.workdir,
+                    case.absent)  # fmt: skip
+    proc, err, descendants, _ = interrupt_mid_run(starting, signal.SIGINT)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    assert err.count("fcctl: interrupted") == 1, err
+    assert_none_left(descendants)
+
+
+def test_an_interrupt_wrapped_by_a_c_extension_is_still_an_interrupt(tmp_path):
+    """Ctrl-C inside a C extension's call back into Python (numba loading its cache) surfaces
+    as ``SystemError: ... returned a result with an exception set``: still exit 130, one line,
+    the temporary output removed."""
+    import typer
+    from typer.testing import CliRunner
+
+    from fcctl.common.outdir import atomic_out_dir
+    from fcctl.common.signals import Interrupted
+    from fcctl.errors import cli_errors
+
+    demo = typer.Typer()
+    out = tmp_path / "out"
+
+    @demo.command("demo")
+    @cli_errors
+    def demo_command(term: bool = typer.Option(False, "--term")) -> None:
+        with atomic_out_dir(out, force=False, marker="m", command="demo") as tmp:
+            (tmp / "part").write_text("x")
+            try:
+                raise Interrupted(signal.SIGTERM) if term else KeyboardInterrupt
+            except KeyboardInterrupt as e:
+                raise SystemError("<function f> returned a result with an exception set") from e
+
+    @demo.command("other")
+    def other() -> None:
+        pass
+
+    for args, status, line in (([], 130, "fcctl: interrupted"),
+                               (["--term"], 143, "fcctl: interrupted by SIGTERM")):  # fmt: skip
+        done = CliRunner().invoke(demo, ["demo", *args])
+        assert done.exit_code == status, done.output
+        assert done.output.strip() == line
+        assert list(tmp_path.iterdir()) == []
