@@ -47,8 +47,8 @@ def test_plan_writes_every_step_and_starts_with_the_decision(planned: Path) -> N
     assert doc["decision"] == decision_of(replay) | {"by_load": doc["decision"]["by_load"]}
     rec = json.loads((planned / "recommend.json").read_text())
     assert rec["recommendation"]["rate"] == 2.0
-    text = (planned / "emit" / "fcs" / "thresholds.py").read_text()
-    assert f"SHORT_REPLY_TOKENS = {rec['recommendation']['short_reply_tokens']}" in text
+    text = (planned / "emit" / "fcs" / "thresholds.toml").read_text()
+    assert f"short_reply_tokens = {rec['recommendation']['short_reply_tokens']}" in text
     html = (planned / "report.html").read_text()
     assert "<html" in html.lower() and "replay" in html
 
