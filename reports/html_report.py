@@ -29,7 +29,13 @@ from fcctl.common.provenance import utc_now
 from fcctl.common.version import fcctl_version
 from fcctl.reports import format as fmt
 from fcctl.reports import svg
-from fcctl.reports.report_inputs import Input, Node, ReportInputError, read_inputs
+from fcctl.reports.report_inputs import (
+    Input,
+    Node,
+    ReportInputError,
+    check_same_trace,
+    read_inputs,
+)
 
 #: Section ids in page order; the tests and the decision paragraph's links use them.
 SECTIONS = ("decision", "trace", "reuse", "storage", "replay", "recommendation", "provenance")
@@ -1031,23 +1037,100 @@ def _policy(doc: Node, rate: float, name: str) -> Node | None:
     return None
 
 
-def decision(inputs: dict[str, Input]) -> str:
-    """One paragraph: verdict, thresholds against tiered, flat restore against fio; each number
-    links to where it is shown."""
+def _load(point: Node) -> str:
+    rate = point.get("rate")
+    if rate is not None:
+        return f"{fmt.per_s(rate.as_num())} offered"
+    return f"{point['concurrency'].as_int():,} sessions active"
+
+
+def replay_decision(rep: Input) -> str:
+    """The decision sentence from replay: at the operating point when the document has one, else
+    across the loads replayed at the node's sizes (docs/report.md, "The decision")."""
+    doc = rep.doc
+    if rep.schema_version < 2:  # before the decision existed: the shares at the highest rate
+        rates = _policies_at(doc)
+        if not rates:
+            return ""
+        rate, policies = max(rates, key=lambda t: t[0])
+        shown = [
+            f"{escape(n)} {link(fmt.share(_sub(p, 'gpu_hit_share')), 'replay-rates')} "
+            f"(p99 TTFT {link(fmt.seconds(_sub(p, 'ttft_s', 'p99')), 'replay-rates')})"
+            for n, p in policies
+        ]
+        ideal = doc["ideal_hit_share"].as_num()
+        return (
+            f"At {link(fmt.per_s(rate), 'replay-rates')}, the highest rate replayed, GPU hit "
+            f"shares are {', '.join(shown)}, against the ideal {link(fmt.share(ideal), 'replay')}."
+        )
+    op = doc.get("operating_point")
+    if op is not None:
+        d = op["decision"]
+        got = [_sub(p, "achieved_rate", "central") for _n, p in op["policies"].as_items()]
+        served = [g for g in got if g is not None]
+        at = _load(op) + (f", {fmt.per_s(min(served))} served" if served else "")
+        return (
+            f"At your operating point ({link(at, 'replay-rates')}) the layout to choose is "
+            f"<strong>{escape(d['best'].as_str())}</strong>: {escape(d['why'].as_str())}."
+        )
+    points = doc["rates"].as_list() if doc.get("rates") is not None else []
+    divergence = doc.get("divergence") or None
+    first_sizes = divergence.as_list()[0].get("sizes") if divergence is not None else None
+    if first_sizes is not None:
+        base = first_sizes.value
+        points = [p for p in points if p.get("sizes") is None or p["sizes"].value == base]
+    if not points:
+        return ""
+    named = [(p, p["decision"]["best"].as_str()) for p in points]
+    leads = [(p, b) for p, b in named if b != "none"]
+    span = f"{_load(points[0])} to {_load(points[-1])}"
+    if not leads:
+        return (
+            f"Across the loads replayed ({link(span, 'replay-rates')}) no layout leads the others "
+            "by more than the decision's margins: <strong>it does not matter here</strong> "
+            "which layout holds the KV cache."
+        )
+    first, best = leads[0]
+    return (
+        f"Across the loads replayed ({link(span, 'replay-rates')}), "
+        f"<strong>{escape(best)}</strong> leads from {link(_load(first), 'replay-rates')} on: "
+        f"{escape(first['decision']['why'].as_str())}."
+    )
+
+
+def decision(inputs: dict[str, Input], *, mixed: bool = False) -> str:
+    """One paragraph: the decision (replay's at the user's operating point when replay is given,
+    analyze's verdict otherwise, never both), thresholds, the SSD against fio; each number links
+    to where it is shown. With ``mixed`` traces each sentence names its trace."""
     sentences = []
+
+    def trace_of(inp: Input) -> str:
+        return f"On {escape(inp.trace_path or inp.shown)}: " if mixed else ""
+
     a = inputs.get("analyze")
+    rep = inputs.get("replay")
+    # A replay with a decision (schema 2) decides; analyze's load-free verdict then stays out.
+    decides = rep if rep is not None and rep.schema_version >= 2 else None
+    if rep is not None:
+        text = replay_decision(rep)
+        if text:
+            sentences.append(trace_of(rep) + text)
     if a is not None:
         v = a.doc["verdict"]
         layout = v["layout"].as_str()
-        text = f"Verdict {link(layout, 'verdict')}"
+        # With a replay the decision is the replay's; analyze's figures stay, its load-free
+        # verdict does not (two verdicts could contradict each other).
+        text = "Without load, the trace has" if decides else f"Verdict {link(layout, 'verdict')}"
         clauses = []
         for c in v["checks"]:
             name, value = c["name"].as_str(), c["value"].as_num()
             if name == "session_kv_p90_bytes":
-                clauses.append(
-                    f"p90 session KV {link(fmt.size(value), 'sessions')} (flat at "
-                    f"{escape(fmt.size_2dp(c['threshold'].as_num()))} or more)"
+                rule = (
+                    ""
+                    if decides
+                    else f" (flat at {escape(fmt.size_2dp(c['threshold'].as_num()))} or more)"
                 )
+                clauses.append(f"p90 session KV {link(fmt.size(value), 'sessions')}{rule}")
             elif name == "share_of_ideal":
                 ref = v["reference_capacity_bytes"].as_num()
                 clauses.append(
@@ -1055,9 +1138,12 @@ def decision(inputs: dict[str, Input]) -> str:
                     f"{link(fmt.share(value), 'memory-tier')} of the ideal hit share "
                     f"{link(fmt.share(a.doc['reuse_access_share'].as_num()), 'block-reuse')}"
                 )
-        sentences.append(text + (": " + "; ".join(clauses) if clauses else "") + ".")
+        if decides is None or clauses:
+            joiner = ": " if decides is None else " "
+            sentences.append(
+                trace_of(a) + text + (joiner + "; ".join(clauses) if clauses else "") + "."
+            )
     rec = inputs.get("recommend-thresholds")
-    rep = inputs.get("replay")
     if rec is not None:
         r = rec.doc["recommendation"]
         rate = r["rate"].need_num()
@@ -1076,22 +1162,10 @@ def decision(inputs: dict[str, Input]) -> str:
                 f"{link(fmt.seconds(_sub(r, 'ttft_s', 'p99')), 'recommendation-table')}"
                 f" against {link(fmt.seconds(_sub(tiered, 'ttft_s', 'p99')), 'baselines')}"
             )
-        sentences.append(text + ".")
-    elif rep is not None:
-        rates = _policies_at(rep.doc)
-        if rates:
-            rate, policies = max(rates, key=lambda t: t[0])
-            shown = [
-                f"{escape(n)} {link(fmt.share(_sub(p, 'gpu_hit_share')), 'replay-rates')} "
-                f"(p99 TTFT {link(fmt.seconds(_sub(p, 'ttft_s', 'p99')), 'replay-rates')})"
-                for n, p in policies
-            ]
-            ideal = rep.doc["ideal_hit_share"].as_num()
-            sentences.append(
-                f"At {link(fmt.per_s(rate), 'replay-rates')}, the highest rate replayed, GPU hit "
-                f"shares are {', '.join(shown)}, against the ideal "
-                f"{link(fmt.share(ideal), 'replay')}."
-            )
+        matters = r.get("matters")
+        if matters is not None and not matters.as_bool():
+            text += " (the thresholds do not matter here: every pair is within the margins)"
+        sentences.append(trace_of(rec) + text + ".")
     io = inputs.get("iobench")
     if io is not None:
         flat = io.doc["layouts"].get("flat")
@@ -1100,8 +1174,14 @@ def decision(inputs: dict[str, Input]) -> str:
         seq = fio["seq_read_bytes_per_s"].as_num() if fio["available"].as_bool() else None
         if runs:
             best = max(runs, key=lambda r: r["concurrency"].as_int() or 0)
+            settings = io.doc["provenance"].get("settings")
+            source = settings.get("source") if settings is not None else None
+            synthetic = source is None or source.as_str() in ("", "synthetic")
+            workload = " with a synthetic workload (generated sessions, not the trace)"
+            if not synthetic:
+                workload = ""
             text = (
-                f"On this SSD the flat layout restores at "
+                f"On this SSD{workload} the flat layout restores at "
                 f"{link(fmt.rate(best['restore_bytes_per_s'].as_num()), 'storage-runs')} at "
                 f"concurrency {best['concurrency'].as_int()}"
             )
@@ -1262,12 +1342,20 @@ def _default_title(inputs: dict[str, Input]) -> str:
 
 
 def build_page(
-    inputs: dict[str, Input], *, title: str | None = None, generated_utc: str | None = None
+    inputs: dict[str, Input],
+    *,
+    title: str | None = None,
+    generated_utc: str | None = None,
+    mixed: bool = False,
 ) -> str:
-    """The whole page as one string."""
+    """The whole page as one string; ``mixed``: the inputs come from different traces (each
+    section then says which)."""
     generated_utc = generated_utc or utc_now()
     title = title or _default_title(inputs)
-    bodies: dict[str, str] = {"decision": decision(inputs), "trace": trace_section(inputs)}
+    bodies: dict[str, str] = {
+        "decision": decision(inputs, mixed=mixed),
+        "trace": trace_section(inputs),
+    }
     if "analyze" in inputs:
         bodies["reuse"] = reuse_section(inputs["analyze"])
     if "iobench" in inputs:
@@ -1277,6 +1365,14 @@ def build_page(
     if "recommend-thresholds" in inputs:
         bodies["recommendation"] = recommendation_section(inputs["recommend-thresholds"])
     bodies["provenance"] = provenance_section(inputs, generated_utc)
+    if mixed:
+        owner = {"reuse": "analyze", "storage": "iobench", "replay": "replay",
+                 "recommendation": "recommend-thresholds"}  # fmt: skip
+        for section, command in owner.items():
+            inp = inputs.get(command)
+            if bodies.get(section) and inp is not None:
+                trace = escape(inp.trace_path or "(no trace)")
+                bodies[section] = para(f"Trace of this section: {trace}.") + bodies[section]
     present = [s for s in SECTIONS if bodies.get(s)]
     nav = "".join(f'<a href="#{s}">{escape(SECTION_TITLES[s])}</a>' for s in present)
     sections = "".join(
@@ -1374,14 +1470,20 @@ class ReportSummary:
 
 
 def make_report(
-    paths: Sequence[Path], out: Path, *, title: str | None = None, force: bool = False
+    paths: Sequence[Path],
+    out: Path,
+    *,
+    title: str | None = None,
+    force: bool = False,
+    allow_mixed: bool = False,
 ) -> ReportSummary:
     """Read every input, build the page and write it to ``out``; nothing is written on error."""
     out = Path(out)
     check_output(out, force=force)
     check_not_an_input(out, [Path(p) for p in paths])
     inputs = read_inputs([Path(p) for p in paths])
-    html = build_page(inputs, title=title)
+    mixed = check_same_trace(inputs, allow_mixed=allow_mixed)
+    html = build_page(inputs, title=title, mixed=mixed)
     write_page(html, out)
     present = tuple(s for s in SECTIONS if f'<section id="{s}">' in html)
     return ReportSummary(

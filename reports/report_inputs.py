@@ -176,6 +176,20 @@ class Input:
         v = self.doc["schema_version"].as_int()
         return 0 if v is None else v
 
+    @property
+    def fingerprint(self) -> str | None:
+        """The trace's fingerprint the document states (analyzers/traces/fingerprint.py), or
+        None when it states none (iobench, a bounded analysis, an older document)."""
+        trace = self.doc.get("trace")
+        fp = trace.get("fingerprint") if trace is not None else None
+        return fp.as_str() if fp is not None else None
+
+    @property
+    def trace_path(self) -> str | None:
+        trace = self.doc.get("trace")
+        path = trace.get("path") if trace is not None else None
+        return path.as_str() if path is not None else None
+
 
 def _identify(doc: dict[str, Any], where: str) -> str | None:
     named = doc.get("command")
@@ -266,6 +280,25 @@ def read_input(path: Path) -> list[Input]:
     if not path.exists():
         raise ReportInputError(f"{where}: no such file or directory")
     return [read_document(path)]
+
+
+def check_same_trace(inputs: dict[str, Input], *, allow_mixed: bool) -> bool:
+    """Refuse documents measured on different traces (their ``trace.fingerprint`` differ),
+    naming both, unless ``allow_mixed``; True when they are mixed (then each section says its
+    trace). Documents without a fingerprint are not compared."""
+    known = [(i, i.fingerprint) for i in inputs.values() if i.fingerprint is not None]
+    for other, fp in known[1:]:
+        first, fp0 = known[0]
+        if fp != fp0:
+            if allow_mixed:
+                return True
+            raise ReportInputError(
+                f"{other.shown} (fcctl {other.command}, trace {other.trace_path}) and "
+                f"{first.shown} (fcctl {first.command}, trace {first.trace_path}) were measured "
+                "on different traces (their trace fingerprints differ); one report decides for "
+                "one trace (pass --allow-mixed to show them side by side anyway)"
+            )
+    return False
 
 
 def read_inputs(paths: Sequence[Path]) -> dict[str, Input]:

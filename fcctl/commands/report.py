@@ -31,6 +31,13 @@ def register(app: typer.Typer) -> None:
         force: Annotated[
             bool, typer.Option("--force", help="Replace an existing -o file.")
         ] = False,
+        allow_mixed: Annotated[
+            bool,
+            typer.Option(
+                "--allow-mixed",
+                help="Combine documents measured on different traces (each section names its).",
+            ),
+        ] = False,
     ) -> None:
         """Build one self-contained HTML page (inline SVG charts, no network) from fcctl outputs.
 
@@ -40,7 +47,7 @@ def register(app: typer.Typer) -> None:
         from fcctl.common.paths import display_path
         from fcctl.reports.html_report import make_report
 
-        summary = make_report(inputs, output, title=title, force=force)
+        summary = make_report(inputs, output, title=title, force=force, allow_mixed=allow_mixed)
         kib = summary.bytes / 1024
         print(
             f"report: wrote {display_path(summary.out)} ({kib:,.0f} KiB; sections: "
