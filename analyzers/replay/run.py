@@ -27,7 +27,6 @@ from fcctl.analyzers.replay.operating import Window, operating_point
 from fcctl.analyzers.replay.policies import DEFAULT_POLICIES, POLICIES
 from fcctl.analyzers.replay.result import (
     SCHEMA_VERSION,
-    KvSummary,
     Percentiles,
     PlacementSettings,
     PolicyResult,
@@ -35,7 +34,6 @@ from fcctl.analyzers.replay.result import (
     RateResult,
     RejectedRequests,
     ReplayResult,
-    TraceSummary,
     TtftStats,
 )
 from fcctl.analyzers.replay.store import FastStore
@@ -52,6 +50,7 @@ from fcctl.analyzers.replay.sweep import (
 )
 from fcctl.analyzers.replay.workload import Workload, build_workload
 from fcctl.analyzers.reuse.bounded import default_memory_budget
+from fcctl.analyzers.summary import KvSummary, TraceSummary
 from fcctl.analyzers.traces.fingerprint import trace_fingerprint
 from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.errors import FcctlInputError
