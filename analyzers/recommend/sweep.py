@@ -96,8 +96,9 @@ from fcctl.analyzers.replay import (
 )
 from fcctl.analyzers.replay.decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins
 from fcctl.analyzers.replay.hardware import hardware_document
-from fcctl.analyzers.replay.run import DEFAULT_SEED, check_rates, workers_of
+from fcctl.analyzers.replay.run import DEFAULT_SEED, workers_of
 from fcctl.analyzers.traces.fingerprint import trace_fingerprint
+from fcctl.analyzers.traces.schedule import check_rates
 from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
@@ -533,9 +534,9 @@ def recommend_thresholds(
     if not isinstance(config.jobs, int) or config.jobs < 1:
         raise FcctlInputError(f"--jobs: must be an integer >= 1; got {config.jobs!r}")
     check_margins(config.decision_margin_pp, config.decision_ttft_margin)
-    rates = check_rates(config.rates)
+    rates = check_rates(config.rates, "--rates")
     if config.target_rate is not None:
-        target = check_rates([config.target_rate], flag="--target-rate")[0]
+        target = check_rates([config.target_rate], "--target-rate")[0]
         rates = tuple(sorted({*rates, target}))
     else:
         target = max(rates)

@@ -52,6 +52,7 @@ from fcctl.analyzers.replay.workload import Workload, build_workload
 from fcctl.analyzers.reuse.bounded import default_memory_budget
 from fcctl.analyzers.summary import KvSummary, TraceSummary
 from fcctl.analyzers.traces.fingerprint import trace_fingerprint
+from fcctl.analyzers.traces.schedule import check_rate, check_rates
 from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
@@ -110,20 +111,6 @@ def check_policies(names: Sequence[str]) -> tuple[str, ...]:
     if not out:
         raise FcctlInputError("--policies: name at least one policy")
     return tuple(out)
-
-
-def check_rates(rates: Sequence[float], flag: str = "--rates") -> tuple[float, ...]:
-    """Finite rates > 0 (requests/s), sorted and unique; a message names ``flag``."""
-    out = []
-    for r in rates:
-        if not (isinstance(r, int | float) and np.isfinite(r) and r > 0):
-            raise FcctlInputError(
-                f"{flag}: each rate must be > 0 and finite (requests/s); got {r!r}"
-            )
-        out.append(float(r))
-    if not out:
-        raise FcctlInputError(f"{flag}: give at least one rate")
-    return tuple(sorted(set(out)))
 
 
 def _pct(values: np.ndarray, q: float) -> float | None:
@@ -427,9 +414,9 @@ def replay_trace(
         points = [(None, workload.sessions if c is None else c) for c in config.concurrency]
     else:
         if not config.auto_rates:
-            points = [(r, None) for r in check_rates(config.rates)]
+            points = [(r, None) for r in check_rates(config.rates, "--rates")]
         if config.operating_rate is not None:
-            op_rate = check_rates([config.operating_rate], flag="operating_rate")[0]
+            op_rate = check_rate(config.operating_rate, "operating_rate")
             points = [(op_rate, None)] + [p for p in points if p[0] != op_rate]
         if config.slo_ttft_p99_s is not None and not (
             math.isfinite(config.slo_ttft_p99_s) and config.slo_ttft_p99_s > 0

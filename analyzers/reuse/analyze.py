@@ -27,7 +27,6 @@ and the per-request table (:func:`_requests_table`).
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Literal
@@ -66,6 +65,7 @@ from fcctl.analyzers.summary import KvSummary, TraceSummary
 from fcctl.analyzers.traces.fingerprint import trace_fingerprint
 from fcctl.analyzers.traces.schedule import (
     SessionSchedule,
+    check_rate,
     interleave,
     schedule_by_concurrency,
     schedule_by_rate,
@@ -572,13 +572,7 @@ def check_schedule_args(rate_requests_per_s: float | None, concurrent_sessions: 
             parameter="rate_requests_per_s",
         )
     if rate_requests_per_s is not None:
-        r = rate_requests_per_s
-        if isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r) or r <= 0:
-            raise FcctlInputError(
-                f"rate_requests_per_s: must be a finite number of requests per second > 0; "
-                f"got {r!r}",
-                parameter="rate_requests_per_s",
-            )
+        check_rate(rate_requests_per_s, "rate_requests_per_s")
     if concurrent_sessions is not None:
         c = concurrent_sessions
         if isinstance(c, bool) or not isinstance(c, int) or c < 1:
