@@ -17,12 +17,13 @@ policies):
 **Reuse across the grid.** The thresholds enter the placement rule only through rules 4-6
 (:mod:`fcctl.layout.placement`): for a later turn, ``context > agent_context_tokens`` ->
 ``agent_context``; else ``previous reply > short_reply_tokens`` -> ``long_reply``; else
-``short_reply_chat``. Rules 1-3 (memory full, shared prefix, first turn) come first and do not
-read them. So the per-request *threshold class* vector (:func:`threshold_classes`) decides the
-whole simulation: two pairs with the same vector make the same decision for every write, and
-the simulator is deterministic, so their results are identical. Each distinct (policy, rate,
-vector) is simulated once and its result reused for every pair that maps to it (placement
-reasons included, so even ``details`` agree).
+``short_reply_chat``. Rules 1-3 (memory full, shared prefix, first turn) come first and do
+not read them. So the per-request *threshold class* vector (:func:`threshold_classes`: the
+rule's own ``PlacementRule.threshold_classes``) decides the whole simulation: two pairs with the
+same vector make the same decision for every write, and the simulator is deterministic, so
+their results are identical. Each distinct (policy, rate, vector) is simulated once and its
+result reused for every pair that maps to it (placement reasons included, so even ``details``
+agree).
 
 **The pick** (:func:`pick`): at the target rate (the highest rate unless ``target_rate``), the
 pair with the highest GPU hit share; ties (exactly equal shares) go to the lower p99 TTFT
@@ -121,12 +122,6 @@ Notes = tuple[str, ...]
 #: Values a default grid axis may gain beyond its edge (module docstring, "Grid extension").
 MAX_GRID_EXTENSIONS = 3
 
-# Threshold classes of one request (rules 3-6 of layout.placement, in its order).
-CLASS_FIRST_TURN = 0
-CLASS_AGENT_CONTEXT = 1
-CLASS_LONG_REPLY = 2
-CLASS_SHORT_REPLY_CHAT = 3
-
 
 @dataclass(frozen=True)
 class RecommendConfig:
@@ -165,19 +160,15 @@ def threshold_classes(
     short_reply_tokens: int,
     agent_context_tokens: int,
 ) -> np.ndarray:
-    """Per request (int8), which threshold rule decides its writes when rules 1-2 do not:
-    :data:`CLASS_FIRST_TURN`, :data:`CLASS_AGENT_CONTEXT`, :data:`CLASS_LONG_REPLY` or
-    :data:`CLASS_SHORT_REPLY_CHAT` (the flat policy's signals: context = the request's input
-    tokens, previous reply = the output tokens of the session's previous request)."""
-    out = np.zeros(input_tokens.shape[0], dtype=np.int8)
+    """Per request (int8), which of rules 3-6 decides its writes when rules 1-2 do not: the
+    index of its reason in :data:`fcctl.layout.placement.THRESHOLD_REASONS`, as
+    :meth:`PlacementRule.threshold_classes` decides it on the flat policy's signals (context =
+    the request's input tokens, previous reply = the output tokens of the session's previous
+    request, ``prev_request``; -1 for a first turn)."""
     later = prev_request >= 0
     reply = np.where(later, output_tokens[np.maximum(prev_request, 0)], 0)
-    agent = later & (input_tokens > agent_context_tokens)
-    long_reply = later & ~agent & (reply > short_reply_tokens)
-    out[agent] = CLASS_AGENT_CONTEXT
-    out[long_reply] = CLASS_LONG_REPLY
-    out[later & ~agent & ~long_reply] = CLASS_SHORT_REPLY_CHAT
-    return out
+    rule = PlacementRule(short_reply_tokens, agent_context_tokens)
+    return rule.threshold_classes(later, input_tokens, reply)
 
 
 class _Signals:
