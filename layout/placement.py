@@ -20,6 +20,11 @@ figures (the FlatCake summary names the thresholds but not their values): 256 to
 short reply, 32768 tokens (4 GiB of Llama-3.1-8B bf16 KV) for an agent context. ``fcctl
 replay --short-reply/--agent-context`` override them, and the recommender sweeps them.
 
+Only rules 4-6 read the thresholds. :meth:`PlacementRule.threshold_reason` is rules 3-6, what
+decides a write when rules 1-2 do not, and :meth:`PlacementRule.threshold_classes` the same for
+many requests at once (numpy arrays): the recommender groups threshold pairs by it, and a test
+holds it equal to :meth:`PlacementRule.place`.
+
 Pure: no clock, no state; an engine and fcctl's simulator call the same function.
 """
 
@@ -27,8 +32,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import InputError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_SHORT_REPLY_TOKENS = 256
 DEFAULT_AGENT_CONTEXT_TOKENS = 32768
@@ -50,6 +59,27 @@ class Reason(enum.StrEnum):
     AGENT_CONTEXT = "agent_context"
     LONG_REPLY = "long_reply"
     SHORT_REPLY_CHAT = "short_reply_chat"
+
+
+#: Where each rule puts a write.
+MEDIUM_OF: dict[Reason, Medium] = {
+    Reason.MEMORY_FULL: Medium.SSD,
+    Reason.SHARED_PREFIX: Medium.MEMORY,
+    Reason.FIRST_TURN: Medium.SSD,
+    Reason.AGENT_CONTEXT: Medium.SSD,
+    Reason.LONG_REPLY: Medium.SSD,
+    Reason.SHORT_REPLY_CHAT: Medium.MEMORY,
+}
+
+#: Rules 3-6, in their order: what decides a write when memory is not full and its blocks are
+#: not a shared prefix. A reason's index here is its *threshold class*
+#: (:meth:`PlacementRule.threshold_classes`).
+THRESHOLD_REASONS: tuple[Reason, ...] = (
+    Reason.FIRST_TURN,
+    Reason.AGENT_CONTEXT,
+    Reason.LONG_REPLY,
+    Reason.SHORT_REPLY_CHAT,
+)
 
 
 @dataclass(frozen=True)
@@ -100,13 +130,41 @@ class PlacementRule:
             return Placement(Medium.SSD, Reason.MEMORY_FULL)
         if s.prefix_ref_count > 1:
             return Placement(Medium.MEMORY, Reason.SHARED_PREFIX)
-        if s.turn == 0 or s.previous_reply_tokens is None:
-            return Placement(Medium.SSD, Reason.FIRST_TURN)
-        if s.context_tokens > self.agent_context_tokens:
-            return Placement(Medium.SSD, Reason.AGENT_CONTEXT)
-        if s.previous_reply_tokens > self.short_reply_tokens:
-            return Placement(Medium.SSD, Reason.LONG_REPLY)
-        return Placement(Medium.MEMORY, Reason.SHORT_REPLY_CHAT)
+        reason = self.threshold_reason(s.turn, s.context_tokens, s.previous_reply_tokens)
+        return Placement(MEDIUM_OF[reason], reason)
+
+    def threshold_reason(
+        self, turn: int, context_tokens: int, previous_reply_tokens: int | None
+    ) -> Reason:
+        """Rules 3-6: the reason for a write that rules 1-2 (memory full, shared prefix) leave
+        open (tokens; ``previous_reply_tokens`` None on a first turn)."""
+        if turn == 0 or previous_reply_tokens is None:
+            return Reason.FIRST_TURN
+        if context_tokens > self.agent_context_tokens:
+            return Reason.AGENT_CONTEXT
+        if previous_reply_tokens > self.short_reply_tokens:
+            return Reason.LONG_REPLY
+        return Reason.SHORT_REPLY_CHAT
+
+    def threshold_classes(
+        self, later: np.ndarray, context_tokens: np.ndarray, previous_reply_tokens: np.ndarray
+    ) -> np.ndarray:
+        """:meth:`threshold_reason` of many requests at once: per request (int8), the index of
+        its reason in :data:`THRESHOLD_REASONS`.
+
+        ``later``: bool, not a first turn (a turn > 0 with a previous reply);
+        ``context_tokens``, ``previous_reply_tokens``: integers (tokens; the latter is read
+        only where ``later``).
+        """
+        import numpy as np  # the rule itself needs no numpy; only the arrays do
+
+        agent = later & (context_tokens > self.agent_context_tokens)
+        long_reply = later & ~agent & (previous_reply_tokens > self.short_reply_tokens)
+        out = np.full(later.shape[0], THRESHOLD_REASONS.index(Reason.FIRST_TURN), dtype=np.int8)
+        out[agent] = THRESHOLD_REASONS.index(Reason.AGENT_CONTEXT)
+        out[long_reply] = THRESHOLD_REASONS.index(Reason.LONG_REPLY)
+        out[later & ~agent & ~long_reply] = THRESHOLD_REASONS.index(Reason.SHORT_REPLY_CHAT)
+        return out
 
 
 def place(signals: PlacementSignals, rule: PlacementRule | None = None) -> Placement:

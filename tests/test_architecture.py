@@ -125,3 +125,18 @@ def test_no_import_circle() -> None:
         if v not in index:
             visit(v)
     assert not circles, f"import circles: {circles}"
+
+
+def test_the_recommender_uses_replay_through_its_package() -> None:
+    """analyzers/recommend reads the simulator through ``fcctl.analyzers.replay``'s public names
+    (its ``__init__``), never a module inside it, lazy imports included."""
+    replay = "fcctl.analyzers.replay"
+    bad = sorted(
+        f"{mod} imports {dep}"
+        for mod, deps in _graph().items()
+        if mod == "fcctl.analyzers.recommend" or mod.startswith("fcctl.analyzers.recommend.")
+        for dep in deps
+        if dep.startswith(replay + ".")
+    )
+    assert not bad, "\n".join(bad)
+    assert replay in _graph()["fcctl.analyzers.recommend.sweep"]  # the check sees the imports

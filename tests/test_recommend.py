@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fcctl.analyzers.recommend import (
     ALL_MEMORY_TOKENS,
@@ -32,7 +34,13 @@ from fcctl.analyzers.replay import PRESETS, build_workload
 from fcctl.analyzers.traces.readers import read_trace
 from fcctl.analyzers.traces.schema import Trace
 from fcctl.layout.geometry import model_geometry
-from fcctl.layout.placement import DEFAULT_AGENT_CONTEXT_TOKENS, DEFAULT_SHORT_REPLY_TOKENS
+from fcctl.layout.placement import (
+    DEFAULT_AGENT_CONTEXT_TOKENS,
+    DEFAULT_SHORT_REPLY_TOKENS,
+    THRESHOLD_REASONS,
+    PlacementRule,
+    PlacementSignals,
+)
 from tests.conftest import SAMPLES
 from tests.replay_helpers import BLOCK_TOKENS, TINY, tiny_node, trace_of
 
@@ -165,6 +173,46 @@ def test_threshold_classes_follow_the_rule_order() -> None:
     every = threshold_classes(inp, out, prev, ALL_MEMORY_TOKENS, ALL_MEMORY_TOKENS)
     assert every.tolist() == [0, 3, 3, 3, 3]
     assert threshold_classes(inp, out, prev, 256, 0).tolist() == [0, 1, 1, 1, 1]
+
+
+@st.composite
+def _requests(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random requests: input and output tokens, each one's previous request (-1 or earlier)."""
+    n = draw(st.integers(1, 30))
+    tokens = st.integers(0, 100_000)
+    inp = np.array(draw(st.lists(tokens, min_size=n, max_size=n)), dtype=np.int64)
+    out = np.array(draw(st.lists(tokens, min_size=n, max_size=n)), dtype=np.int64)
+    prev = np.array([draw(st.integers(-1, i - 1)) for i in range(n)], dtype=np.int64)
+    return inp, out, prev
+
+
+@given(
+    requests=_requests(),
+    short=st.one_of(st.integers(0, 100_000), st.just(ALL_MEMORY_TOKENS)),
+    agent=st.one_of(st.integers(0, 100_000), st.just(ALL_MEMORY_TOKENS)),
+)
+@settings(max_examples=200, deadline=None)
+def test_threshold_classes_are_what_the_placement_rule_decides(
+    requests: tuple[np.ndarray, np.ndarray, np.ndarray], short: int, agent: int
+) -> None:
+    """The recommender groups pairs by its classes; each class must be the reason
+    PlacementRule.place gives that request's write when memory is free and the prefix unshared
+    (the flat policy's signals: context = input tokens, previous reply = the previous request's
+    output tokens)."""
+    inp, out, prev = requests
+    rule = PlacementRule(short, agent)
+    classes = threshold_classes(inp, out, prev, short, agent)
+    for r in range(inp.shape[0]):
+        first = prev[r] < 0
+        signals = PlacementSignals(
+            turn=0 if first else 1,
+            context_tokens=int(inp[r]),
+            previous_reply_tokens=None if first else int(out[prev[r]]),
+            prefix_ref_count=1,
+            memory_free_bytes=1,
+            bytes_to_write=0,
+        )
+        assert THRESHOLD_REASONS[classes[r]] == rule.place(signals).reason, r
 
 
 def test_worker_processes_give_the_same_result() -> None:

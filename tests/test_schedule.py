@@ -7,6 +7,9 @@ import polars as pl
 import pytest
 
 from fcctl.analyzers.traces.schedule import (
+    RATE_RULE,
+    check_rate,
+    check_rates,
     interleave,
     schedule_by_concurrency,
     schedule_by_rate,
@@ -104,6 +107,52 @@ def test_interleave_keeps_every_request_once() -> None:
 def test_bad_rates_are_refused(bad: float) -> None:
     with pytest.raises(FcctlInputError, match="rate: must be"):
         schedule_by_rate(_trace(THREE).requests, bad)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), True, "1", None])
+def test_one_rate_rule_names_the_parameter_or_the_flag(bad: object) -> None:
+    with pytest.raises(FcctlInputError) as e:
+        check_rate(bad, "rate_requests_per_s")
+    assert str(e.value) == f"rate_requests_per_s: {RATE_RULE}; got {bad!r}"
+    assert e.value.parameter == "rate_requests_per_s"  # the CLI shows it as the flag
+    with pytest.raises(FcctlInputError) as e:
+        check_rates([1.0, bad], "--rates")
+    assert str(e.value) == f"--rates: each rate {RATE_RULE}; got {bad!r}"
+    assert e.value.parameter is None  # a flag already
+
+
+def test_rates_are_floats_sorted_and_unique() -> None:
+    assert check_rate(2, "rate") == 2.0 and isinstance(check_rate(2, "rate"), float)
+    assert check_rates([2, 0.5, 2.0], "--rates") == (0.5, 2.0)
+    with pytest.raises(FcctlInputError) as e:
+        check_rates([], "--rates")
+    assert str(e.value) == "--rates: give at least one rate"
+
+
+def test_every_rate_of_fcctl_goes_through_the_one_rule() -> None:
+    """analyze's session-start rate, replay's rates and operating rate, the recommender's rates
+    and target rate: one rule, one message shape."""
+    from fcctl.analyzers.recommend import RecommendConfig, recommend_thresholds
+    from fcctl.analyzers.replay import PRESETS, ReplayConfig, replay_trace
+    from fcctl.analyzers.reuse.analyze import check_schedule_args
+    from fcctl.layout.geometry import model_geometry
+
+    with pytest.raises(FcctlInputError) as e:
+        check_schedule_args(float("nan"), None)
+    assert str(e.value) == f"rate_requests_per_s: {RATE_RULE}; got nan"
+    geometry, hw = model_geometry("llama-3.1-8b"), PRESETS["h100-8x"]
+    trace = _trace(THREE)
+    for config, message in [
+        (ReplayConfig(geometry, hw, rates=(0.0,)), f"--rates: each rate {RATE_RULE}; got 0.0"),
+        (ReplayConfig(geometry, hw, operating_rate=-1.0), f"operating_rate: {RATE_RULE}; got -1.0"),
+    ]:
+        with pytest.raises(FcctlInputError) as e:
+            replay_trace(trace, config)
+        assert str(e.value) == message
+    rec = RecommendConfig(geometry, hw, target_rate=float("inf"))
+    with pytest.raises(FcctlInputError) as e:
+        recommend_thresholds(trace, rec)
+    assert str(e.value) == f"--target-rate: each rate {RATE_RULE}; got inf"
 
 
 def test_bad_concurrency_and_time_ordered_traces_are_refused() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fcctl.analyzers.replay.result import RateResult
+from fcctl.analyzers.replay import RateResult
 from fcctl.common.provenance import Provenance
 
 SCHEMA_VERSION = 2  # 2: recommendation.matters/spread/why, trace (path, fingerprint)

@@ -17,12 +17,13 @@ policies):
 **Reuse across the grid.** The thresholds enter the placement rule only through rules 4-6
 (:mod:`fcctl.layout.placement`): for a later turn, ``context > agent_context_tokens`` ->
 ``agent_context``; else ``previous reply > short_reply_tokens`` -> ``long_reply``; else
-``short_reply_chat``. Rules 1-3 (memory full, shared prefix, first turn) come first and do not
-read them. So the per-request *threshold class* vector (:func:`threshold_classes`) decides the
-whole simulation: two pairs with the same vector make the same decision for every write, and
-the simulator is deterministic, so their results are identical. Each distinct (policy, rate,
-vector) is simulated once and its result reused for every pair that maps to it (placement
-reasons included, so even ``details`` agree).
+``short_reply_chat``. Rules 1-3 (memory full, shared prefix, first turn) come first and do
+not read them. So the per-request *threshold class* vector (:func:`threshold_classes`: the
+rule's own ``PlacementRule.threshold_classes``) decides the whole simulation: two pairs with the
+same vector make the same decision for every write, and the simulator is deterministic, so
+their results are identical. Each distinct (policy, rate, vector) is simulated once and its
+result reused for every pair that maps to it (placement reasons included, so even ``details``
+agree).
 
 **The pick** (:func:`pick`): at the target rate (the highest rate unless ``target_rate``), the
 pair with the highest GPU hit share; ties (exactly equal shares) go to the lower p99 TTFT
@@ -60,7 +61,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import hashlib
 import multiprocessing
 import os
@@ -86,20 +86,23 @@ from fcctl.analyzers.recommend.result import (
     Ttft,
 )
 from fcctl.analyzers.replay import (
+    DEFAULT_MARGIN_PP,
     DEFAULT_RATES,
+    DEFAULT_SEED,
+    DEFAULT_TTFT_MARGIN,
     Hardware,
     PolicyResult,
     RateResult,
     ReplayConfig,
     Workload,
-    build_workload,
+    check_margins,
     decision_of,
+    hardware_document,
     simulate,
+    simulation_workload,
 )
-from fcctl.analyzers.replay.decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins
-from fcctl.analyzers.replay.hardware import hardware_document
-from fcctl.analyzers.replay.run import DEFAULT_SEED, check_rates, workers_of
 from fcctl.analyzers.traces.fingerprint import trace_fingerprint
+from fcctl.analyzers.traces.schedule import check_rates
 from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
@@ -121,12 +124,6 @@ _THRESHOLD_FREE = ("memory-only", "tiered")
 Notes = tuple[str, ...]
 #: Values a default grid axis may gain beyond its edge (module docstring, "Grid extension").
 MAX_GRID_EXTENSIONS = 3
-
-# Threshold classes of one request (rules 3-6 of layout.placement, in its order).
-CLASS_FIRST_TURN = 0
-CLASS_AGENT_CONTEXT = 1
-CLASS_LONG_REPLY = 2
-CLASS_SHORT_REPLY_CHAT = 3
 
 
 @dataclass(frozen=True)
@@ -166,19 +163,15 @@ def threshold_classes(
     short_reply_tokens: int,
     agent_context_tokens: int,
 ) -> np.ndarray:
-    """Per request (int8), which threshold rule decides its writes when rules 1-2 do not:
-    :data:`CLASS_FIRST_TURN`, :data:`CLASS_AGENT_CONTEXT`, :data:`CLASS_LONG_REPLY` or
-    :data:`CLASS_SHORT_REPLY_CHAT` (the flat policy's signals: context = the request's input
-    tokens, previous reply = the output tokens of the session's previous request)."""
-    out = np.zeros(input_tokens.shape[0], dtype=np.int8)
+    """Per request (int8), which of rules 3-6 decides its writes when rules 1-2 do not: the
+    index of its reason in :data:`fcctl.layout.placement.THRESHOLD_REASONS`, as
+    :meth:`PlacementRule.threshold_classes` decides it on the flat policy's signals (context =
+    the request's input tokens, previous reply = the output tokens of the session's previous
+    request, ``prev_request``; -1 for a first turn)."""
     later = prev_request >= 0
     reply = np.where(later, output_tokens[np.maximum(prev_request, 0)], 0)
-    agent = later & (input_tokens > agent_context_tokens)
-    long_reply = later & ~agent & (reply > short_reply_tokens)
-    out[agent] = CLASS_AGENT_CONTEXT
-    out[long_reply] = CLASS_LONG_REPLY
-    out[later & ~agent & ~long_reply] = CLASS_SHORT_REPLY_CHAT
-    return out
+    rule = PlacementRule(short_reply_tokens, agent_context_tokens)
+    return rule.threshold_classes(later, input_tokens, reply)
 
 
 class _Signals:
@@ -219,12 +212,8 @@ def _run(
         geometry=geometry, hardware=hardware, policies=(cell.policy,), rates=(cell.rate,),
         placement=rule, seed=seed,
     )  # fmt: skip
-    result = simulate(w, config, cell.policy, cell.rate)
-    # A finished simulation is a web of cycles (policy <-> simulation, event callbacks) around
-    # arrays of the trace's size; collect it now, not whenever the cyclic GC next reaches the
-    # oldest generation (measured: worker RSS grew from 1.4 to 4.5 GiB over 50 cells without).
-    gc.collect()
-    return result
+    # Many cells run in one process: each simulation frees its own cycles (replay.simulate).
+    return simulate(w, config, cell.policy, cell.rate, release=True)
 
 
 # One per worker process: the workload built once, then every cell it is given.
@@ -245,12 +234,7 @@ def _init_worker(holder: _TraceHolder, geometry: KvGeometry, hardware: Hardware,
     # group) and on SIGTERM (see _Runner.close).
     worker_ignores_sigint()
     assert holder.trace is not None, "the trace was released before this worker started"
-    trace = holder.trace
-    w = build_workload(trace, geometry, workers_of(geometry, hardware))
-    # The simulation reads the trace's frame only for the load schedule (session ids); the
-    # block hashes, flattened into the workload already, are most of its memory.
-    light = dataclasses.replace(trace, requests=trace.requests.drop("hash_ids"))
-    _WORKER = (dataclasses.replace(w, trace=light), geometry, hardware, seed)
+    _WORKER = (simulation_workload(holder.trace, geometry, hardware), geometry, hardware, seed)
 
 
 def _worker_run(cell: Cell) -> PolicyResult:
@@ -565,13 +549,13 @@ def recommend_thresholds(
     if not isinstance(config.jobs, int) or config.jobs < 1:
         raise FcctlInputError(f"--jobs: must be an integer >= 1; got {config.jobs!r}")
     check_margins(config.decision_margin_pp, config.decision_ttft_margin)
-    rates = check_rates(config.rates)
+    rates = check_rates(config.rates, "--rates")
     if config.target_rate is not None:
-        target = check_rates([config.target_rate], flag="--target-rate")[0]
+        target = check_rates([config.target_rate], "--target-rate")[0]
         rates = tuple(sorted({*rates, target}))
     else:
         target = max(rates)
-    workload = build_workload(trace, config.geometry, workers_of(config.geometry, config.hardware))
+    workload = simulation_workload(trace, config.geometry, config.hardware)
     identity = TraceIdentity(trace.path, trace.format, workload.requests, trace_fingerprint(trace))
     signals = _Signals(workload)
     default_short, default_agent = default_grid(

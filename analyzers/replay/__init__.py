@@ -4,13 +4,22 @@ Public API: :func:`replay_trace` (:class:`ReplayConfig` -> :class:`ReplayResult`
 :func:`simulate` (one policy at one rate on a :class:`Workload`), :data:`POLICIES`,
 :class:`Hardware` with :data:`PRESETS`, :func:`load_hardware`, :func:`apply_io_profile`.
 The model is documented in docs/simulator.md.
+
+What a caller running many simulations on one trace needs (the recommender,
+:mod:`fcctl.analyzers.recommend`, imports these from this package, never from its modules):
+:func:`simulation_workload` (the workload built once, without the trace's hash lists),
+:func:`simulate` with ``release=True`` (a run that frees its own cycles), :func:`workers_of`,
+:func:`decision_of` with :func:`check_margins` and its defaults, :func:`hardware_document`
+and :data:`DEFAULT_SEED`.
 """
 
+from fcctl.analyzers.replay.decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins
 from fcctl.analyzers.replay.hardware import (
     PRESETS,
     Hardware,
     HardwareError,
     apply_io_profile,
+    hardware_document,
     load_hardware,
     with_values,
 )
@@ -18,16 +27,22 @@ from fcctl.analyzers.replay.policies import DEFAULT_POLICIES, POLICIES
 from fcctl.analyzers.replay.result import PolicyResult, RateResult, ReplayResult
 from fcctl.analyzers.replay.run import (
     DEFAULT_RATES,
+    DEFAULT_SEED,
     ReplayConfig,
     decision_of,
     replay_trace,
     simulate,
+    simulation_workload,
+    workers_of,
 )
 from fcctl.analyzers.replay.workload import Workload, build_workload
 
 __all__ = [
+    "DEFAULT_MARGIN_PP",
     "DEFAULT_POLICIES",
     "DEFAULT_RATES",
+    "DEFAULT_SEED",
+    "DEFAULT_TTFT_MARGIN",
     "POLICIES",
     "PRESETS",
     "Hardware",
@@ -39,9 +54,13 @@ __all__ = [
     "Workload",
     "apply_io_profile",
     "build_workload",
+    "check_margins",
     "decision_of",
+    "hardware_document",
     "load_hardware",
     "replay_trace",
     "simulate",
+    "simulation_workload",
     "with_values",
+    "workers_of",
 ]

@@ -1,4 +1,8 @@
-"""The replay's result: frozen dataclasses whose field names are the ``--json`` keys."""
+"""The replay's result: frozen dataclasses whose field names are the ``--json`` keys.
+
+The ``trace`` and ``kv`` objects are the shared :class:`~fcctl.analyzers.summary.TraceSummary`
+and :class:`~fcctl.analyzers.summary.KvSummary` (``fcctl analyze`` extends both).
+"""
 
 from __future__ import annotations
 
@@ -16,37 +20,11 @@ from fcctl.analyzers.replay.operating import (
     Staging,
     Utilisation,
 )
+from fcctl.analyzers.summary import KvSummary, TraceSummary
 from fcctl.common.provenance import Provenance
 
 SCHEMA_VERSION = 2  # 2: operating point per policy, decision per rate, window TTFT
 NOT_JSON = {"json": False}
-
-
-@dataclass(frozen=True)
-class TraceSummary:
-    """The ``trace`` object, with ``fcctl analyze``'s keys."""
-
-    path: str
-    format: str
-    requests: int
-    sessions: int | None
-    sessions_inferred: bool
-    block_size_tokens: int
-    block_accesses: int
-    distinct_blocks: int
-    duration_s: float | None  # the longest session's span for per-session clocks
-    fingerprint: str | None = None  # analyzers/traces/fingerprint.py
-
-
-@dataclass(frozen=True)
-class KvSummary:
-    """The ``kv`` object, with ``fcctl analyze``'s keys (bytes are node totals over tp)."""
-
-    model: str
-    bytes_per_token: int
-    block_bytes: int
-    tp: int
-    dtype_bytes: int
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,8 @@ and the per-request table (:func:`_requests_table`).
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 import numpy as np
@@ -62,9 +61,11 @@ from fcctl.analyzers.reuse.verdict import (
     Verdict,
     decide,
 )
+from fcctl.analyzers.summary import KvSummary, TraceSummary
 from fcctl.analyzers.traces.fingerprint import trace_fingerprint
 from fcctl.analyzers.traces.schedule import (
     SessionSchedule,
+    check_rate,
     interleave,
     schedule_by_concurrency,
     schedule_by_rate,
@@ -156,19 +157,12 @@ class ConvertedFrom:
     format: str
 
 
-@dataclass(frozen=True)
-class TraceSummary:
-    """The JSON ``trace`` object: what was analysed (``path``: the file read)."""
+@dataclass(frozen=True, kw_only=True)
+class AnalysisTraceSummary(TraceSummary):
+    """The JSON ``trace`` object of ``fcctl analyze``: the keys every trace summary has
+    (:class:`fcctl.analyzers.summary.TraceSummary`, ``path``: the file read) and how the trace
+    was analysed; ``fingerprint`` comes last (:meth:`to_json_dict`)."""
 
-    path: str
-    format: str
-    requests: int
-    sessions: int | None
-    sessions_inferred: bool
-    block_size_tokens: int
-    block_accesses: int | None
-    distinct_blocks: int | None
-    duration_s: float | None  # longest session's span when order == "session"
     order: Order = field(metadata=_NOT_JSON)  # Trace.order: "time", or "session"
     has_hashes: bool = field(metadata=_NOT_JSON)
     schedule: ScheduleSummary
@@ -179,9 +173,12 @@ class TraceSummary:
     sample_rate: float | None = None
     sampling: Sampling | None = None
     dataset: DatasetSummary | None = None
-    # Which trace (analyzers/traces/fingerprint.py); None when the requests were not all in
-    # memory at once (the bounded and Dask analyses).
-    fingerprint: str | None = None
+
+    def to_json_dict(self) -> dict[str, object]:
+        """The document's keys in its order: ``fingerprint`` (issue #16.5) after the others."""
+        keys = [f.name for f in fields(self) if f.metadata.get("json", True)]
+        keys.remove("fingerprint")
+        return {k: getattr(self, k) for k in [*keys, "fingerprint"]}
 
 
 @dataclass(frozen=True)
@@ -241,14 +238,10 @@ class DatasetSummary:
 
 
 @dataclass(frozen=True)
-class KvSummary:
-    """The JSON ``kv`` object: the KV geometry the byte figures are in."""
+class AnalysisKvSummary(KvSummary):
+    """The JSON ``kv`` object of ``fcctl analyze``: the geometry every document states
+    (:class:`fcctl.analyzers.summary.KvSummary`), one rank's share and the shape in words."""
 
-    model: str
-    bytes_per_token: int
-    block_bytes: int | None
-    tp: int  # tensor-parallel ranks bytes_per_token is summed over
-    dtype_bytes: int  # bytes per KV element (2: bf16/fp16, 1: fp8)
     # One rank's share of bytes_per_token (what one GPU stores and restores); bytes_per_token
     # is the node total over the tp ranks (an MLA latent once), what a shared tier holds.
     bytes_per_token_per_rank: int
@@ -281,8 +274,8 @@ class AnalysisResult:
     """All figures of one analysis; field names are the JSON document's keys, in its order."""
 
     schema_version: int = SCHEMA_VERSION
-    trace: TraceSummary
-    kv: KvSummary
+    trace: AnalysisTraceSummary
+    kv: AnalysisKvSummary
     once_only_block_share: float | None
     reuse_access_share: float | None
     reuse_distance: ReuseDistances
@@ -579,13 +572,7 @@ def check_schedule_args(rate_requests_per_s: float | None, concurrent_sessions: 
             parameter="rate_requests_per_s",
         )
     if rate_requests_per_s is not None:
-        r = rate_requests_per_s
-        if isinstance(r, bool) or not isinstance(r, int | float) or not math.isfinite(r) or r <= 0:
-            raise FcctlInputError(
-                f"rate_requests_per_s: must be a finite number of requests per second > 0; "
-                f"got {r!r}",
-                parameter="rate_requests_per_s",
-            )
+        check_rate(rate_requests_per_s, "rate_requests_per_s")
     if concurrent_sessions is not None:
         c = concurrent_sessions
         if isinstance(c, bool) or not isinstance(c, int) or c < 1:
@@ -806,7 +793,7 @@ def assemble_result(
     reuse = blocks.reuse if blocks else None
     sessions = blocks.sessions if blocks else None
     return AnalysisResult(
-        trace=TraceSummary(
+        trace=AnalysisTraceSummary(
             path=trace.path,
             format=trace.format,
             requests=trace.requests.height,
@@ -826,7 +813,7 @@ def assemble_result(
             dataset=dataset,
             fingerprint=trace_fingerprint(trace),
         ),
-        kv=KvSummary(
+        kv=AnalysisKvSummary(
             model=geometry.name,
             bytes_per_token=geometry.bytes_per_token,
             block_bytes=block_bytes,

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, TypeGuard
 
 import numpy as np
 import polars as pl
@@ -63,14 +64,49 @@ class SessionSchedule:
         return float(duration_s.sum()) / span
 
 
-def _check_rate(rate: float, what: str) -> float:
-    if not isinstance(rate, int | float) or isinstance(rate, bool) or not math.isfinite(rate):
-        raise FcctlInputError(
-            f"{what}: must be a finite number of requests per second; got {rate!r}"
-        )
-    if rate <= 0:
-        raise FcctlInputError(f"{what}: must be > 0 requests per second; got {rate!r}")
+#: The rule every offered rate (requests/s) is held to, in the words of its messages.
+RATE_RULE = "must be > 0 and finite (requests/s)"
+
+
+def _is_rate(value: object) -> TypeGuard[int | float]:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def _parameter(name: str) -> str | None:
+    # A library parameter (``rate_requests_per_s``) is shown by the CLI as its flag; a name that
+    # is a flag already (``--rates``) is kept as it is.
+    return name if name.isidentifier() else None
+
+
+def check_rate(rate: object, name: str) -> float:
+    """``rate`` as a float: a finite number of requests/s > 0 (a bool is not one).
+
+    The one rate validator of fcctl (analyze's session-start rate, the schedules, replay's and
+    the recommender's rates through :func:`check_rates`). ``name`` starts the message: a library
+    parameter (``rate_requests_per_s``, which the CLI shows as its flag) or a flag (``--rates``).
+    """
+    if not _is_rate(rate):
+        raise FcctlInputError(f"{name}: {RATE_RULE}; got {rate!r}", parameter=_parameter(name))
     return float(rate)
+
+
+def check_rates(rates: Iterable[object], name: str) -> tuple[float, ...]:
+    """Rates (requests/s) by :func:`check_rate`'s rule, sorted and unique; at least one."""
+    out = []
+    for r in rates:
+        if not _is_rate(r):
+            raise FcctlInputError(
+                f"{name}: each rate {RATE_RULE}; got {r!r}", parameter=_parameter(name)
+            )
+        out.append(float(r))
+    if not out:
+        raise FcctlInputError(f"{name}: give at least one rate", parameter=_parameter(name))
+    return tuple(sorted(set(out)))
 
 
 def _session_ordinals(requests: pl.DataFrame) -> tuple[np.ndarray, int]:
@@ -106,7 +142,7 @@ def schedule_by_rate(
     requests: pl.DataFrame, rate_requests_per_s: float, *, seed: int = 0
 ) -> SessionSchedule:
     """Poisson session starts at the session rate that gives ``rate_requests_per_s`` requests/s."""
-    rate = _check_rate(rate_requests_per_s, "rate")
+    rate = check_rate(rate_requests_per_s, "rate")
     _, n_sessions = _session_ordinals(requests)
     n_requests = requests.height
     if n_sessions == 0:
@@ -209,7 +245,7 @@ def time_scaled(timestamps_s: np.ndarray, rate_requests_per_s: float) -> np.ndar
     Arrival ``i`` becomes ``(t_i - t_0) * natural_rate / rate`` (the first at 0), keeping every
     gap's proportion; a trace whose requests all arrive at once stays at 0.
     """
-    rate = _check_rate(rate_requests_per_s, "rate")
+    rate = check_rate(rate_requests_per_s, "rate")
     t = np.asarray(timestamps_s, dtype=np.float64)
     if t.shape[0] == 0:
         return t.copy()
