@@ -626,6 +626,7 @@ def plan(
     from fcctl.planning import (
         FILES,
         MARKER,
+        PLAN_POLICIES,
         STEP_WEIGHTS,
         PlanResult,
         PlanRunner,
@@ -683,7 +684,8 @@ def plan(
                 return trace_cache[0]
 
             runner.step("replay", fp, lambda p: write_json_file(replay(
-                trace(), rates=None if concurrency is not None else "auto", rate=rate,
+                trace(), policies=PLAN_POLICIES,
+                rates=None if concurrency is not None else "auto", rate=rate,
                 concurrency=concurrency, think_time=think_time, hardware=node, model=model,
                 model_config=model_config, tp=tp, kv_dtype=kv_dtype,
                 host_memory_sweep=host_memory_sweep, host_memory_auto=host_memory_auto,

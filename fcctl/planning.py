@@ -4,8 +4,9 @@ The steps are the commands' own libraries, run in order, each writing its ``--js
 into the plan directory (atomically, one file each):
 
 1. ``analyze.json``: :func:`fcctl.api.analyze`;
-2. ``replay.json``: :func:`fcctl.api.replay` with the automatic load sweep (``rates="auto"``)
-   plus the user's operating point (``rate`` or ``concurrency``) and sizes;
+2. ``replay.json``: :func:`fcctl.api.replay` of the three layouts the decision chooses among
+   (memory-only, tiered, flat: not flat-fcfs, an ablation) with the automatic load sweep
+   (``rates="auto"``) plus the user's operating point (``rate`` or ``concurrency``) and sizes;
 3. ``recommend.json``: :func:`fcctl.api.recommend_thresholds` at the *target rate*: the user's
    rate; else, at a concurrency, the rate flat achieved there; else the replay's divergence
    rate; else the highest rate the sweep ran that no policy saturated (else its lowest);
@@ -34,6 +35,8 @@ from fcctl.common.outdir import OutDirError
 from fcctl.common.progress import Progress
 
 MARKER = "plan.json"
+#: The layouts a plan decides among (analyzers/replay/decision.CANDIDATES).
+PLAN_POLICIES = ("memory-only", "tiered", "flat")
 STEPS: tuple[str, ...] = ("analyze", "replay", "recommend", "emit", "report")
 FILES = {
     "analyze": "analyze.json",
@@ -250,6 +253,7 @@ def read_plan(out: str | Path) -> Mapping[str, Any]:
 __all__ = [
     "FILES",
     "MARKER",
+    "PLAN_POLICIES",
     "STEP_WEIGHTS",
     "PlanResult",
     "PlanRunner",

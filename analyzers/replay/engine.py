@@ -290,9 +290,10 @@ class Simulation:
         else:
             home = int(self.w.worker[r])
             blk = self.w.blocks_of(r)
+            cached = self.store.gpu_prefixes(blk) if self.router == "kv-aware" else None
             best: tuple[int, int, int] | None = None
             for cand in range(self.workers):
-                new = blocks - self.store.gpu_prefix(blk, cand) if self.router == "kv-aware" else 0
+                new = blocks - cached[cand] if cached is not None else 0
                 # Dynamo's KV router: prefill blocks to compute plus blocks held by decoding
                 # requests; least-loaded drops the overlap term. Ties: the session's worker.
                 cost = new + self.pending_prefill[cand] + self.running[cand]

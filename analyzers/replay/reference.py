@@ -137,6 +137,9 @@ class ReferenceStore:
             p += 1
         return p
 
+    def gpu_prefixes(self, blk: np.ndarray) -> list[int]:
+        return [self.gpu_prefix(blk, w) for w in range(len(self.gpu))]
+
     def gpu_trim(self, worker: int, cap: int) -> None:
         lru = self.gpu[worker]
         while len(lru) > max(cap, 0):

@@ -255,6 +255,15 @@ def _gpu_prefix(blk: np.ndarray, g_in: np.ndarray) -> int:  # pragma: no cover -
 
 
 @njit(cache=True)
+def _gpu_prefixes(blk: np.ndarray, g_in: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
+    for w in range(g_in.shape[0]):
+        p = 0
+        while p < blk.shape[0] and g_in[w, blk[p]]:
+            p += 1
+        out[w] = p
+
+
+@njit(cache=True)
 def _gpu_trim(  # pragma: no cover - numba
     w: int,
     g_in: np.ndarray,
@@ -448,6 +457,7 @@ class FastStore:
         self.g_in = np.zeros((workers, n), dtype=np.uint8)
         self.g_prev = np.full((workers, n), -1, dtype=np.int32)
         self.g_next = np.full((workers, n), -1, dtype=np.int32)
+        self._prefixes = np.zeros(workers, dtype=np.int64)
         self.g_lst = np.zeros((workers, 3), dtype=np.int64)
         self.g_lst[:, :2] = -1
         self.h_in = np.zeros(n, dtype=np.uint8)
@@ -506,6 +516,12 @@ class FastStore:
     def gpu_prefix(self, blk: np.ndarray, worker: int) -> int:
         """Leading blocks of ``blk`` cached on ``worker``'s GPU (nothing is touched)."""
         return int(_gpu_prefix(blk, self.g_in[worker]))
+
+    def gpu_prefixes(self, blk: np.ndarray) -> list[int]:
+        """:meth:`gpu_prefix` on every worker, in one pass."""
+        _gpu_prefixes(blk, self.g_in, self._prefixes)
+        prefixes: list[int] = self._prefixes.tolist()
+        return prefixes
 
     def gpu_trim(self, worker: int, cap: int) -> None:
         """Evict ``worker``'s least recently used cached blocks down to ``cap``."""
