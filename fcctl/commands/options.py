@@ -114,3 +114,32 @@ def print_result(result: Any, *, as_json: bool, print_summary: Callable[[Any], N
         write_json(result, sys.stdout)
     else:
         print_summary(result)
+
+
+# The load axes and the operating point (replay and plan).
+OperatingRateOpt = Annotated[
+    float | None,
+    typer.Option("--rate", help="Your own operating point (requests/s), reported first."),
+]
+ConcurrencyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--concurrency",
+        help="Sessions kept active, a closed loop, instead of --rates: N,... or all.",
+    ),
+]
+ThinkTimeOpt = Annotated[
+    str,
+    typer.Option(
+        "--think-time", help="Gap between a session's turns: original, none, capped:S or scale:K."
+    ),
+]
+SloTtftP99Opt = Annotated[
+    float | None,
+    typer.Option("--slo-ttft-p99", help="Seconds: the auto sweep stops past this p99."),
+]
+JobsOpt = Annotated[
+    int | None,
+    typer.Option("--jobs", help="Simulations run in parallel processes [CPUs available]."),
+]
+EmitNameOpt = Annotated[str, typer.Option("--emit-name", help="Package name for --emit.")]

@@ -8,19 +8,25 @@ from typing import Annotated
 import typer
 
 from fcctl.commands.options import (
+    ConcurrencyOpt,
+    EmitNameOpt,
     FormatOpt,
     GpuKvOpt,
     GpusOpt,
     HardwareOpt,
     HostMemoryOpt,
     IoProfileOpt,
+    JobsOpt,
     JsonOpt,
     KvDtypeOpt,
     ModelConfigOpt,
     ModelOpt,
+    OperatingRateOpt,
     PrefillTokensPerSOpt,
+    SloTtftP99Opt,
     SsdOpt,
     StagingOpt,
+    ThinkTimeOpt,
     TpOpt,
 )
 from fcctl.errors import cli_errors
@@ -33,18 +39,9 @@ def register(app: typer.Typer) -> None:
         trace: Annotated[Path, typer.Argument(help="Trace file (anything analyze reads).")],
         out: Annotated[Path, typer.Option("-o", "--out", help="Plan directory (new or empty).")],
         format: FormatOpt = None,
-        rate: Annotated[
-            float | None,
-            typer.Option("--rate", help="Your operating point (requests/s), decided first."),
-        ] = None,
-        concurrency: Annotated[
-            str | None,
-            typer.Option("--concurrency", help="Or: sessions kept active (N or all)."),
-        ] = None,
-        think_time: Annotated[
-            str,
-            typer.Option("--think-time", help="original, none, capped:S or scale:K."),
-        ] = "original",
+        rate: OperatingRateOpt = None,
+        concurrency: ConcurrencyOpt = None,
+        think_time: ThinkTimeOpt = "original",
         model: ModelOpt = "llama-3.1-8b",
         model_config: ModelConfigOpt = None,
         tp: TpOpt = None,
@@ -57,20 +54,12 @@ def register(app: typer.Typer) -> None:
         staging: StagingOpt = None,
         prefill_tokens_per_s: PrefillTokensPerSOpt = None,
         io_profile: IoProfileOpt = None,
-        slo_ttft_p99: Annotated[
-            float | None,
-            typer.Option("--slo-ttft-p99", help="Seconds: the load sweep stops past this p99."),
-        ] = None,
+        slo_ttft_p99: SloTtftP99Opt = None,
         emit: Annotated[
             bool, typer.Option("--emit", help="Also write the drop-in package into DIR/emit.")
         ] = False,
-        emit_name: Annotated[
-            str, typer.Option("--emit-name", help="Package name for --emit.")
-        ] = "flatcake_store",
-        jobs: Annotated[
-            int | None,
-            typer.Option("--jobs", help="Simulations run in parallel processes [CPUs available]."),
-        ] = None,
+        emit_name: EmitNameOpt = "flatcake_store",
+        jobs: JobsOpt = None,
         resume: Annotated[
             bool, typer.Option("--resume", help="Skip steps whose inputs did not change.")
         ] = False,

@@ -12,12 +12,14 @@ import typer
 from fcctl.commands.options import (
     DecisionMarginOpt,
     DecisionTtftMarginOpt,
+    EmitNameOpt,
     FormatOpt,
     GpuKvOpt,
     GpusOpt,
     HardwareOpt,
     HostMemoryOpt,
     IoProfileOpt,
+    JobsOpt,
     JsonOpt,
     KvDtypeOpt,
     ModelConfigOpt,
@@ -82,10 +84,7 @@ def register(app: typer.Typer) -> None:
         seed: ScheduleSeedOpt = 0,
         decision_margin_pp: DecisionMarginOpt = 1.0,
         decision_ttft_margin: DecisionTtftMarginOpt = 0.1,
-        jobs: Annotated[
-            int | None,
-            typer.Option("--jobs", help="Simulations run in parallel processes [CPUs available]."),
-        ] = None,
+        jobs: JobsOpt = None,
         as_json: JsonOpt = False,
         out: Annotated[
             Path | None,
@@ -99,9 +98,7 @@ def register(app: typer.Typer) -> None:
                 "--emit", help="Write the drop-in package (core modules + thresholds) into DIR."
             ),
         ] = None,
-        emit_name: Annotated[
-            str, typer.Option("--emit-name", help="Package name for --emit.")
-        ] = "flatcake_store",
+        emit_name: EmitNameOpt = "flatcake_store",
         force: Annotated[
             bool,
             typer.Option("--force", help="Replace an earlier --out / --emit of this command."),

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from fcctl.commands.options import (
+    ConcurrencyOpt,
     DecisionMarginOpt,
     DecisionTtftMarginOpt,
     FormatOpt,
@@ -21,10 +22,13 @@ from fcctl.commands.options import (
     KvDtypeOpt,
     ModelConfigOpt,
     ModelOpt,
+    OperatingRateOpt,
     PrefillTokensPerSOpt,
     ScheduleSeedOpt,
+    SloTtftP99Opt,
     SsdOpt,
     StagingOpt,
+    ThinkTimeOpt,
     TpOpt,
     print_result,
 )
@@ -49,28 +53,10 @@ def register(app: typer.Typer) -> None:
                 "saturation.",
             ),
         ] = "auto",
-        rate: Annotated[
-            float | None,
-            typer.Option("--rate", help="Your own operating point (requests/s), reported first."),
-        ] = None,
-        slo_ttft_p99: Annotated[
-            float | None,
-            typer.Option("--slo-ttft-p99", help="Seconds: the auto sweep stops past this p99."),
-        ] = None,
-        concurrency: Annotated[
-            str | None,
-            typer.Option(
-                "--concurrency",
-                help="Sessions kept active, a closed loop, instead of --rates: N,... or all.",
-            ),
-        ] = None,
-        think_time: Annotated[
-            str,
-            typer.Option(
-                "--think-time",
-                help="Gap between a session's turns: original, none, capped:S or scale:K.",
-            ),
-        ] = "original",
+        rate: OperatingRateOpt = None,
+        slo_ttft_p99: SloTtftP99Opt = None,
+        concurrency: ConcurrencyOpt = None,
+        think_time: ThinkTimeOpt = "original",
         cancel: Annotated[
             str,
             typer.Option(
