@@ -126,9 +126,7 @@ def main() -> None:
     parquet, stream = work / "trace.parquet", work / "stream.oracleGeneral"
     fcctl = [sys.executable, "-m", "fcctl"]
     print(f"trace: {args.trace}\nworkdir: {work}", flush=True)
-    convert_s, stream_s, n_acc, n_blocks = prepare(
-        args.trace, parquet, stream, reuse_parquet=True
-    )
+    convert_s, stream_s, n_acc, n_blocks = prepare(args.trace, parquet, stream, reuse_parquet=True)
     print(
         f"prepared: convert to Parquet {convert_s:.1f} s; oracleGeneral stream of {n_acc:,} "
         f"accesses ({n_blocks:,} blocks) {stream_s:.1f} s",

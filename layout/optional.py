@@ -18,9 +18,7 @@ INSTALL_HINTS: dict[str, str] = {
 }
 
 
-def import_optional(
-    module: str, purpose: str, *, error: type[InputError] = LayoutError
-) -> Any:
+def import_optional(module: str, purpose: str, *, error: type[InputError] = LayoutError) -> Any:
     """Import ``module`` (``"torch"``, ``"kvikio"``, ``"cupy"``) or raise ``error`` naming
     ``purpose`` and the install command."""
     try:

@@ -853,9 +853,7 @@ def _intact_chain(
     return extra, at, tokens, crc
 
 
-def _load_turns(
-    fd: int, path: Path, header: Header
-) -> tuple[list[TurnRecord], int, int, int]:
+def _load_turns(fd: int, path: Path, header: Header) -> tuple[list[TurnRecord], int, int, int]:
     """The header's committed turn records, each checked: ``(turns, chained CRC32, end of the
     last segment, tokens)``."""
     rec_len = record_len(header.geometry.layers)

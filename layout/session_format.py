@@ -285,13 +285,10 @@ def _slot_constants_problem(
     version: int, slot_bytes: int, data_start: int, generation: int, state: int
 ) -> str:
     if version != FORMAT_VERSION:
-        return (
-            f"unsupported format version (this reader knows {FORMAT_VERSION}); got {version!r}"
-        )
+        return f"unsupported format version (this reader knows {FORMAT_VERSION}); got {version!r}"
     if slot_bytes != SLOT_BYTES or data_start != DATA_START:
         return (
-            f"slot size/data start must be {SLOT_BYTES}/{DATA_START}; got "
-            f"{slot_bytes}/{data_start}"
+            f"slot size/data start must be {SLOT_BYTES}/{DATA_START}; got {slot_bytes}/{data_start}"
         )
     if generation == 0:
         return NEVER_WRITTEN
@@ -305,9 +302,7 @@ def _slot_constants_problem(
 NEVER_WRITTEN = "never written (generation 0)"
 
 
-def _slot_sizes_problem(
-    geometry: KvGeometry, block_tokens: int, bpbpl: int, data_end: int
-) -> str:
+def _slot_sizes_problem(geometry: KvGeometry, block_tokens: int, bpbpl: int, data_end: int) -> str:
     if block_tokens < 1:
         return f"field 'block_tokens' must be >= 1; got {block_tokens!r}"
     if geometry.bytes_per_block_per_layer(block_tokens) != bpbpl:

@@ -196,8 +196,14 @@ def test_tp_must_divide_kv_heads_or_be_a_multiple(tp: int) -> None:
 
 def test_every_preset_is_listed_and_described() -> None:
     assert preset_names() == tuple(MODEL_PRESETS)
-    assert {"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-7b", "qwen2.5-72b",
-            "deepseek-v3"} <= set(preset_names())
+    assert {
+        "llama-3.1-8b",
+        "llama-3.1-70b",
+        "llama-3.1-405b",
+        "qwen2.5-7b",
+        "qwen2.5-72b",
+        "deepseek-v3",
+    } <= set(preset_names())
     with pytest.raises(InputError) as e:
         model_geometry("gpt-9")
     for name in preset_names():
@@ -290,8 +296,9 @@ def test_llama4_chunked_attention(tmp_path: Path) -> None:
     # Layers that use RoPE attend within an 8192-token chunk; every 4th (NoPE) is global.
     no_rope = [int((i + 1) % 4 != 0) for i in range(12)]
     g = geometry_from_hf_config(
-        _config(tmp_path, model_type="llama4_text", attention_chunk_size=8192,
-                no_rope_layers=no_rope)
+        _config(
+            tmp_path, model_type="llama4_text", attention_chunk_size=8192, no_rope_layers=no_rope
+        )
     )
     assert (g.windowed_layers, g.window_tokens) == (9, 8192)
     g2 = geometry_from_hf_config(

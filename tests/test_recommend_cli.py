@@ -123,9 +123,7 @@ def test_out_and_emit(tmp_path: Path, doc: dict[str, Any]) -> None:
     pkg = emit / "fcs"
     assert (pkg / "MANIFEST").is_file() and (pkg / "store.py").is_file()
     assert (pkg / "thresholds.toml").read_text() == (out / "thresholds.toml").read_text()
-    assert (
-        f"short_reply_tokens={rec['short_reply_tokens']}," in (pkg / "thresholds.py").read_text()
-    )
+    assert f"short_reply_tokens={rec['short_reply_tokens']}," in (pkg / "thresholds.py").read_text()
     # Again without --force: refused before any work.
     again = _run(MOONCAKE, *SMALL, "--emit", str(emit), "--emit-name", "fcs")
     assert again.exit_code == 2 and "--emit" in again.stderr

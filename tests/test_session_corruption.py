@@ -91,9 +91,7 @@ def test_truncation_never_returns_wrong_bytes(tmp_path: Path, where: str) -> Non
         SessionFile.open(path)
     assert str(path) in str(info.value)
     # Recovery keeps exactly the turns that lie whole inside the file, or refuses.
-    intact = sum(
-        1 for t in range(len(TURNS)) if _turn_end(written, t) <= cut
-    )
+    intact = sum(1 for t in range(len(TURNS)) if _turn_end(written, t) <= cut)
     if intact == len(TURNS) - 1:
         _assert_turns_exact(path, written[:intact], recover=True)
     else:
