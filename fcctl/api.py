@@ -345,6 +345,7 @@ def replay(
     host_memory_sweep: Sequence[Size] = (),
     staging_sweep: Sequence[Size] = (),
     host_memory_auto: bool = False,
+    memory_budget_bytes: Size | None = None,
     model: str = DEFAULT_MODEL,
     model_config: str | Path | None = None,
     tp: int | None = None,
@@ -369,7 +370,8 @@ def replay(
     closed loop (``"4,16,all"``; instead of rates); ``slo_ttft_p99_s``: the auto sweep stops
     past it. ``gpu_kv_sweep``/``host_memory_sweep``/``staging_sweep``: more sizes to run
     besides the node's (every combination); ``host_memory_auto``: add the trace's working-set
-    sizes to host memory.
+    sizes to host memory. ``source`` may be a dataset (a directory or glob of canonical Parquet
+    parts) that fits ``memory_budget_bytes`` (default 30 % of the machine's memory).
     ``think_time``: ``original``, ``none``, ``capped:S`` or ``scale:K`` (the gap between a
     session's turns; analyzers/replay/load.py). ``cancel``: what a cancelled tiered prefetch's
     bytes become, ``discard`` (recomputed) or ``credit`` (delivered). ``router``: ``kv-aware``
@@ -418,15 +420,57 @@ def replay(
         think_time=parse_think_time(think_time), cancel=cancel, router=router,
     )  # fmt: skip
     with _progress(progress) as bar:
-        trace = _trace(source, format, bar)
+        trace = _trace(source, format, bar, memory_budget_bytes)
         return replay_trace(trace, config, progress=bar)
 
 
-def _trace(source: str | Path | Trace, format: str | None, progress: Progress) -> Trace:
+#: What replaying a trace keeps in memory, for the check of a dataset against the memory
+#: budget before it is read (measured: the whole Claude Code trace, 94 M accesses and 49 K
+#: requests, peaks at 2.26 GiB in fcctl replay; docs/benchmarks.md): its block ids (the hash
+#: lists, then dense ids), the store's per-block arrays, per-request logs and tables.
+REPLAY_BYTES_PER_ACCESS = 40
+REPLAY_BYTES_PER_REQUEST = 1024
+REPLAY_BASE_BYTES = 768 << 20
+
+
+def _trace(
+    source: str | Path | Trace,
+    format: str | None,
+    progress: Progress,
+    memory_budget_bytes: Size | None = None,
+) -> Trace:
+    """A trace file or Claude Code directory as :func:`read_trace` reads it; a dataset (a
+    directory or glob of canonical Parquet parts, as ``fcctl analyze`` reads them) whole in
+    memory, after checking what the simulator will hold against the memory budget (default
+    30 % of the machine's memory)."""
+    from fcctl.analyzers.reuse.bounded import default_memory_budget
+    from fcctl.analyzers.traces.dataset import is_dataset_spec, open_dataset
     from fcctl.analyzers.traces.schema import Trace
+    from fcctl.common.errors import FcctlInputError
 
     if isinstance(source, Trace):
         return source
+    if format is None and is_dataset_spec(source):
+        dataset = open_dataset(source, progress)
+        need = (
+            REPLAY_BASE_BYTES
+            + dataset.block_accesses * REPLAY_BYTES_PER_ACCESS
+            + dataset.num_requests * REPLAY_BYTES_PER_REQUEST
+        )
+        budget = (
+            default_memory_budget()
+            if memory_budget_bytes is None
+            else _size(memory_budget_bytes, "memory_budget_bytes")
+        )
+        if need > budget:
+            raise FcctlInputError(
+                f"{source}: the dataset holds {dataset.block_accesses:,} block accesses in "
+                f"{dataset.num_requests:,} requests; simulating it keeps about {need / 2**30:.1f} "
+                f"GiB in memory, over the memory budget of {budget / 2**30:.1f} GiB: replay some "
+                "of its parts (a glob), or analyze it with fcctl analyze, which bounds its "
+                "memory"
+            )
+        return dataset.load_trace(progress)
     return read_trace(source, format=format, progress=progress)
 
 
@@ -680,7 +724,7 @@ def plan(
 
             def trace() -> Any:
                 if not trace_cache:
-                    trace_cache.append(read_trace(source, format=format, progress=bar))
+                    trace_cache.append(_trace(source, format, bar))
                 return trace_cache[0]
 
             runner.step("replay", fp, lambda p: write_json_file(replay(

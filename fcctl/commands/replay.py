@@ -39,7 +39,9 @@ def register(app: typer.Typer) -> None:
     @app.command("replay")
     @cli_errors
     def replay(
-        trace: Annotated[Path, typer.Argument(help="Trace file (anything analyze reads).")],
+        trace: Annotated[
+            Path, typer.Argument(help="Trace file, or a dataset directory or glob (as analyze).")
+        ],
         format: FormatOpt = None,
         policies: Annotated[
             str,
@@ -64,6 +66,13 @@ def register(app: typer.Typer) -> None:
                 help="A cancelled tiered prefetch: discard what it read, or credit it.",
             ),
         ] = "discard",
+        memory_budget: Annotated[
+            str | None,
+            typer.Option(
+                "--memory-budget",
+                help="Memory a dataset may take to replay, e.g. 8GiB [30% of this machine's].",
+            ),
+        ] = None,
         router: Annotated[
             str,
             typer.Option(
@@ -124,6 +133,7 @@ def register(app: typer.Typer) -> None:
             trace, format=format, policies=policies, rates=rates, rate=rate,
             slo_ttft_p99_s=slo_ttft_p99, gpu_kv_sweep=gpu_kv_more, host_memory_sweep=host_more,
             staging_sweep=staging_more, host_memory_auto=host_auto, concurrency=concurrency,
+            memory_budget_bytes=memory_budget,
             think_time=think_time, cancel=cancel, router=router,
             decision_margin_pp=decision_margin_pp,
             decision_ttft_margin=decision_ttft_margin, model=model,
