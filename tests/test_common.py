@@ -189,3 +189,21 @@ def test_display_path_quotes_control_characters() -> None:
     assert display_path("bad\nname.jsonl") == "'bad\\nname.jsonl'"
     assert display_path("esc\x1b[31m.jsonl") == "'esc\\x1b[31m.jsonl'"
     assert "\n" not in display_path("a\nb") and "\x1b" not in display_path("\x1b")
+
+
+def test_progress_shows_an_estimate_of_time_left() -> None:
+    """#16.6/#19.4: a long step's bar says how much time is left (rich's estimate from the
+    rate so far), beside the time elapsed."""
+    import io
+
+    from rich.console import Console
+    from rich.progress import TimeRemainingColumn
+
+    from fcctl.common.progress import Progress
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=120)
+    progress = Progress(enabled=True, console=console)
+    assert progress.active
+    assert any(isinstance(c, TimeRemainingColumn) for c in progress._rich.columns)
+    with progress, progress.task("replaying", total=10) as task:
+        task.update(5)

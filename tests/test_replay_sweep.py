@@ -130,3 +130,16 @@ def test_cli_sizes_auto_and_errors() -> None:
     assert bad.exit_code == 2 and bad.stderr.startswith("fcctl: error: --slo-ttft-p99: ")
     bad = runner.invoke(app, ["replay", moon, "--staging", "1GiB,lots"])
     assert bad.exit_code == 2 and bad.stderr.startswith("fcctl: error: --staging")
+
+
+def test_auto_rates_stop_at_the_ttft_slo() -> None:
+    """With a p99 TTFT bound below what even light load gives, the sweep stops at its first
+    point and says the SLO stopped it."""
+    trace = random_time_trace(9, requests=150)
+    hw = tiny_node(prefill_tokens_per_s=400.0)
+    config = ReplayConfig(geometry=TINY, hardware=hw, auto_rates=True, rates=(),
+                          policies=("memory-only", "flat"), slo_ttft_p99_s=1e-9)  # fmt: skip
+    result = replay_trace(trace, config)
+    assert len(result.rates) == 1
+    note = next(n for n in result.notes if n.startswith("rates auto"))
+    assert "SLO" in note and "p99 TTFT" in note

@@ -87,7 +87,7 @@ class Progress:
         console = console or Console(stderr=True)
         if not console.is_terminal:
             return
-        from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
         from rich.progress import Progress as RichProgress
 
         self._rich = RichProgress(
@@ -95,6 +95,8 @@ class Progress:
             BarColumn(),
             _amount_column(),
             TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),  # the estimate of time left, from the rate so far
             console=console,
             transient=True,
         )
