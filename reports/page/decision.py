@@ -93,92 +93,114 @@ def decision(inputs: dict[str, Input], *, mixed: bool = False) -> str:
     a = inputs.get("analyze")
     rep = inputs.get("replay")
     # A replay with a decision (schema 2) decides; analyze's load-free verdict then stays out.
-    decides = rep if rep is not None and rep.schema_version >= 2 else None
+    decides = rep is not None and rep.schema_version >= 2
     if rep is not None:
         text = replay_decision(rep)
         if text:
             sentences.append(trace_of(rep) + text)
     if a is not None:
-        v = a.doc["verdict"]
-        layout = v["layout"].as_str()
-        # With a replay the decision is the replay's; analyze's figures stay, its load-free
-        # verdict does not (two verdicts could contradict each other).
-        text = "Without load, the trace has" if decides else f"Verdict {link(layout, 'verdict')}"
-        clauses = []
-        for c in v["checks"]:
-            name, value = c["name"].as_str(), c["value"].as_num()
-            if name == "session_kv_p90_bytes":
-                rule = (
-                    ""
-                    if decides
-                    else f" (flat at {escape(fmt.size_2dp(c['threshold'].as_num()))} or more)"
-                )
-                clauses.append(f"p90 session KV {link(fmt.size(value), 'sessions')}{rule}")
-            elif name == "share_of_ideal":
-                ref = v["reference_capacity_bytes"].as_num()
-                clauses.append(
-                    f"a {link(fmt.size(ref), 'memory-tier')} memory tier serves "
-                    f"{link(fmt.share(value), 'memory-tier')} of the ideal hit share "
-                    f"{link(fmt.share(a.doc['reuse_access_share'].as_num()), 'block-reuse')}"
-                )
-        if decides is None or clauses:
-            joiner = ": " if decides is None else " "
-            sentences.append(
-                trace_of(a) + text + (joiner + "; ".join(clauses) if clauses else "") + "."
-            )
+        text = _analyze_sentence(a, decides=decides)
+        if text:
+            sentences.append(trace_of(a) + text)
     rec = inputs.get("recommend-thresholds")
     if rec is not None:
-        r = rec.doc["recommendation"]
-        rate = r["rate"].need_num()
-        text = (
-            f"Recommended thresholds: short reply "
-            f"{link(tokens(r['short_reply_tokens'].as_num()), 'recommendation-table')}, agent "
-            f"context {link(tokens(r['agent_context_tokens'].as_num()), 'recommendation-table')}"
-            f"; at {link(fmt.per_s(rate), 'recommendation-table')} they deliver a GPU hit share "
-            f"of {link(fmt.share(r['gpu_hit_share'].as_num()), 'recommendation-table')}"
-        )
-        tiered = _policy(rec.doc, rate, "tiered")
-        if tiered is not None:
-            text += (
-                f" against {link(fmt.share(number_at(tiered, 'gpu_hit_share')), 'baselines')} for "
-                f"tiered, p99 TTFT "
-                f"{link(fmt.seconds(number_at(r, 'ttft_s', 'p99')), 'recommendation-table')}"
-                f" against {link(fmt.seconds(number_at(tiered, 'ttft_s', 'p99')), 'baselines')}"
-            )
-        matters = r.get("matters")
-        if matters is not None and not matters.as_bool():
-            text += " (the thresholds do not matter here: every pair is within the margins)"
-        sentences.append(trace_of(rec) + text + ".")
+        text = _recommend_sentence(rec)
+        sentences.append(trace_of(rec) + text)
     io = inputs.get("iobench")
     if io is not None:
-        flat = io.doc["layouts"].get("flat")
-        runs = flat.as_list() if flat is not None else []
-        fio = io.doc["fio"]
-        seq = fio["seq_read_bytes_per_s"].as_num() if fio["available"].as_bool() else None
-        if runs:
-            best = max(runs, key=lambda r: r["concurrency"].as_int() or 0)
-            settings = io.doc["provenance"].get("settings")
-            source = settings.get("source") if settings is not None else None
-            synthetic = source is None or source.as_str() in ("", "synthetic")
-            workload = " with a synthetic workload (generated sessions, not the trace)"
-            if not synthetic:
-                workload = ""
-            text = (
-                f"On this SSD{workload} the flat layout restores at "
-                f"{link(fmt.rate(best['restore_bytes_per_s'].as_num()), 'storage-runs')} at "
-                f"concurrency {best['concurrency'].as_int()}"
-            )
-            over = io.doc["comparisons"].get("flat_over_fio_seq")
-            if seq is not None and over is not None:
-                text += (
-                    f", {link(fmt.ratio(over['ratio'].as_num()), 'storage')} fio's best "
-                    f"sequential read ({link(fmt.rate(seq), 'storage')})"
-                )
-            cmds = io.doc["comparisons"].get("eviction_over_flat_read_commands")
-            if cmds is not None:
-                text += (
-                    f"; the eviction-ordered baseline issues "
-                    f"{link(fmt.ratio(cmds['ratio'].as_num()), 'storage-runs')} its read commands"
-                )
-            sentences.append(text + ".")
+        text = _iobench_sentence(io)
+        if text:
+            sentences.append(text)
     return '<p class="decision">' + " ".join(sentences) + "</p>"
+
+
+def _analyze_sentence(a: Input, *, decides: bool) -> str:
+    """analyze's verdict and its figures; with a replay that ``decides``, the figures only
+    ("" when there are none)."""
+    v = a.doc["verdict"]
+    layout = v["layout"].as_str()
+    # With a replay the decision is the replay's; analyze's figures stay, its load-free
+    # verdict does not (two verdicts could contradict each other).
+    text = "Without load, the trace has" if decides else f"Verdict {link(layout, 'verdict')}"
+    clauses = []
+    for c in v["checks"]:
+        name, value = c["name"].as_str(), c["value"].as_num()
+        if name == "session_kv_p90_bytes":
+            rule = (
+                ""
+                if decides
+                else f" (flat at {escape(fmt.size_2dp(c['threshold'].as_num()))} or more)"
+            )
+            clauses.append(f"p90 session KV {link(fmt.size(value), 'sessions')}{rule}")
+        elif name == "share_of_ideal":
+            ref = v["reference_capacity_bytes"].as_num()
+            clauses.append(
+                f"a {link(fmt.size(ref), 'memory-tier')} memory tier serves "
+                f"{link(fmt.share(value), 'memory-tier')} of the ideal hit share "
+                f"{link(fmt.share(a.doc['reuse_access_share'].as_num()), 'block-reuse')}"
+            )
+    if decides and not clauses:
+        return ""
+    joiner = " " if decides else ": "
+    return text + (joiner + "; ".join(clauses) if clauses else "") + "."
+
+
+def _recommend_sentence(rec: Input) -> str:
+    """The recommended thresholds and what they deliver, against tiered at the same rate."""
+    r = rec.doc["recommendation"]
+    rate = r["rate"].need_num()
+    text = (
+        f"Recommended thresholds: short reply "
+        f"{link(tokens(r['short_reply_tokens'].as_num()), 'recommendation-table')}, agent "
+        f"context {link(tokens(r['agent_context_tokens'].as_num()), 'recommendation-table')}"
+        f"; at {link(fmt.per_s(rate), 'recommendation-table')} they deliver a GPU hit share "
+        f"of {link(fmt.share(r['gpu_hit_share'].as_num()), 'recommendation-table')}"
+    )
+    tiered = _policy(rec.doc, rate, "tiered")
+    if tiered is not None:
+        text += (
+            f" against {link(fmt.share(number_at(tiered, 'gpu_hit_share')), 'baselines')} for "
+            f"tiered, p99 TTFT "
+            f"{link(fmt.seconds(number_at(r, 'ttft_s', 'p99')), 'recommendation-table')}"
+            f" against {link(fmt.seconds(number_at(tiered, 'ttft_s', 'p99')), 'baselines')}"
+        )
+    matters = r.get("matters")
+    if matters is not None and not matters.as_bool():
+        text += " (the thresholds do not matter here: every pair is within the margins)"
+    return text + "."
+
+
+def _iobench_sentence(io: Input) -> str:
+    """The flat layout's restore rate on this SSD against fio, and the eviction-ordered
+    baseline's read commands ("" without flat runs)."""
+    flat = io.doc["layouts"].get("flat")
+    runs = flat.as_list() if flat is not None else []
+    fio = io.doc["fio"]
+    seq = fio["seq_read_bytes_per_s"].as_num() if fio["available"].as_bool() else None
+    if not runs:
+        return ""
+    best = max(runs, key=lambda r: r["concurrency"].as_int() or 0)
+    settings = io.doc["provenance"].get("settings")
+    source = settings.get("source") if settings is not None else None
+    synthetic = source is None or source.as_str() in ("", "synthetic")
+    workload = " with a synthetic workload (generated sessions, not the trace)"
+    if not synthetic:
+        workload = ""
+    text = (
+        f"On this SSD{workload} the flat layout restores at "
+        f"{link(fmt.rate(best['restore_bytes_per_s'].as_num()), 'storage-runs')} at "
+        f"concurrency {best['concurrency'].as_int()}"
+    )
+    over = io.doc["comparisons"].get("flat_over_fio_seq")
+    if seq is not None and over is not None:
+        text += (
+            f", {link(fmt.ratio(over['ratio'].as_num()), 'storage')} fio's best "
+            f"sequential read ({link(fmt.rate(seq), 'storage')})"
+        )
+    cmds = io.doc["comparisons"].get("eviction_over_flat_read_commands")
+    if cmds is not None:
+        text += (
+            f"; the eviction-ordered baseline issues "
+            f"{link(fmt.ratio(cmds['ratio'].as_num()), 'storage-runs')} its read commands"
+        )
+    return text + "."

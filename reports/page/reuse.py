@@ -199,108 +199,138 @@ def reuse_section(inp: Input) -> str:
             )
         )
     else:
-        once, ideal = doc["once_only_block_share"].as_num(), doc["reuse_access_share"].as_num()
-        parts.append('<h3 id="block-reuse">Block reuse</h3>')
-        parts.append(
-            table(
-                ["metric", "value"],
-                [
-                    ["once-only block share", Cell(fmt.share(once), once)],
-                    ["reuse access share (ideal hit share)", Cell(fmt.share(ideal), ideal)],
-                ],
-                table_id="reuse-shares",
-            )
-        )
-        rd = doc["reuse_distance"]
-        parts.append('<h3 id="reuse-distance">Reuse distance of re-accesses</h3>')
-        parts.append(
-            table(
-                ["unit", "p50", "p90", "p99"],
-                _percentile_rows(
-                    [
-                        ("requests", rd["requests"], fmt.number),
-                        ("seconds", rd["seconds"], fmt.number),
-                        (mark + "LRU stack (blocks)", rd["stack_blocks"], fmt.number),
-                        (mark + "LRU stack (bytes)", rd["stack_bytes"], fmt.size),
-                    ],
-                    ("p50", "p90", "p99"),
-                ),
-                table_id="reuse-distance-table",
-            )
-        )
-        charts = [_distance_chart(inp, m, label, r, b) for m, _s, label, r, b in _DISTANCES]
-        parts.append('<div class="charts">' + "".join(charts) + "</div>")
+        parts += _block_reuse(inp, mark)
     s = doc.get("sessions")
     if s is not None:
-        rows: list[list[CellLike]] = []
-        for label, key in (
-            ("KV, distinct blocks", "kv_bytes"),
-            ("KV, largest context", "max_context_bytes"),
-        ):
-            rows += _percentile_rows(
-                [(label, s[key], fmt.size)], ("p50", "p90", "p99", "max", "mean")
-            )
-        for label, key in (("turns", "turns"), ("largest input, tokens", "max_input_tokens")):
-            rows += _percentile_rows(
-                [(label, s[key], fmt.number)], ("p50", "p90", "p99", "max", "mean")
-            )
-        parts.append('<h3 id="sessions">Sessions</h3>')
-        parts.append(
-            table(
-                ["metric", "p50", "p90", "p99", "max", "mean"],
-                rows,
-                table_id="sessions-table",
-                caption="KV, distinct blocks: every block the session references (session KV); "
-                "KV, largest context: its largest request, what one restore reads.",
-            )
-        )
-        parts.append(_session_chart(inp))
+        parts += _sessions(inp, s)
     if not doc["reuse_access_share"].is_null():
-        rows = []
-        for p in doc["memory_tier"]:
-            cap, blocks = p["capacity_bytes"].as_num(), p["capacity_blocks"].as_num()
-            point_mark = fmt.SAMPLED_MARK if (q := p.get("sampled")) and q.as_bool() else ""
-            cells: list[CellLike] = [
-                Cell(point_mark + fmt.size(cap), cap),
-                Cell(fmt.number(blocks), blocks),
-            ]
-            for key in ("lru_hit_share", "share_of_ideal", "ssd_reuse_share"):
-                value = p[key].as_num()
-                cells.append(Cell(fmt.share(value), value))
-            rows.append(cells)
-        parts.append('<h3 id="memory-tier">Memory tier (LRU in front of SSD)</h3>')
-        parts.append(
-            table(
-                ["capacity", "blocks", "LRU hit share", "share of ideal", "reuse from SSD"],
-                rows,
-                table_id="memory-tier-table",
-            )
-        )
-        parts.append(_tier_chart(inp))
+        parts += _memory_tier(inp)
     rs = doc.get("request_sizes")
     if rs is not None:
-        parts.append('<h3 id="request-sizes">Request sizes</h3>')
-        parts.append(
-            table(
-                ["metric", "p50", "p90", "p99"],
-                _percentile_rows(
-                    [
-                        ("input tokens", rs["input_tokens"], fmt.number),
-                        ("output tokens", rs["output_tokens"], fmt.number),
-                        ("KV per request", rs["kv_bytes"], fmt.size),
-                    ],
-                    ("p50", "p90", "p99"),
-                ),
-                table_id="request-sizes-table",
-            )
+        parts += _request_sizes(rs)
+    parts += _verdict(doc)
+    return "".join(parts)
+
+
+def _block_reuse(inp: Input, mark: str) -> list[str]:
+    """The reuse shares, the reuse distances (``mark`` on the sampled rows) and their charts."""
+    doc = inp.doc
+    parts = []
+    once, ideal = doc["once_only_block_share"].as_num(), doc["reuse_access_share"].as_num()
+    parts.append('<h3 id="block-reuse">Block reuse</h3>')
+    parts.append(
+        table(
+            ["metric", "value"],
+            [
+                ["once-only block share", Cell(fmt.share(once), once)],
+                ["reuse access share (ideal hit share)", Cell(fmt.share(ideal), ideal)],
+            ],
+            table_id="reuse-shares",
         )
-        rate = rs["arrival_rate_per_s"].as_num()
-        if rate is not None:
-            parts.append(para(f"arrival rate: {fmt.per_s(rate)}"))
+    )
+    rd = doc["reuse_distance"]
+    parts.append('<h3 id="reuse-distance">Reuse distance of re-accesses</h3>')
+    parts.append(
+        table(
+            ["unit", "p50", "p90", "p99"],
+            _percentile_rows(
+                [
+                    ("requests", rd["requests"], fmt.number),
+                    ("seconds", rd["seconds"], fmt.number),
+                    (mark + "LRU stack (blocks)", rd["stack_blocks"], fmt.number),
+                    (mark + "LRU stack (bytes)", rd["stack_bytes"], fmt.size),
+                ],
+                ("p50", "p90", "p99"),
+            ),
+            table_id="reuse-distance-table",
+        )
+    )
+    charts = [_distance_chart(inp, m, label, r, b) for m, _s, label, r, b in _DISTANCES]
+    parts.append('<div class="charts">' + "".join(charts) + "</div>")
+    return parts
+
+
+def _sessions(inp: Input, s: Node) -> list[str]:
+    """The per-session figures (``s``, the document's ``sessions``) and their CDF."""
+    rows: list[list[CellLike]] = []
+    for label, key in (
+        ("KV, distinct blocks", "kv_bytes"),
+        ("KV, largest context", "max_context_bytes"),
+    ):
+        rows += _percentile_rows([(label, s[key], fmt.size)], ("p50", "p90", "p99", "max", "mean"))
+    for label, key in (("turns", "turns"), ("largest input, tokens", "max_input_tokens")):
+        rows += _percentile_rows(
+            [(label, s[key], fmt.number)], ("p50", "p90", "p99", "max", "mean")
+        )
+    return [
+        '<h3 id="sessions">Sessions</h3>',
+        table(
+            ["metric", "p50", "p90", "p99", "max", "mean"],
+            rows,
+            table_id="sessions-table",
+            caption="KV, distinct blocks: every block the session references (session KV); "
+            "KV, largest context: its largest request, what one restore reads.",
+        ),
+        _session_chart(inp),
+    ]
+
+
+def _memory_tier(inp: Input) -> list[str]:
+    """The memory-tier points (sampled ones marked) and the hit curve."""
+    rows: list[list[CellLike]] = []
+    for p in inp.doc["memory_tier"]:
+        cap, blocks = p["capacity_bytes"].as_num(), p["capacity_blocks"].as_num()
+        point_mark = fmt.SAMPLED_MARK if (q := p.get("sampled")) and q.as_bool() else ""
+        cells: list[CellLike] = [
+            Cell(point_mark + fmt.size(cap), cap),
+            Cell(fmt.number(blocks), blocks),
+        ]
+        for key in ("lru_hit_share", "share_of_ideal", "ssd_reuse_share"):
+            value = p[key].as_num()
+            cells.append(Cell(fmt.share(value), value))
+        rows.append(cells)
+    return [
+        '<h3 id="memory-tier">Memory tier (LRU in front of SSD)</h3>',
+        table(
+            ["capacity", "blocks", "LRU hit share", "share of ideal", "reuse from SSD"],
+            rows,
+            table_id="memory-tier-table",
+        ),
+        _tier_chart(inp),
+    ]
+
+
+def _request_sizes(rs: Node) -> list[str]:
+    """The request sizes (``rs``, the document's ``request_sizes``) and the arrival rate."""
+    parts = [
+        '<h3 id="request-sizes">Request sizes</h3>',
+        table(
+            ["metric", "p50", "p90", "p99"],
+            _percentile_rows(
+                [
+                    ("input tokens", rs["input_tokens"], fmt.number),
+                    ("output tokens", rs["output_tokens"], fmt.number),
+                    ("KV per request", rs["kv_bytes"], fmt.size),
+                ],
+                ("p50", "p90", "p99"),
+            ),
+            table_id="request-sizes-table",
+        ),
+    ]
+    rate = rs["arrival_rate_per_s"].as_num()
+    if rate is not None:
+        parts.append(para(f"arrival rate: {fmt.per_s(rate)}"))
+    return parts
+
+
+def _verdict(doc: Node) -> list[str]:
+    """analyze's verdict, its reasons and the notes."""
     v = doc["verdict"]
-    parts.append(f'<h3 id="verdict">Verdict: {escape(v["layout"].as_str().upper())}</h3>')
-    parts.append(bullet_list([r.as_str() for r in v["reasons"]]))
+    parts = [
+        f'<h3 id="verdict">Verdict: {escape(v["layout"].as_str().upper())}</h3>',
+        bullet_list([r.as_str() for r in v["reasons"]]),
+    ]
     notes = [n.as_str() for n in doc["notes"]] if "notes" in doc else []
     if notes:
         parts.append("<h4>Notes</h4>" + bullet_list(notes))
-    return "".join(parts)
+    return parts
