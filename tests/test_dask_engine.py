@@ -33,7 +33,6 @@ from analyze_helpers import one_line_exit_2
 from distributed import LocalCluster
 from typer.testing import CliRunner
 
-from fcctl.analyzers.reuse import dask_engine
 from fcctl.analyzers.reuse.analyze import AnalysisResult, NoteCode, analyze_trace
 from fcctl.analyzers.reuse.bounded import (
     DASK_INSTALL_HINT,
@@ -41,6 +40,7 @@ from fcctl.analyzers.reuse.bounded import (
     analyze_dataset,
     check_engine,
 )
+from fcctl.analyzers.reuse.dask import room as dask_room
 from fcctl.analyzers.reuse.dask_engine import (
     BYTES_PER_EXPLODED_ACCESS,
     BYTES_PER_SHUFFLED_ACCESS,
@@ -149,8 +149,9 @@ def test_sampled_run_equals_the_single_node_one(
     scheduler: str, data: dict[str, Path], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if name == "agent":
-        # Explode pieces of at most 3,000 accesses: each part is read in many row ranges.
-        monkeypatch.setattr(dask_engine, "MAX_PIECE_ACCESSES", 3000)
+        # Explode pieces of at most 3,000 accesses: each part is read in many row ranges. (Set
+        # where plan_shuffle reads it: dask_engine only names it.)
+        monkeypatch.setattr(dask_room, "MAX_PIECE_ACCESSES", 3000)
     ds = open_dataset(data[name])
     local = analyze_dataset(ds, geometry=GEOMETRY, sample_rate=0.1)
     dask = analyze_dask(data[name], geometry=GEOMETRY, scheduler=scheduler, sample_rate=0.1)

@@ -1,0 +1,206 @@
+"""The report page's decision paragraph: replay's decision (at the operating point when the
+document has one), analyze's figures, the thresholds and the SSD against fio, each number a
+link to where the page shows it (docs/report.md, "The decision")."""
+
+from __future__ import annotations
+
+from html import escape
+
+from fcctl.reports import format as fmt
+from fcctl.reports.page.elements import link
+from fcctl.reports.page.recommendation import tokens
+from fcctl.reports.page.replay import number_at, policies_at
+from fcctl.reports.report_inputs import Input, Node
+
+
+def _policy(doc: Node, rate: float, name: str) -> Node | None:
+    for r, policies in policies_at(doc):
+        if r == rate:
+            return next((p for n, p in policies if n == name), None)
+    return None
+
+
+def _load(point: Node) -> str:
+    rate = point.get("rate")
+    if rate is not None:
+        return f"{fmt.per_s(rate.as_num())} offered"
+    return f"{point['concurrency'].as_int():,} sessions active"
+
+
+def replay_decision(rep: Input) -> str:
+    """The decision sentence from replay: at the operating point when the document has one, else
+    across the loads replayed at the node's sizes (docs/report.md, "The decision")."""
+    doc = rep.doc
+    if rep.schema_version < 2:  # before the decision existed: the shares at the highest rate
+        rates = policies_at(doc)
+        if not rates:
+            return ""
+        rate, policies = max(rates, key=lambda t: t[0])
+        shown = [
+            f"{escape(n)} {link(fmt.share(number_at(p, 'gpu_hit_share')), 'replay-rates')} "
+            f"(p99 TTFT {link(fmt.seconds(number_at(p, 'ttft_s', 'p99')), 'replay-rates')})"
+            for n, p in policies
+        ]
+        ideal = doc["ideal_hit_share"].as_num()
+        return (
+            f"At {link(fmt.per_s(rate), 'replay-rates')}, the highest rate replayed, GPU hit "
+            f"shares are {', '.join(shown)}, against the ideal {link(fmt.share(ideal), 'replay')}."
+        )
+    op = doc.get("operating_point")
+    if op is not None:
+        d = op["decision"]
+        got = [number_at(p, "achieved_rate", "central") for _n, p in op["policies"].as_items()]
+        served = [g for g in got if g is not None]
+        at = _load(op) + (f", {fmt.per_s(min(served))} served" if served else "")
+        return (
+            f"At your operating point ({link(at, 'replay-rates')}) the layout to choose is "
+            f"<strong>{escape(d['best'].as_str())}</strong>: {escape(d['why'].as_str())}."
+        )
+    points = doc["rates"].as_list() if doc.get("rates") is not None else []
+    divergence = doc.get("divergence") or None
+    first_sizes = divergence.as_list()[0].get("sizes") if divergence is not None else None
+    if first_sizes is not None:
+        base = first_sizes.value
+        points = [p for p in points if p.get("sizes") is None or p["sizes"].value == base]
+    if not points:
+        return ""
+    named = [(p, p["decision"]["best"].as_str()) for p in points]
+    leads = [(p, b) for p, b in named if b != "none"]
+    span = f"{_load(points[0])} to {_load(points[-1])}"
+    if not leads:
+        return (
+            f"Across the loads replayed ({link(span, 'replay-rates')}) no layout leads the others "
+            "by more than the decision's margins: <strong>it does not matter here</strong> "
+            "which layout holds the KV cache."
+        )
+    first, best = leads[0]
+    return (
+        f"Across the loads replayed ({link(span, 'replay-rates')}), "
+        f"<strong>{escape(best)}</strong> leads from {link(_load(first), 'replay-rates')} on: "
+        f"{escape(first['decision']['why'].as_str())}."
+    )
+
+
+def decision(inputs: dict[str, Input], *, mixed: bool = False) -> str:
+    """One paragraph: the decision (replay's at the user's operating point when replay is given,
+    analyze's verdict otherwise, never both), thresholds, the SSD against fio; each number links
+    to where it is shown. With ``mixed`` traces each sentence names its trace."""
+    sentences = []
+
+    def trace_of(inp: Input) -> str:
+        return f"On {escape(inp.trace_path or inp.shown)}: " if mixed else ""
+
+    a = inputs.get("analyze")
+    rep = inputs.get("replay")
+    # A replay with a decision (schema 2) decides; analyze's load-free verdict then stays out.
+    decides = rep is not None and rep.schema_version >= 2
+    if rep is not None:
+        text = replay_decision(rep)
+        if text:
+            sentences.append(trace_of(rep) + text)
+    if a is not None:
+        text = _analyze_sentence(a, decides=decides)
+        if text:
+            sentences.append(trace_of(a) + text)
+    rec = inputs.get("recommend-thresholds")
+    if rec is not None:
+        text = _recommend_sentence(rec)
+        sentences.append(trace_of(rec) + text)
+    io = inputs.get("iobench")
+    if io is not None:
+        text = _iobench_sentence(io)
+        if text:
+            sentences.append(text)
+    return '<p class="decision">' + " ".join(sentences) + "</p>"
+
+
+def _analyze_sentence(a: Input, *, decides: bool) -> str:
+    """analyze's verdict and its figures; with a replay that ``decides``, the figures only
+    ("" when there are none)."""
+    v = a.doc["verdict"]
+    layout = v["layout"].as_str()
+    # With a replay the decision is the replay's; analyze's figures stay, its load-free
+    # verdict does not (two verdicts could contradict each other).
+    text = "Without load, the trace has" if decides else f"Verdict {link(layout, 'verdict')}"
+    clauses = []
+    for c in v["checks"]:
+        name, value = c["name"].as_str(), c["value"].as_num()
+        if name == "session_kv_p90_bytes":
+            rule = (
+                ""
+                if decides
+                else f" (flat at {escape(fmt.size_2dp(c['threshold'].as_num()))} or more)"
+            )
+            clauses.append(f"p90 session KV {link(fmt.size(value), 'sessions')}{rule}")
+        elif name == "share_of_ideal":
+            ref = v["reference_capacity_bytes"].as_num()
+            clauses.append(
+                f"a {link(fmt.size(ref), 'memory-tier')} memory tier serves "
+                f"{link(fmt.share(value), 'memory-tier')} of the ideal hit share "
+                f"{link(fmt.share(a.doc['reuse_access_share'].as_num()), 'block-reuse')}"
+            )
+    if decides and not clauses:
+        return ""
+    joiner = " " if decides else ": "
+    return text + (joiner + "; ".join(clauses) if clauses else "") + "."
+
+
+def _recommend_sentence(rec: Input) -> str:
+    """The recommended thresholds and what they deliver, against tiered at the same rate."""
+    r = rec.doc["recommendation"]
+    rate = r["rate"].need_num()
+    text = (
+        f"Recommended thresholds: short reply "
+        f"{link(tokens(r['short_reply_tokens'].as_num()), 'recommendation-table')}, agent "
+        f"context {link(tokens(r['agent_context_tokens'].as_num()), 'recommendation-table')}"
+        f"; at {link(fmt.per_s(rate), 'recommendation-table')} they deliver a GPU hit share "
+        f"of {link(fmt.share(r['gpu_hit_share'].as_num()), 'recommendation-table')}"
+    )
+    tiered = _policy(rec.doc, rate, "tiered")
+    if tiered is not None:
+        text += (
+            f" against {link(fmt.share(number_at(tiered, 'gpu_hit_share')), 'baselines')} for "
+            f"tiered, p99 TTFT "
+            f"{link(fmt.seconds(number_at(r, 'ttft_s', 'p99')), 'recommendation-table')}"
+            f" against {link(fmt.seconds(number_at(tiered, 'ttft_s', 'p99')), 'baselines')}"
+        )
+    matters = r.get("matters")
+    if matters is not None and not matters.as_bool():
+        text += " (the thresholds do not matter here: every pair is within the margins)"
+    return text + "."
+
+
+def _iobench_sentence(io: Input) -> str:
+    """The flat layout's restore rate on this SSD against fio, and the eviction-ordered
+    baseline's read commands ("" without flat runs)."""
+    flat = io.doc["layouts"].get("flat")
+    runs = flat.as_list() if flat is not None else []
+    fio = io.doc["fio"]
+    seq = fio["seq_read_bytes_per_s"].as_num() if fio["available"].as_bool() else None
+    if not runs:
+        return ""
+    best = max(runs, key=lambda r: r["concurrency"].as_int() or 0)
+    settings = io.doc["provenance"].get("settings")
+    source = settings.get("source") if settings is not None else None
+    synthetic = source is None or source.as_str() in ("", "synthetic")
+    workload = " with a synthetic workload (generated sessions, not the trace)"
+    if not synthetic:
+        workload = ""
+    text = (
+        f"On this SSD{workload} the flat layout restores at "
+        f"{link(fmt.rate(best['restore_bytes_per_s'].as_num()), 'storage-runs')} at "
+        f"concurrency {best['concurrency'].as_int()}"
+    )
+    over = io.doc["comparisons"].get("flat_over_fio_seq")
+    if seq is not None and over is not None:
+        text += (
+            f", {link(fmt.ratio(over['ratio'].as_num()), 'storage')} fio's best "
+            f"sequential read ({link(fmt.rate(seq), 'storage')})"
+        )
+    cmds = io.doc["comparisons"].get("eviction_over_flat_read_commands")
+    if cmds is not None:
+        text += (
+            f"; the eviction-ordered baseline issues "
+            f"{link(fmt.ratio(cmds['ratio'].as_num()), 'storage-runs')} its read commands"
+        )
+    return text + "."

@@ -1,0 +1,163 @@
+"""The report page's Replay section, and the per-rate table and charts that the
+Recommendation section shows too."""
+
+from __future__ import annotations
+
+import json
+
+from fcctl.reports import format as fmt
+from fcctl.reports import svg
+from fcctl.reports.page.elements import Cell, CellLike, figure, para, table
+from fcctl.reports.report_inputs import Input, Node
+
+
+def policies_at(doc: Node) -> list[tuple[float, list[tuple[str, Node]]]]:
+    return [(r["rate"].need_num(), r["policies"].as_items()) for r in doc["rates"]]
+
+
+def number_at(node: Node, *keys: str) -> float | None:
+    """A nested number that may be absent (a key the issue lists but a document leaves out)."""
+    for k in keys:
+        nxt = node.get(k)
+        if nxt is None:
+            return None
+        node = nxt
+    return node.as_num()
+
+
+def rates_table(doc: Node, table_id: str) -> str:
+    rows: list[list[CellLike]] = []
+    for rate, policies in policies_at(doc):
+        for name, p in policies:
+            hit = number_at(p, "gpu_hit_share")
+            cells: list[CellLike] = [Cell(fmt.per_s(rate), rate), name, Cell(fmt.share(hit), hit)]
+            for keys, render in (
+                (("ttft_s", "mean"), fmt.seconds),
+                (("ttft_s", "p50"), fmt.seconds),
+                (("ttft_s", "p99"), fmt.seconds),
+                (("ssd_read_bytes",), fmt.size),
+                (("read_amplification",), fmt.fixed3),
+                (("prefetch_s", "mean"), fmt.seconds),
+                (("prefetch_s", "p99"), fmt.seconds),
+                (("cancelled_prefetches",), fmt.number),
+                (("recomputed_tokens",), fmt.number),
+            ):
+                v = number_at(p, *keys)
+                cells.append(Cell(render(v), v))
+            rows.append(cells)
+    return table(
+        [
+            "rate",
+            "policy",
+            "GPU hit share",
+            "TTFT mean",
+            "TTFT p50",
+            "TTFT p99",
+            "SSD read",
+            "read ampl.",
+            "prefetch mean",
+            "prefetch p99",
+            "cancelled prefetches",
+            "recomputed tokens",
+        ],
+        rows,
+        table_id=table_id,
+    )
+
+
+def _per_policy(doc: Node, *keys: str) -> dict[str, tuple[list[float], list[float]]]:
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    for rate, policies in policies_at(doc):
+        for name, p in policies:
+            v = number_at(p, *keys)
+            if v is not None:
+                xs, ys = out.setdefault(name, ([], []))
+                xs.append(rate)
+                ys.append(v)
+    return out
+
+
+def rate_charts(doc: Node, prefix: str) -> str:
+    """Hit share, TTFT p50/p99 and SSD bytes against rate, one series per policy."""
+    rate_axis = svg.Axis("offered load (requests/s)", fmt=lambda v: f"{v:g}")
+    ideal = doc["ideal_hit_share"].as_num()
+    hits = _per_policy(doc, "gpu_hit_share")
+    charts = [
+        figure(
+            svg.line_chart(
+                f"{prefix}-hit-share",
+                "GPU hit share against rate",
+                [svg.Series(n, xs, ys) for n, (xs, ys) in hits.items()],
+                rate_axis,
+                svg.Axis("GPU-delivered hit share", fmt=fmt.share, lo=0.0, hi=1.0),
+                [svg.RefLine("ideal (reuse access share)", ideal)] if ideal is not None else [],
+            ),
+            "Reused blocks delivered to GPU memory before prefill, over all block accesses.",
+        )
+    ]
+    series = []
+    p50, p99 = _per_policy(doc, "ttft_s", "p50"), _per_policy(doc, "ttft_s", "p99")
+    for i, name in enumerate(dict.fromkeys([*p50, *p99])):
+        color = svg.PALETTE[i % len(svg.PALETTE)]
+        if name in p50:
+            series.append(svg.Series(f"{name} p50", *p50[name], color=color))
+        if name in p99:
+            series.append(svg.Series(f"{name} p99", *p99[name], dashed=True, color=color))
+    charts.append(
+        figure(
+            svg.line_chart(
+                f"{prefix}-ttft",
+                "Time to first token against rate",
+                series,
+                rate_axis,
+                svg.Axis("TTFT (seconds)", fmt=lambda v: fmt.seconds(v)),
+            ),
+            "TTFT p50 (solid) and p99 (dashed) per policy.",
+        )
+    )
+    ssd = _per_policy(doc, "ssd_read_bytes")
+    if ssd:
+        charts.append(
+            figure(
+                svg.line_chart(
+                    f"{prefix}-ssd-bytes",
+                    "SSD bytes read against rate",
+                    [svg.Series(n, xs, ys) for n, (xs, ys) in ssd.items()],
+                    rate_axis,
+                    svg.Axis("SSD bytes read", fmt=lambda v: fmt.size(v)),
+                ),
+                "Bytes read from SSD per policy over the whole replay.",
+            )
+        )
+    return '<div class="charts">' + "".join(charts) + "</div>"
+
+
+def hardware_table(doc: Node) -> str:
+    hw = doc.get("hardware")
+    if hw is None:
+        return ""
+    rows: list[list[CellLike]] = []
+    for name, v in hw.as_items():
+        if isinstance(v.value, dict) and "value" in v.value:
+            value, source = v.value["value"], v.value.get("source") or ""
+        else:
+            value, source = v.value, ""
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        # Figures as the JSON holds them: whole numbers with separators, fractions to 1 place.
+        cell: CellLike = Cell(fmt.number(value), value) if number else json.dumps(value)
+        rows.append([name, cell, str(source)])
+    return "<h3>Hardware</h3>" + table(
+        ["figure", "value", "source"], rows, table_id="hardware-table"
+    )
+
+
+def replay_section(inp: Input) -> str:
+    doc = inp.doc
+    ideal = doc["ideal_hit_share"].as_num()
+    return (
+        para(f"Ideal hit share (analyze's reuse access share): {fmt.share(ideal)}")
+        + rate_charts(doc, "replay")
+        + '<h3 id="replay-rates">Policies by rate</h3>'
+        + rates_table(doc, "replay-table")
+        + hardware_table(doc)
+    )
