@@ -282,6 +282,8 @@ class Simulation:
     def _route(self, r: int) -> None:
         """Choose ``r``'s worker (``sticky`` keeps the workload's: the session's worker)."""
         blocks = int(self.w.offsets[r + 1] - self.w.offsets[r])
+        blk = self.w.blocks_of(r)
+        cached: list[int] | None = None
         if self.router == "round-robin":
             w = self._next_rr
             self._next_rr = (w + 1) % self.workers
@@ -289,7 +291,6 @@ class Simulation:
             w = self.worker_of[r]
         else:
             home = int(self.w.worker[r])
-            blk = self.w.blocks_of(r)
             cached = self.store.gpu_prefixes(blk) if self.router == "kv-aware" else None
             best: tuple[int, int, int] | None = None
             for cand in range(self.workers):
@@ -303,7 +304,7 @@ class Simulation:
             assert best is not None
             w = best[2]
         self.worker_of[r] = w
-        new_blocks = blocks - self.store.gpu_prefix(self.w.blocks_of(r), w)
+        new_blocks = blocks - (cached[w] if cached is not None else self.store.gpu_prefix(blk, w))
         self.routed_new[r] = new_blocks
         self.pending_prefill[w] += new_blocks
 
