@@ -271,6 +271,8 @@ def hardware(
     ssd_bytes: Size | None = None,
     staging_bytes: Size | None = None,
     prefill_tokens_per_s: float | None = None,
+    max_batched_tokens: int | None = None,
+    prefill_chunk_tokens: int | None = None,
     source_of: Callable[[str], str] | None = None,
 ) -> Hardware:
     """The simulated node: a preset name (h100-8x, h200-8x, b200-8x; default h200-8x) or a
@@ -279,7 +281,9 @@ def hardware(
 
     ``gpus``: GPUs on the node; ``gpu_kv_bytes``: KV-cache bytes per GPU; ``host_memory_bytes``,
     ``ssd_bytes``: KV capacity per node; ``staging_bytes``: the tiered policy's host staging
-    buffer; ``prefill_tokens_per_s``: a prefill rate (tokens/s) instead of the fitted model.
+    buffer; ``prefill_tokens_per_s``: a prefill rate (tokens/s) instead of the fitted model;
+    ``max_batched_tokens``: tokens one iteration computes (decodes and prefill chunks);
+    ``prefill_chunk_tokens``: the most prompt tokens of one request per iteration.
     ``None`` keeps the preset's value. ``hardware.sources`` records each override as its
     parameter name, or as ``source_of(parameter)`` (the CLI records its flag).
     """
@@ -294,6 +298,8 @@ def hardware(
         "ssd_bytes": ssd_bytes,
         "staging_bytes": staging_bytes,
         "prefill_tokens_per_s": prefill_tokens_per_s,
+        "max_batched_tokens": max_batched_tokens,
+        "prefill_chunk_tokens": prefill_chunk_tokens,
     }
     for key, value in overrides.items():
         if value is None:

@@ -35,7 +35,6 @@ def tiny_node(**blocks_or_values: Any) -> Hardware:
         "ssd_command_s": 2e-4,
         "host_to_gpu_bytes_per_s": 1e9,
         "window_streams": 1,
-        "decode_tokens_per_s": 200.0,
         "prefetch_timeout_base_s": 0.02,
         "prefetch_timeout_per_1k_tokens_s": 0.05,
         "prefetch_timeout_max_s": 0.2,

@@ -16,7 +16,7 @@ from fcctl.layout.geometry import model_geometry
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 @pytest.mark.parametrize("key", ["prefill_tokens_per_s", "ssd_read_bytes_per_s",
-                                 "host_to_gpu_efficiency", "decode_tokens_per_s"])  # fmt: skip
+                                 "host_to_gpu_efficiency", "hbm_bytes_per_s"])  # fmt: skip
 def test_non_finite_hardware_value_names_its_source(key: str, value: float) -> None:
     with pytest.raises(FcctlInputError, match=rf"^--flag: field '{key}': must be a finite"):
         with_values(load_hardware(None), {key: value}, "--flag")
@@ -85,3 +85,26 @@ def test_arrivals_overflowing_after_time_scaling_one_line_exit_2(tmp_path: Path)
         assert r.exit_code == 2, r.output
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and "--rates 1e-308 must be finite after time scaling" in lines[0]
+
+
+@pytest.mark.parametrize("command", ["replay", "recommend-thresholds", "plan"])
+@pytest.mark.parametrize(
+    "flag,value,field",
+    [("--max-batched-tokens", "0", "max_batched_tokens"),
+     ("--prefill-chunk-tokens", "-5", "prefill_chunk_tokens")],
+)  # fmt: skip
+def test_batching_flags_are_checked_in_one_line(
+    tmp_path: Path, command: str, flag: str, value: str, field: str
+) -> None:
+    from analyze_helpers import one_line_exit_2
+    from typer.testing import CliRunner
+
+    from fcctl.cli import app
+    from tests.conftest import SAMPLES
+
+    args = [command, str(SAMPLES / "claude_code_sample.jsonl.gz"), flag, value]
+    if command == "plan":
+        args += ["-o", str(tmp_path / "plan")]
+    err = one_line_exit_2(CliRunner().invoke(app, args))
+    assert flag in err and field in err and "must be > 0" in err
+    assert not (tmp_path / "plan").exists()

@@ -125,7 +125,9 @@ def test_open_loop_not_saturated_when_idle_and_saturated_when_flooded() -> None:
     assert flooded.saturated
     assert flooded.achieved_rate.central is not None
     assert flooded.achieved_rate.central < (1 - SATURATION_TOLERANCE) * 1000.0
-    assert flooded.utilisation.prefill_max > 0.9  # the busier worker never idles
+    # The busier worker carries prefill chunks in most iterations (the rest: decodes alone, at
+    # 1/20 s a token too).
+    assert flooded.utilisation.prefill_max > 0.75
 
 
 def test_replay_document_has_a_decision_per_rate() -> None:
@@ -520,3 +522,82 @@ def test_default_router_balances_mooncake_at_its_natural_rate() -> None:
     u = p.utilisation
     assert u.prefill_mean > 0.05  # the node is doing real work at this rate
     assert u.prefill_max <= 2 * u.prefill_mean
+
+
+# --- batched, chunked prefill and decode (#15.4) --------------------------------------------
+
+
+def _one_worker_run(trace, **values):  # type: ignore[no-untyped-def]
+    hw = tiny_node(gpus=1, **values)
+    config = ReplayConfig(geometry=TINY, hardware=hw, keep_tables=True)
+    p = simulate(build_workload(trace, TINY, 1), config, "memory-only", 1.0)
+    assert p.table is not None and p.rejected_requests.count == 0
+    return p, p.table.sort("request_index")
+
+
+def test_a_long_cold_prefill_holds_a_short_request_for_at_most_one_chunk() -> None:
+    """A 400 K-token cold prompt and a 1 K-token one arriving while it runs, on one worker:
+    the short one waits for the chunk in flight, then runs beside the next chunk; without
+    chunking it waits for the whole long prefill."""
+    long_prompt = list(range(25_000))  # 400 K tokens
+    short_prompt = list(range(100_000, 100_064))  # 1 K tokens
+    trace = trace_of([long_prompt, short_prompt], timestamps=[0.0, 0.001], output_tokens=[4, 4])
+    rate = 20_000.0  # tokens/s: an iteration of k prompt tokens takes k / rate
+    _, t = _one_worker_run(trace, prefill_tokens_per_s=rate)
+    chunk = 8192
+    short = t.row(1, named=True)
+    in_flight = chunk / rate  # the long prompt's chunk running when the short one arrives
+    own = (chunk + 1024) / rate  # the next iteration: the long one's chunk and the short prompt
+    assert short["ttft_s"] <= in_flight + own + 1e-9
+    assert short["start_s"] - short["arrival_s"] <= in_flight + 1e-9
+    # The long prompt took one chunk an iteration: its prefill spans at least 400K / rate.
+    long = t.row(0, named=True)
+    assert long["first_token_s"] - long["start_s"] >= 400_000 / rate - 1e-9
+    # One iteration for everything (no chunking, no budget): the short one waits it out.
+    _, t = _one_worker_run(
+        trace, prefill_tokens_per_s=rate, prefill_chunk_tokens=1 << 20, max_batched_tokens=1 << 20
+    )
+    assert t["start_s"][1] >= t["first_token_s"][0]
+    assert t["ttft_s"][1] > 10 * (in_flight + own)
+
+
+def test_decode_time_is_the_kv_bytes_read_at_hbm_bandwidth() -> None:
+    """One request alone: 1024 prompt tokens, 11 output tokens, so 10 decode iterations after
+    the first token; iteration j reads (1025 + j) tokens' KV and computes one token."""
+    trace = trace_of([list(range(64))], timestamps=[0.0], output_tokens=[11])
+    rate = 20_000.0
+    per_token_bytes = TINY.bytes_per_token_per_rank
+    for hbm in (1e9, 4e9):
+        _, t = _one_worker_run(trace, prefill_tokens_per_s=rate, hbm_bytes_per_s=hbm)
+        kv_s = per_token_bytes / hbm
+        want = sum(1 / rate + (1025 + j) * kv_s for j in range(10))
+        row = t.row(0, named=True)
+        assert row["end_s"] - row["first_token_s"] == pytest.approx(want, rel=1e-9)
+
+
+def test_prefill_busy_is_at_most_the_union_of_prefill_intervals() -> None:
+    """Batched prefills overlap in time: the worker's prefill busy time (the utilisation's
+    numerator) is its iterations carrying chunks, never more than the union of its requests'
+    [start, first token) intervals, and the identity with prefill_mean holds."""
+    from fcctl.analyzers.replay.operating import union_length
+
+    trace = random_session_trace(5, sessions=12, turns=6)
+    hw = tiny_node(host=20, ssd=200, prefill_tokens_per_s=2000.0)
+    config = ReplayConfig(geometry=TINY, hardware=hw, keep_tables=True)
+    w = build_workload(trace, TINY, 2)
+    p = simulate(w, config, "flat", 50.0)
+    t = p.table
+    assert t is not None
+    span = float(t["end_s"].max() - t["arrival_s"].min())
+    unions = []
+    overlapped = False
+    for worker in (0, 1):
+        mine = t.filter(t["worker"] == worker)
+        s, e = mine["start_s"].to_numpy(), mine["first_token_s"].to_numpy()
+        unions.append(union_length(s, e))
+        overlapped |= float((e - s).sum()) > unions[-1] + 1e-9
+    # Busy time summed over workers / (workers x span) is prefill_mean; the busiest is the max.
+    assert p.utilisation.prefill_mean * 2 * span <= sum(unions) + 1e-9
+    assert p.utilisation.prefill_max * span <= max(unions) + 1e-9
+    assert p.utilisation.prefill_mean > 0
+    assert overlapped  # the case the identity is about: prefills shared iterations

@@ -26,8 +26,9 @@ result reused for every pair that maps to it (placement reasons included, so eve
 agree).
 
 **The pick** (:func:`pick`): at the target rate (the highest rate unless ``target_rate``), the
-pair with the highest GPU hit share; ties (exactly equal shares) go to the lower p99 TTFT
-(``objective="ttft-p99"`` swaps the two), then the lower mean TTFT, then fewer SSD bytes read,
+pair with the highest GPU hit share; ties (exactly equal shares) go to the lower p99 TTFT,
+compared in whole milliseconds (a sub-millisecond p99 difference is no reason to pick a pair;
+``objective="ttft-p99"`` swaps the two), then the lower mean TTFT, then fewer SSD bytes read,
 then the smaller short-reply threshold, then the smaller agent-context threshold (when nothing
 measured tells them apart, keep less in memory: host memory is the scarce tier).
 
@@ -62,6 +63,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import math
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -354,6 +356,7 @@ def pick(cells: Sequence[GridCell], objective: str) -> GridCell:
     def key(c: GridCell) -> tuple[float, ...]:
         hit = -_num(c.gpu_hit_share, -inf)
         p99 = _num(c.ttft_s.p99, inf)
+        p99 = round(p99, 3) if math.isfinite(p99) else p99
         first, second = (hit, p99) if objective == "hit" else (p99, hit)
         return (first, second, _num(c.ttft_s.mean, inf), c.ssd_read_bytes,
                 c.short_reply_tokens, c.agent_context_tokens)  # fmt: skip

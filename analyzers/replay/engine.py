@@ -2,17 +2,29 @@
 
 Per request ``r`` on its worker ``w``:
 
-1. **arrival**: the policy looks up ``r``'s blocks (the longest prefix stored anywhere; the
-   first missing block ends it) and starts whatever loads it needs.
-2. **ready**: once its loads are done (or cancelled) it waits for the worker, which prefills
-   one request at a time, in the policy's order.
-3. **prefill**: host->GPU copies of the blocks delivered through host memory, then the prefill
-   of the tokens not delivered (:func:`timemodel.prefill_s`). The first token is out at its
-   end: TTFT = first token - arrival. All of ``r``'s blocks then enter the worker's GPU cache
-   and the policy writes the new ones (host, SSD) at that moment.
-4. **decode**: ``output_tokens / decode_tokens_per_s`` later the request ends and releases
-   its references to its blocks. For per-session clocks the session's next turn arrives at
-   ``max(this arrival + the trace's gap, this first token + this decode)``.
+1. **arrival**: the router picks ``w``; the policy looks up ``r``'s blocks (the longest prefix
+   stored anywhere; the first missing block ends it) and starts whatever loads it needs.
+2. **ready**: once its loads are done (or cancelled) it waits in the policy's order for
+   admission: at an iteration boundary (at once if the worker is idle), if its new prompt
+   blocks and its output fit in the GPU pool beside the running requests.
+3. **prefill**: in chunks, one per iteration. An iteration has a token budget
+   (``max_batched_tokens``) shared by the running decodes (one token each, served first) and
+   the admitted prefills in admission order, each taking at most ``prefill_chunk_tokens``;
+   so a long cold prefill takes one chunk an iteration and a short request admitted beside it
+   runs in the next iteration. The iteration that carries ``r``'s first chunk also copies its
+   blocks delivered through host memory to the GPU (blocking, as LMCache's non-layerwise
+   load). The first token is out when ``r``'s last chunk's iteration ends: TTFT = that end -
+   arrival. All of ``r``'s blocks then enter the worker's GPU cache and the policy writes the
+   new ones (host, SSD) at that moment.
+4. **decode**: one token an iteration for ``output_tokens - 1`` iterations; then ``r`` ends,
+   releases its references to its blocks and its GPU pool share. For per-session clocks the
+   session's next turn arrives at ``max(this arrival + the trace's gap, this end)``.
+
+An iteration takes the fitted prefill polynomial's constant, its linear term for every token
+in the batch, its attention term for each prefill chunk (``k**2 + 2 k c`` after ``c`` tokens),
+and the decodes' KV bytes read from HBM (each rank its own bytes) at the GPU's HBM bandwidth
+(:mod:`analyzers.replay.timemodel`). A run of decode-only iterations is one event (it ends at
+the first decode to finish, or at the iteration in flight when a request becomes ready).
 
 A request whose prefix another request is still prefilling finds those blocks missing and
 recomputes them, as engines' radix trees do (blocks are stored when a prefill completes).
@@ -33,7 +45,14 @@ import polars as pl
 
 from fcctl.analyzers.replay.hardware import Hardware
 from fcctl.analyzers.replay.load import ThinkTime
-from fcctl.analyzers.replay.timemodel import EventQueue, LevelMeter, PsLink, prefill_s
+from fcctl.analyzers.replay.timemodel import (
+    PREFILL_BASE_MS,
+    PREFILL_LINEAR_MS,
+    PREFILL_QUADRATIC_MS,
+    EventQueue,
+    LevelMeter,
+    PsLink,
+)
 from fcctl.analyzers.replay.workload import Workload
 
 #: Progress callback: requests finished so far.
@@ -48,6 +67,11 @@ REJECT_REASONS = {REJECT_GPU_POOL: "kv_exceeds_gpu_pool", REJECT_CONTEXT: "excee
 #: Routers (docs/simulator.md, "Routers"); the default is Dynamo's KV-aware cost.
 ROUTERS = ("kv-aware", "sticky", "round-robin", "least-loaded")
 DEFAULT_ROUTER = "kv-aware"
+
+
+def _run_s(k: int, a: float, b: float) -> float:
+    """Seconds of ``k`` iterations whose j-th (from 0) takes ``a + b j``."""
+    return k * a + b * k * (k - 1) / 2.0
 
 
 class Policy(Protocol):
@@ -177,8 +201,33 @@ class Simulation:
             low_watermark=hardware.low_watermark,
             total_accesses=workload.block_accesses,
         )
-        self.busy = [False] * self.workers
         self.done = 0
+        # The worker's iterations (docs/simulator.md, "Batched prefill and decode").
+        self.prefill_rate = hardware.prefill_tokens_per_s
+        self.max_batched_tokens = hardware.max_batched_tokens
+        self.chunk_tokens = hardware.prefill_chunk_tokens
+        self.kv_s_per_token = workload.geometry.bytes_per_token_per_rank / hardware.hbm_bytes_per_s
+        nw = self.workers
+        n = workload.requests
+        self.prefilling: list[list[int]] = [[] for _ in range(nw)]
+        self.pf_left = [0] * n  # prompt tokens still to compute
+        self.pf_ctx = [0] * n  # tokens before its next chunk (cached + computed)
+        self.pf_first = [False] * n  # its first chunk is yet to run (copies go with it)
+        self.dec_heap: list[list[tuple[int, int]]] = [[] for _ in range(nw)]
+        self.dec_join = [0] * n  # context at joining minus the worker's iteration count then
+        self.ctx_base = [0] * nw  # sum of dec_join over the worker's decodes
+        self.iters = [0] * nw  # iterations the worker has run
+        self.run_end: list[float | None] = [None] * nw
+        self.run_start = [0.0] * nw
+        self.run_k = [0] * nw
+        self.run_a = [0.0] * nw
+        self.run_b = [0.0] * nw
+        self.run_chunks: list[list[tuple[int, int]]] = [[] for _ in range(nw)]
+        self.run_version = [0] * nw
+        self.in_boundary = [False] * nw
+        #: Seconds each worker ran iterations, and iterations that carried prefill tokens.
+        self.busy_s = [0.0] * nw
+        self.prefill_busy_s = [0.0] * nw
         #: Sessions kept active at once (None: the load is the offered ``rate``).
         self.concurrency: int | None = self.options.get("concurrency")
         self.think: ThinkTime = self.options.get("think_time") or ThinkTime()
@@ -338,34 +387,159 @@ class Simulation:
         """The policy started ``r``'s SSD read (its wait for staging or a window is over)."""
         self.log.read_start_s[r] = now
 
+    # the worker: iterations of batched, chunked prefill and decode ----------------------------
     def try_start(self, w: int, now: float) -> None:
-        if self.busy[w]:
+        """A request became ready on ``w``: admit it now if the worker is idle; if it is in a
+        run of decode-only iterations, end that run at the iteration in flight (admission
+        happens at iteration boundaries); a worker in a mixed iteration admits at its end."""
+        if self.in_boundary[w]:
             return
-        r = self.blocked[w]
-        if r is None:
-            r = self.policy.pop_ready(w, now)
-            if r is None:
-                return
-        # Admission: its new prompt blocks and its output must fit beside the running ones;
-        # else it (and the worker's queue behind it) waits for a running request to end.
-        new = int(self.w.offsets[r + 1] - self.w.offsets[r]) - self.log.gpu_blocks[r]
-        need = new + self.out_blocks[r]
-        if self.running[w] + need > self.pool_blocks:
-            self.blocked[w] = r
-            return
-        self.blocked[w] = None
-        self.new_prompt[r] = new
-        self._hold(w, need)
-        self.busy[w] = True
-        self.policy.on_prefill_start(r, now)
+        if self.run_end[w] is None:
+            self._admit(w, now)
+            self._next_run(w, now)
+        elif self.run_k[w] > 1:
+            self._cut_run(w, now)
+
+    def _admit(self, w: int, now: float) -> None:
+        """Admit ready requests while the GPU pool holds them (policy order; the first that
+        does not fit blocks the worker's queue until running requests end)."""
         log = self.log
-        log.start_s[r] = now
-        inp = int(self.w.input_tokens[r])
-        cached = min(log.delivered_blocks[r] * self.w.block_tokens, inp)
-        t = self.copy_s(log.copy_blocks[r]) + prefill_s(
-            inp - cached, cached, self.hw.prefill_tokens_per_s
+        while True:
+            r = self.blocked[w]
+            if r is None:
+                r = self.policy.pop_ready(w, now)
+                if r is None:
+                    return
+            # Its new prompt blocks and its output must fit beside the running ones.
+            new = int(self.w.offsets[r + 1] - self.w.offsets[r]) - log.gpu_blocks[r]
+            need = new + self.out_blocks[r]
+            if self.running[w] + need > self.pool_blocks:
+                self.blocked[w] = r
+                return
+            self.blocked[w] = None
+            self.new_prompt[r] = new
+            self._hold(w, need)
+            self.policy.on_prefill_start(r, now)
+            log.start_s[r] = now
+            inp = int(self.w.input_tokens[r])
+            cached = min(log.delivered_blocks[r] * self.w.block_tokens, inp)
+            self.pf_left[r] = inp - cached
+            self.pf_ctx[r] = cached
+            self.pf_first[r] = True
+            self.prefilling[w].append(r)
+
+    def _next_run(self, w: int, now: float) -> None:
+        """Start ``w``'s next run: one iteration carrying prefill chunks (the running decodes
+        ride along), or decode-only iterations up to the first decode to finish."""
+        decoders = len(self.dec_heap[w])
+        base = 0.0 if self.prefill_rate is not None else PREFILL_BASE_MS / 1000.0
+        per_token = (
+            1.0 / self.prefill_rate if self.prefill_rate is not None else PREFILL_LINEAR_MS / 1000
         )
-        self.events.push(now + t, self._prefill_done, r)
+        # KV bytes read by the decodes of the next iteration (each rank its rank's bytes).
+        context = self.ctx_base[w] + decoders * self.iters[w]
+        kv_s = context * self.kv_s_per_token
+        chunks: list[tuple[int, int]] = []
+        if self.prefilling[w]:
+            budget = max(0, self.max_batched_tokens - decoders)
+            compute = 0.0
+            copies = 0
+            for r in self.prefilling[w]:
+                left = self.pf_left[r]
+                k = min(left, self.chunk_tokens, budget)
+                if k == 0 and left > 0:
+                    continue
+                budget -= k
+                chunks.append((r, k))
+                ctx = self.pf_ctx[r]
+                if self.prefill_rate is None:
+                    compute += (
+                        PREFILL_LINEAR_MS * k + PREFILL_QUADRATIC_MS * (k * k + 2.0 * k * ctx)
+                    ) / 1000.0
+                else:
+                    compute += k / self.prefill_rate
+                if self.pf_first[r]:
+                    self.pf_first[r] = False
+                    copies += self.log.copy_blocks[r]
+            if chunks:
+                t = base + compute + decoders * per_token + kv_s
+                if copies:
+                    t += self.copy_s(copies)
+                self._start_run(w, now, 1, t, 0.0, chunks)
+                return
+        if decoders == 0:
+            self.run_end[w] = None
+            return
+        # Decode only: iteration j (from 0) takes a + b j (every decode's context grows by one
+        # token an iteration); run until the first decode finishes.
+        k = self.dec_heap[w][0][0] - self.iters[w]
+        a = base + decoders * per_token + kv_s
+        b = decoders * self.kv_s_per_token
+        self._start_run(w, now, k, a, b, chunks)
+
+    def _start_run(
+        self, w: int, now: float, k: int, a: float, b: float, chunks: list[tuple[int, int]]
+    ) -> None:
+        self.run_start[w] = now
+        self.run_k[w] = k
+        self.run_a[w] = a
+        self.run_b[w] = b
+        self.run_chunks[w] = chunks
+        end = now + _run_s(k, a, b)
+        self.run_end[w] = end
+        self.run_version[w] += 1
+        self.events.push(end, self._run_done, (w, self.run_version[w]))
+
+    def _cut_run(self, w: int, now: float) -> None:
+        """End ``w``'s decode-only run at the boundary of the iteration in flight at ``now``."""
+        a, b, k, s = self.run_a[w], self.run_b[w], self.run_k[w], self.run_start[w]
+        elapsed = now - s
+        # Iterations complete by now: the largest j with a j + b j (j - 1) / 2 <= elapsed.
+        if b > 0:
+            j = int((-(a - b / 2) + math.sqrt((a - b / 2) ** 2 + 2 * b * elapsed)) / b)
+        else:
+            j = int(elapsed / a) if a > 0 else k
+        j = max(0, min(j, k))
+        while j > 0 and _run_s(j, a, b) > elapsed:
+            j -= 1
+        while j < k and _run_s(j + 1, a, b) <= elapsed:
+            j += 1
+        cut = min(j + 1, k)
+        if cut >= k:
+            return
+        self.run_k[w] = cut
+        end = s + _run_s(cut, a, b)
+        self.run_end[w] = end
+        self.run_version[w] += 1
+        self.events.push(end, self._run_done, (w, self.run_version[w]))
+
+    def _run_done(self, now: float, arg: Any) -> None:
+        w, version = arg
+        if version != self.run_version[w]:
+            return
+        k = self.run_k[w]
+        span = now - self.run_start[w]
+        self.busy_s[w] += span
+        chunks = self.run_chunks[w]
+        if chunks:
+            self.prefill_busy_s[w] += span
+        self.in_boundary[w] = True
+        self.iters[w] += k
+        heap = self.dec_heap[w]
+        while heap and heap[0][0] <= self.iters[w]:
+            _, r = heapq.heappop(heap)
+            self.ctx_base[w] -= self.dec_join[r]
+            self._decode_done(now, r)
+        for r, tokens in chunks:
+            self.pf_left[r] -= tokens
+            self.pf_ctx[r] += tokens
+            if self.pf_left[r] == 0:
+                self.prefilling[w].remove(r)
+                self._prefill_done(now, r)
+        self.in_boundary[w] = False
+        self.run_end[w] = None
+        self._admit(w, now)
+        self._next_run(w, now)
 
     def _hold(self, w: int, blocks: int) -> None:
         """Running requests on ``w`` take (> 0) or give back (< 0) ``blocks`` of the pool; in a
@@ -377,7 +551,9 @@ class Simulation:
     def _cache_cap(self, w: int) -> int:
         return self.gpu_blocks - self.running[w] if self.shared_pool else self.gpu_blocks
 
-    def _prefill_done(self, now: float, r: Any) -> None:
+    def _prefill_done(self, now: float, r: int) -> None:
+        """``r``'s last prompt chunk is done: its first token is out; it decodes from the
+        next iteration on (``output_tokens - 1`` more iterations)."""
         log = self.log
         log.first_token_s[r] = now
         w = self.worker_of[r]
@@ -386,34 +562,36 @@ class Simulation:
         self.pending_prefill[w] -= self.routed_new[r]
         self.store.gpu_insert(self.w.blocks_of(r), w, self._cache_cap(w))
         self.policy.on_prefill_done(r, now)
-        decode_s = float(self.w.output_tokens[r]) / self.hw.decode_tokens_per_s
-        self.events.push(now + decode_s, self._decode_done, r)
-        if self.next_in_session is not None:
-            q = self.next_in_session[r]
-            if q >= 0:
-                gap = self.think.apply(float(self.w.timestamps_s[q] - self.w.timestamps_s[r]))
-                self.events.push(max(log.arrival_s[r] + gap, now + decode_s), self._arrive, q)
-        self.busy[w] = False
         self.done += 1
         if self.progress is not None and self.done % 1024 == 0:
             self.progress(self.done)
-        self.try_start(w, now)
+        more = int(self.w.output_tokens[r]) - 1
+        if more <= 0:
+            self._decode_done(now, r)
+            return
+        # Its context when it joins: the prompt and its first token; it grows one an iteration.
+        join = int(self.w.input_tokens[r]) + 1 - self.iters[w]
+        self.dec_join[r] = join
+        self.ctx_base[w] += join
+        heapq.heappush(self.dec_heap[w], (self.iters[w] + more, r))
 
-    def _decode_done(self, now: float, r: Any) -> None:
-        self.log.end_s[r] = now
+    def _decode_done(self, now: float, r: int) -> None:
+        log = self.log
+        log.end_s[r] = now
         self.policy.on_decode_done(r, now)
         w = self.worker_of[r]
         self._hold(w, -self.out_blocks[r])
+        if self.next_in_session is not None:
+            q = self.next_in_session[r]
+            if q >= 0:
+                # The next turn needs this turn's output: not before it ends.
+                gap = self.think.apply(float(self.w.timestamps_s[q] - self.w.timestamps_s[r]))
+                self.events.push(max(log.arrival_s[r] + gap, now), self._arrive, q)
+            elif self.concurrency is not None and self.pending_sessions:
+                # The session's last turn is done: its slot goes to the next session waiting.
+                self.events.push(now, self._arrive, self.pending_sessions.popleft())
         if self.blocked[w] is not None:
             self.try_start(w, now)
-        if (
-            self.concurrency is not None
-            and self.pending_sessions
-            and self.next_in_session is not None
-            and self.next_in_session[r] < 0
-        ):
-            # The session's last turn is done: its slot goes to the next session waiting.
-            self._arrive(now, self.pending_sessions.popleft())
 
     # results -------------------------------------------------------------------------------
     def request_table(self) -> pl.DataFrame:

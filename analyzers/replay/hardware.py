@@ -40,9 +40,14 @@ Presets (``h100-8x``, ``h200-8x``, ``b200-8x``): eight GPUs, one serving instanc
 * Buckets (tiered): 256 MiB, Mooncake's bucket backend (``fcctl.analyzers.kvmodel.tiered``).
 * Watermarks: high 0.9, low 0.8, for bucket recycling and per-session reclamation alike:
   LMCache's L2 eviction (``trigger_watermark 0.9``, ``eviction_ratio 0.1``).
-* Decode: 50 tokens/s per sequence (an assumption; no published figure is used); decode does
-  not occupy the worker in the model, it only delays the session's next turn.
-* Prefill: see :mod:`analyzers.replay.timemodel`.
+* HBM bandwidth per GPU (decode reads every running request's KV each iteration): 3.35 TB/s
+  (H100 SXM), 4.8 TB/s (H200 SXM), 8 TB/s (B200: DGX B200's 64 TB/s over 8 GPUs); NVIDIA
+  datasheets, the peak: an upper bound on decode speed.
+* Iteration token budget 16,384 and per-request chunk 8,192 tokens: SGLang's server defaults
+  ``max_prefill_tokens`` and ``chunked_prefill_size`` (``ServerArgs``). vLLM's own default
+  budget (``max_num_batched_tokens``, 8,192 on large GPUs for the API server) has no separate
+  chunk cap; set ``--max-batched-tokens 8192 --prefill-chunk-tokens 8192`` for it.
+* Prefill and the iteration's fixed cost: see :mod:`analyzers.replay.timemodel`.
 """
 
 from __future__ import annotations
@@ -102,7 +107,11 @@ class Hardware:
     bucket_bytes: int
     high_watermark: float
     low_watermark: float
-    decode_tokens_per_s: float
+    hbm_bytes_per_s: float
+    #: Tokens one iteration computes (decodes one each, prefill chunks the rest).
+    max_batched_tokens: int = 16384
+    #: The most prompt tokens of one request in one iteration.
+    prefill_chunk_tokens: int = 8192
     prefill_tokens_per_s: float | None = None
     #: The most one SSD transfer (a restore's read, a write) gets, bytes/s; None: the node's.
     ssd_stream_bytes_per_s: float | None = None
@@ -139,7 +148,7 @@ class Hardware:
 _NUMERIC = {f.name for f in dataclasses.fields(Hardware)} - {"name", "sources"}
 _SIZES = {"hbm_bytes", "gpu_kv_bytes", "host_memory_bytes", "ssd_bytes", "staging_bytes",
           "bucket_bytes", "gpu_running_kv_bytes"}  # fmt: skip
-_INTS = _SIZES | {"gpus", "window_streams"}
+_INTS = _SIZES | {"gpus", "window_streams", "max_batched_tokens", "prefill_chunk_tokens"}
 
 _COMMON_SOURCES = {
     "gpus": "preset: 8 GPUs per node, one serving instance (worker) each",
@@ -160,7 +169,8 @@ _COMMON_SOURCES = {
     "bucket_bytes": "Mooncake bucket backend, 256 MiB (fcctl.analyzers.kvmodel.tiered)",
     "high_watermark": "LMCache L2 eviction trigger_watermark 0.9",
     "low_watermark": "LMCache L2 eviction_ratio 0.1 below the trigger",
-    "decode_tokens_per_s": "assumption (no published figure used): 50 tokens/s per sequence",
+    "max_batched_tokens": "SGLang ServerArgs default max_prefill_tokens (16384)",
+    "prefill_chunk_tokens": "SGLang ServerArgs default chunked_prefill_size (8192)",
     "ssd_stream_bytes_per_s": "one drive, 7 GB/s (Dynamo mocker host<->disk default): a session "
     "file, or one restore's read, sits on one drive",
     "ssd_write_bytes_per_s": "8 drives x 7 GB/s: Dynamo mocker's host<->disk link has one "
@@ -171,9 +181,10 @@ _COMMON_SOURCES = {
 }
 
 
-def _preset(name: str, hbm_bytes: int, gpu_label: str) -> Hardware:
+def _preset(name: str, hbm_bytes: int, hbm_bytes_per_s: float, gpu_label: str) -> Hardware:
     sources = dict(_COMMON_SOURCES)
     sources["hbm_bytes"] = f"NVIDIA {gpu_label} datasheet"
+    sources["hbm_bytes_per_s"] = f"NVIDIA {gpu_label} datasheet (peak HBM bandwidth)"
     sources["gpu_kv_bytes"] = "half of HBM (assumption: weights and activations take the rest)"
     return Hardware(
         name=name,
@@ -195,7 +206,7 @@ def _preset(name: str, hbm_bytes: int, gpu_label: str) -> Hardware:
         bucket_bytes=DEFAULT_BUCKET_BYTES,
         high_watermark=DEFAULT_HIGH_WATERMARK,
         low_watermark=DEFAULT_LOW_WATERMARK,
-        decode_tokens_per_s=50.0,
+        hbm_bytes_per_s=hbm_bytes_per_s,
         ssd_stream_bytes_per_s=float(_DRIVE_BYTES_PER_S),
         ssd_write_bytes_per_s=float(_DRIVES * _DRIVE_BYTES_PER_S),
         sources=sources,
@@ -205,9 +216,9 @@ def _preset(name: str, hbm_bytes: int, gpu_label: str) -> Hardware:
 PRESETS: dict[str, Hardware] = {
     h.name: h
     for h in (
-        _preset("h100-8x", 80 * GB, "H100 SXM (80 GB)"),
-        _preset("h200-8x", 141 * GB, "H200 SXM (141 GB)"),
-        _preset("b200-8x", 180 * GB, "DGX B200 (1,440 GB over 8 GPUs)"),
+        _preset("h100-8x", 80 * GB, 3.35e12, "H100 SXM (80 GB, 3.35 TB/s)"),
+        _preset("h200-8x", 141 * GB, 4.8e12, "H200 SXM (141 GB, 4.8 TB/s)"),
+        _preset("b200-8x", 180 * GB, 8e12, "DGX B200 (1,440 GB, 64 TB/s over 8 GPUs)"),
     )
 }
 DEFAULT_PRESET = "h200-8x"
@@ -231,8 +242,8 @@ def _coerce(where: str, key: str, value: Any) -> Any:
 
 def _check(hw: Hardware, where: str) -> Hardware:
     positive = ("gpus", "host_to_gpu_bytes_per_s", "host_to_gpu_efficiency",
-                "ssd_read_bytes_per_s", "window_streams", "decode_tokens_per_s",
-                "bucket_bytes")  # fmt: skip
+                "ssd_read_bytes_per_s", "window_streams", "hbm_bytes_per_s",
+                "bucket_bytes", "max_batched_tokens", "prefill_chunk_tokens")  # fmt: skip
     for key in positive:
         if not getattr(hw, key) > 0:
             raise HardwareError(f"{where}: field {key!r}: must be > 0; got {getattr(hw, key)!r}")
@@ -257,6 +268,12 @@ def with_values(hw: Hardware, values: Mapping[str, Any], source: str) -> Hardwar
     changes: dict[str, Any] = {}
     sources = dict(hw.sources)
     for key, value in values.items():
+        if key == "decode_tokens_per_s":
+            raise HardwareError(
+                f"{source}: field 'decode_tokens_per_s': no longer used: decode runs in the "
+                "workers' iterations, its time from the KV bytes read at hbm_bytes_per_s "
+                "(docs/simulator.md); remove the field"
+            )
         if key not in _NUMERIC:
             known = ", ".join(sorted(_NUMERIC))
             raise HardwareError(f"{source}: unknown field {key!r} (known: {known})")

@@ -19,11 +19,12 @@ can recompute it from the ``--out`` per-request table:
   arrivals slow down with the node) and the arrival rate in the same window for traces on one
   clock (arrivals are the trace's, time-scaled, whatever the node does).
 * **utilisation** (fractions of the span): ``prefill_mean``/``prefill_max`` are each worker's
-  prefill time (prefill start to first token, host->GPU copies included; a worker prefills one
-  request at a time) over the span, mean and max over workers, so ``sum(busy) / (workers x
-  span) == prefill_mean``; ``decode_mean`` is, averaged over workers, the share of the span in
-  which at least one request decodes on the worker; ``ssd_read`` and ``ssd_write`` the share of
-  the SSD drives' capacity (the link's, integrated over the span) that reads and writes used;
+  prefill busy time (the time of its iterations that carried prefill chunks, host->GPU copies
+  included; the engine's ``prefill_busy_s``) over the span, mean and max over workers, so
+  ``sum(busy) / (workers x span) == prefill_mean``; ``decode_mean`` is, averaged over
+  workers, the share of the span in which at least one request decodes on the worker;
+  ``ssd_read`` and ``ssd_write`` the share of the SSD drives' capacity (the link's, integrated
+  over the span) that reads and writes used;
   ``pcie`` the bytes crossing the GPUs' host links (host->GPU copies and direct SSD->GPU reads)
   over what those links carry at their effective bandwidth in the span.
 * **staging**: ``bytes`` the configured staging (tiered: the host staging buffer; flat: the GPU
@@ -39,6 +40,7 @@ can recompute it from the ``--out`` per-request table:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -175,6 +177,7 @@ def operating_point(
     staging_bytes: int | None,
     staging_peak_bytes: int,
     staging_integral: float,
+    worker_prefill_busy_s: Sequence[float] | None = None,
 ) -> OperatingPoint:
     """The operating point of a finished run from its per-request ``table`` (engine columns)."""
     arrival = table["arrival_s"].to_numpy()
@@ -201,8 +204,12 @@ def operating_point(
         and reference is not None
         and central < (1.0 - SATURATION_TOLERANCE) * reference
     )
-    busy = np.zeros(workers)
-    np.add.at(busy, worker, first - start)
+    if worker_prefill_busy_s is None:
+        # One request at a time (a table from elsewhere): prefill start to first token.
+        busy = np.zeros(workers)
+        np.add.at(busy, worker, first - start)
+    else:
+        busy = np.asarray(worker_prefill_busy_s, dtype=np.float64)
     decode = [union_length(first[worker == w], end[worker == w]) for w in range(workers)]
     if span > 0:
         prefill_each = busy / span

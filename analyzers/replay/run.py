@@ -194,6 +194,7 @@ def summarize(
         staging_bytes=getattr(sim.policy, "staging_bytes", None),
         staging_peak_bytes=sim.staging.peak,
         staging_integral=sim.staging.integral(t_end),
+        worker_prefill_busy_s=sim.prefill_busy_s,
     )
     return PolicyResult(
         gpu_hit_share=delivered / accesses if accesses else None,

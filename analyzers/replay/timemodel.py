@@ -11,9 +11,20 @@ attend to ``c + n`` earlier ones, ``n*c + n**2/2`` pairs, so the fit's ``n**2`` 
 pairs with no cache) becomes ``n**2 + 2*n*c`` (derived here). The fit does not depend on the
 model, which is a limitation: ``--prefill-tokens-per-s R`` replaces it by ``n / R`` seconds.
 
-**Decode**: ``output_tokens / decode_tokens_per_s``; it delays the session's next turn (which
-cannot start before the previous turn's output exists) and holds the blocks' references, but
-does not occupy the worker (batched decode is not modelled).
+**Iterations** (:mod:`analyzers.replay.engine`): a worker computes in iterations that batch
+prefill chunks and decodes. One iteration with prefill chunks ``k_i`` (after ``c_i`` tokens
+each) and ``D`` decodes whose contexts sum to ``C`` tokens takes, in milliseconds,
+
+    16.5 + 1.518e-2 * (sum k_i + D) + 4.21e-7 * sum (k_i**2 + 2*k_i*c_i)
+         + 1000 * C * kv_bytes_per_token_per_rank / hbm_bytes_per_s
+
+plus the host->GPU copies of the requests whose first chunk it carries. The constant is paid
+once per iteration (the forward pass), the linear term per token, the attention term per
+chunk (summed over a request's chunks it is the unchunked ``n**2 + 2*n*c``: chunking costs only
+the extra constants), and a decode's attention is the read of its KV from HBM (memory bound:
+the polynomial's attention term, fitted on prefill, would charge a 100 K-token context 84 us
+against the 2.7 ms its 13 GB take at 4.8 TB/s for llama-3.1-8b). With
+``--prefill-tokens-per-s R`` every computed token costs ``1/R`` and there is no constant.
 
 **Links** share their bandwidth among active transfers (processor sharing, as Dynamo's mocker
 models its tiers, ``bandwidth_sharing_model.rs``): a transfer's work is its time alone on the

@@ -84,6 +84,19 @@ PrefillTokensPerSOpt = Annotated[
     float | None,
     typer.Option("--prefill-tokens-per-s", help="Prefill rate instead of the fitted model."),
 ]
+MaxBatchedTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-batched-tokens",
+        help="Tokens one iteration computes, decodes and prefill chunks together [16384].",
+    ),
+]
+PrefillChunkTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--prefill-chunk-tokens", help="The most prompt tokens of one request per iteration [8192]."
+    ),
+]
 IoProfileOpt = Annotated[
     Path | None,
     typer.Option("--io-profile", help="`fcctl iobench --json` document: SSD figures."),

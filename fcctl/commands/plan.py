@@ -19,9 +19,11 @@ from fcctl.commands.options import (
     JobsOpt,
     JsonOpt,
     KvDtypeOpt,
+    MaxBatchedTokensOpt,
     ModelConfigOpt,
     ModelOpt,
     OperatingRateOpt,
+    PrefillChunkTokensOpt,
     PrefillTokensPerSOpt,
     SloTtftP99Opt,
     SsdOpt,
@@ -53,6 +55,8 @@ def register(app: typer.Typer) -> None:
         ssd: SsdOpt = None,
         staging: StagingOpt = None,
         prefill_tokens_per_s: PrefillTokensPerSOpt = None,
+        max_batched_tokens: MaxBatchedTokensOpt = None,
+        prefill_chunk_tokens: PrefillChunkTokensOpt = None,
         io_profile: IoProfileOpt = None,
         slo_ttft_p99: SloTtftP99Opt = None,
         emit: Annotated[
@@ -86,7 +90,8 @@ def register(app: typer.Typer) -> None:
         node = api.hardware(
             hardware, io_profile=io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv,
             host_memory_bytes=host_memory, ssd_bytes=ssd, staging_bytes=staging,
-            prefill_tokens_per_s=prefill_tokens_per_s, source_of=flag_for,
+            prefill_tokens_per_s=prefill_tokens_per_s, max_batched_tokens=max_batched_tokens,
+            prefill_chunk_tokens=prefill_chunk_tokens, source_of=flag_for,
         )  # fmt: skip
         result = run_plan(
             trace, out, format=format, rate=rate, concurrency=concurrency,

@@ -22,8 +22,10 @@ from fcctl.commands.options import (
     JobsOpt,
     JsonOpt,
     KvDtypeOpt,
+    MaxBatchedTokensOpt,
     ModelConfigOpt,
     ModelOpt,
+    PrefillChunkTokensOpt,
     PrefillTokensPerSOpt,
     RatesOpt,
     ScheduleSeedOpt,
@@ -80,6 +82,8 @@ def register(app: typer.Typer) -> None:
         ssd: SsdOpt = None,
         staging: StagingOpt = None,
         prefill_tokens_per_s: PrefillTokensPerSOpt = None,
+        max_batched_tokens: MaxBatchedTokensOpt = None,
+        prefill_chunk_tokens: PrefillChunkTokensOpt = None,
         io_profile: IoProfileOpt = None,
         seed: ScheduleSeedOpt = 0,
         decision_margin_pp: DecisionMarginOpt = 1.0,
@@ -124,7 +128,8 @@ def register(app: typer.Typer) -> None:
         node = api.hardware(
             hardware, io_profile=io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv,
             host_memory_bytes=host_memory, ssd_bytes=ssd, staging_bytes=staging,
-            prefill_tokens_per_s=prefill_tokens_per_s, source_of=flag_for,
+            prefill_tokens_per_s=prefill_tokens_per_s, max_batched_tokens=max_batched_tokens,
+            prefill_chunk_tokens=prefill_chunk_tokens, source_of=flag_for,
         )  # fmt: skip
         # Every output path is checked before the sweep, so a bad one costs nothing.
         check_distinct_outputs(out, emit)

@@ -20,9 +20,11 @@ from fcctl.commands.options import (
     IoProfileOpt,
     JsonOpt,
     KvDtypeOpt,
+    MaxBatchedTokensOpt,
     ModelConfigOpt,
     ModelOpt,
     OperatingRateOpt,
+    PrefillChunkTokensOpt,
     PrefillTokensPerSOpt,
     ScheduleSeedOpt,
     SloTtftP99Opt,
@@ -99,6 +101,8 @@ def register(app: typer.Typer) -> None:
             typer.Option("--agent-context", help="Placement: a context above this goes to SSD."),
         ] = None,
         prefill_tokens_per_s: PrefillTokensPerSOpt = None,
+        max_batched_tokens: MaxBatchedTokensOpt = None,
+        prefill_chunk_tokens: PrefillChunkTokensOpt = None,
         io_profile: IoProfileOpt = None,
         seed: ScheduleSeedOpt = 0,
         decision_margin_pp: DecisionMarginOpt = 1.0,
@@ -123,7 +127,8 @@ def register(app: typer.Typer) -> None:
         node = api.hardware(
             hardware, io_profile=io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv,
             host_memory_bytes=host_memory, ssd_bytes=ssd, staging_bytes=staging,
-            prefill_tokens_per_s=prefill_tokens_per_s, source_of=flag_for,
+            prefill_tokens_per_s=prefill_tokens_per_s, max_batched_tokens=max_batched_tokens,
+            prefill_chunk_tokens=prefill_chunk_tokens, source_of=flag_for,
         )  # fmt: skip
         if concurrency is not None and rates == "auto":
             rates = None  # type: ignore[assignment]  # the load axis is the concurrency
