@@ -13,6 +13,7 @@ from typing import Any
 import polars as pl
 
 from fcctl.analyzers.replay.decision import Decision
+from fcctl.analyzers.replay.sampling import SessionSampling
 from fcctl.analyzers.replay.operating import (
     AchievedRate,
     MeanMax,
@@ -148,3 +149,5 @@ class ReplayResult:
     decision_margins: Mapping[str, float]
     notes: tuple[str, ...]
     provenance: Provenance
+    #: Which sessions the figures come from (``--sample-sessions``); None: the whole trace.
+    sampling: SessionSampling | None = None

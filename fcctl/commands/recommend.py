@@ -26,6 +26,7 @@ from fcctl.commands.options import (
     ModelOpt,
     PrefillTokensPerSOpt,
     RatesOpt,
+    SampleSessionsOpt,
     ScheduleSeedOpt,
     SsdOpt,
     StagingOpt,
@@ -82,6 +83,7 @@ def register(app: typer.Typer) -> None:
         prefill_tokens_per_s: PrefillTokensPerSOpt = None,
         io_profile: IoProfileOpt = None,
         seed: ScheduleSeedOpt = 0,
+        sample_sessions: SampleSessionsOpt = None,
         decision_margin_pp: DecisionMarginOpt = 1.0,
         decision_ttft_margin: DecisionTtftMarginOpt = 0.1,
         jobs: JobsOpt = None,
@@ -139,7 +141,8 @@ def register(app: typer.Typer) -> None:
             agent_context_grid=agent_context, objective=objective, target_rate=target_rate,
             model=model, model_config=model_config, tp=tp, kv_dtype=kv_dtype, hardware=node,
             seed=seed, jobs=jobs, decision_margin_pp=decision_margin_pp,
-            decision_ttft_margin=decision_ttft_margin, progress=True,
+            decision_ttft_margin=decision_ttft_margin, sample_sessions=sample_sessions,
+            progress=True,
         )  # fmt: skip
         if out is not None:
             written = write_out_dir(result, out, force=force)
