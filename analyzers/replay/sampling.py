@@ -73,6 +73,9 @@ class SessionSampling:
     load_scaling: LoadScaling
     measured_error: SampleError | Literal["not measured"]
     sampled_figures: str
+    #: The trace the sessions were drawn from (``fcctl report`` reconciles with it); the
+    #: document's ``trace`` describes the kept requests. None for a dataset (not computed).
+    source_fingerprint: str | None
 
 
 LOAD_SCALING = LoadScaling(
@@ -107,6 +110,7 @@ def session_sampling(sample: SessionSample) -> SessionSampling:
         measured_error=measured_error(sample.rate),
         sampled_figures="every simulated figure: shares and times estimate the full trace's, "
         "counts and bytes are the sample's (x scale_to_full for the full trace's)",
+        source_fingerprint=sample.source_fingerprint,
     )
 
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from fcctl.analyzers.traces.fingerprint import trace_fingerprint
 from fcctl.analyzers.traces.schema import Trace
 
 if TYPE_CHECKING:
@@ -95,6 +96,9 @@ class SessionSample:
     requests_total: int
     block_accesses_kept: int
     block_accesses_total: int
+    #: The fingerprint of the trace sampled (analyzers/traces/fingerprint.py); None when it
+    #: was not computed (a dataset, whose block ids are only read for the kept requests).
+    source_fingerprint: str | None = None
 
     @property
     def request_fraction(self) -> float:
@@ -112,9 +116,9 @@ def keep_mask(requests: pl.DataFrame, rate: float) -> tuple[np.ndarray, int, int
     keys = session_keys(requests)
     unique = keys.unique()
     limit = threshold(rate)
-    kept_keys = [k for k in unique.to_list() if session_hash(k) < limit]
-    mask = keys.is_in(pl.Series(kept_keys, dtype=pl.String)).to_numpy()
-    return mask, len(kept_keys), unique.len()
+    flags = pl.Series([session_hash(k) < limit for k in unique.to_list()], dtype=pl.Boolean)
+    mask = keys.replace_strict(unique, flags, return_dtype=pl.Boolean).to_numpy()
+    return mask, int(flags.sum()), unique.len()
 
 
 def renumber(frame: pl.DataFrame) -> pl.DataFrame:
@@ -147,6 +151,7 @@ def sample_trace(trace: Trace, rate: float) -> tuple[Trace, SessionSample]:
         requests_total=req.height,
         block_accesses_kept=int(lens[mask].sum()),
         block_accesses_total=int(lens.sum()),
+        source_fingerprint=trace_fingerprint(trace),
     )
     check_kept(sample, trace.path)
     return replace(trace, requests=frame, session_sample_rate=effective), sample
