@@ -136,11 +136,7 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
     for label, entry in doc["traces"].items():
         for method in ("same-node-load", "rate-x-fraction"):
             for f in doc["rates"]:
-                runs = [
-                    r
-                    for r in entry["runs"]
-                    if r["method"] == method and r["sample_rate"] == f
-                ]
+                runs = [r for r in entry["runs"] if r["method"] == method and r["sample_rate"] == f]
                 if not runs:
                     continue
                 for n in POLICIES:

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fcctl.analyzers.recommend import RecommendResult
-    from fcctl.analyzers.traces.sampling import SessionSample
     from fcctl.analyzers.replay import Hardware, ReplayResult
     from fcctl.analyzers.reuse.analyze import AnalysisResult
+    from fcctl.analyzers.traces.sampling import SessionSample
     from fcctl.analyzers.traces.schema import Trace
     from fcctl.common.progress import Progress
     from fcctl.iobench.result import IobenchResult
@@ -795,9 +795,7 @@ def plan(
 
             def trace() -> Any:
                 if not trace_cache:
-                    trace_cache.extend(
-                        _sampled_trace(source, format, bar, None, sample_sessions)
-                    )
+                    trace_cache.extend(_sampled_trace(source, format, bar, None, sample_sessions))
                 return trace_cache[0]
 
             def sampled(result: Any) -> Any:

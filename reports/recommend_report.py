@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from fcctl.analyzers.recommend import RecommendResult, thresholds_toml
-from fcctl.analyzers.replay import sampled_label
 from fcctl.analyzers.recommend.result import Misplacement
+from fcctl.analyzers.replay import sampled_label
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
 from fcctl.common.units import format_bytes

@@ -13,7 +13,6 @@ from typing import Any
 import polars as pl
 
 from fcctl.analyzers.replay.decision import Decision
-from fcctl.analyzers.replay.sampling import SessionSampling
 from fcctl.analyzers.replay.operating import (
     AchievedRate,
     MeanMax,
@@ -21,6 +20,7 @@ from fcctl.analyzers.replay.operating import (
     Staging,
     Utilisation,
 )
+from fcctl.analyzers.replay.sampling import SessionSampling
 from fcctl.analyzers.summary import KvSummary, TraceSummary
 from fcctl.common.provenance import Provenance
 

@@ -202,7 +202,9 @@ class Dataset:
         )
         return self._trace(frame)
 
-    def load_trace(self, progress: Progress | None = None, *, keep: np.ndarray | None = None) -> Trace:
+    def load_trace(
+        self, progress: Progress | None = None, *, keep: np.ndarray | None = None
+    ) -> Trace:
         """The whole trace in memory, block ids included, in analysis order.
 
         ``keep`` (bool per request, analysis order) reads only those requests, part by part:
