@@ -181,6 +181,7 @@ def test_recommend_and_plan_are_sampled(tmp_path: Path) -> None:
     recommend = json.loads((out / "recommend.json").read_text())
     assert replay["sampling"] == recommend["sampling"]
     assert replay["sampling"]["requests"]["total"] == 2000
+    assert "Sampled: 50 % of sessions" in (out / "report.html").read_text()
 
 
 @pytest.mark.parametrize("bad", ["0", "1.5", "-0.1", "nan", "inf"])
