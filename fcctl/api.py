@@ -515,7 +515,7 @@ def _sampled_trace(
                 f"{source}: the dataset{kept} holds {accesses:,} block accesses in "
                 f"{requests:,} requests; simulating it keeps about {need / 2**30:.1f} "
                 f"GiB in memory, over the memory budget of {budget / 2**30:.1f} GiB: replay some "
-                "of its parts (a glob), sample its sessions (sample_sessions), or analyze it "
+                "of its parts (a glob), sample its sessions (--sample-sessions), or analyze it "
                 "with fcctl analyze, which bounds its memory"
             )
         if mask is None or sample is None:
