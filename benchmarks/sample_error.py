@@ -146,8 +146,9 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
                         continue
                     w = worst.setdefault(f, dict.fromkeys(FIGURES, 0.0))
                     for k in FIGURES:
-                        if row[k] is not None:
-                            w[k] = max(w[k], row[k])
+                        value = row[k]
+                        if value is not None:
+                            w[k] = max(w[k], value)
     return {"table": table, "worst": {str(k): v for k, v in worst.items()}}
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from fcctl.analyzers.recommend import RecommendResult
@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 Size = int | str
+_R = TypeVar("_R")
 Sizes = str | Sequence[int]
 
 #: Defaults shared by several calls (the CLI's defaults are these).
@@ -437,7 +438,7 @@ def _check_sample(sample_sessions: float | None) -> None:
         check_sample_sessions(sample_sessions)
 
 
-def _with_sampling(result: Any, sample: SessionSample | None) -> Any:
+def _with_sampling(result: _R, sample: SessionSample | None) -> _R:
     """``result`` (a replay or recommendation) with its ``sampling`` object."""
     if sample is None:
         return result
@@ -445,7 +446,7 @@ def _with_sampling(result: Any, sample: SessionSample | None) -> Any:
 
     from fcctl.analyzers.replay import session_sampling
 
-    return dataclasses.replace(result, sampling=session_sampling(sample))
+    return dataclasses.replace(result, sampling=session_sampling(sample))  # type: ignore[type-var]
 
 
 #: What replaying a trace keeps in memory, for the check of a dataset against the memory

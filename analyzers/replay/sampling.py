@@ -37,7 +37,7 @@ MEASURED_ON = (
     "101 M block accesses (11,200 sessions) at 2 req/s; h200-8x, llama-3.1-8b; four policies; "
     "median over schedule seeds 0-2, largest over policies and traces (docs/benchmarks.md)"
 )
-NOT_MEASURED = "not measured"
+NOT_MEASURED: Literal["not measured"] = "not measured"
 
 
 @dataclass(frozen=True)
