@@ -12,6 +12,8 @@ rule). So:
 * sampling nests: a trace sampled at ``a`` carries ``session_sample_rate = a``, and sampling
   it again at ``b`` keeps the hashes below ``floor(a*b x 2^64)``, exactly the sessions a
   single sampling at ``a*b`` keeps (the kept hashes are those below the smaller threshold).
+  This holds for requests with session ids; a request without one is keyed by its index in
+  the trace given (below), which a first sampling renumbers.
 
 **Requests without a session id** (Mooncake, or a null id among ids) are each a session of
 their own, keyed ``"\\x00request-{request_index}"`` (the key
