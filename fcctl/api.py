@@ -21,12 +21,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from fcctl.analyzers.recommend import RecommendResult
     from fcctl.analyzers.replay import Hardware, ReplayResult
     from fcctl.analyzers.reuse.analyze import AnalysisResult
+    from fcctl.analyzers.traces.sampling import SessionSample
     from fcctl.analyzers.traces.schema import Trace
     from fcctl.common.progress import Progress
     from fcctl.iobench.result import IobenchResult
@@ -46,6 +47,7 @@ __all__ = [
 ]
 
 Size = int | str
+_R = TypeVar("_R")
 Sizes = str | Sequence[int]
 
 #: Defaults shared by several calls (the CLI's defaults are these).
@@ -363,6 +365,7 @@ def replay(
     decision_margin_pp: float = 1.0,
     decision_ttft_margin: float = 0.1,
     keep_tables: bool = False,
+    sample_sessions: float | None = None,
     progress: Progress | bool = False,
 ) -> ReplayResult:
     """Replay a trace through each policy at each request rate: reused KV delivered to the GPU,
@@ -388,7 +391,10 @@ def replay(
     ``hardware``: the node (:func:`hardware`; default the h200-8x preset).
     ``short_reply_tokens``/``agent_context_tokens``: the placement thresholds (tokens; default
     the placement rule's). ``seed``: the session schedule's. ``keep_tables``: keep the
-    per-request polars DataFrames (``write_out_dir`` needs them).
+    per-request polars DataFrames (``write_out_dir`` needs them). ``sample_sessions``: replay
+    only the whole sessions whose id hash falls in this share (0 < R <= 1; the hash of
+    ``fcctl convert --partition-by session-hash``), at the same per-node load; the result's
+    ``sampling`` says what was kept and the error measured at that rate (docs/simulator.md).
     """
     from fcctl.analyzers.replay import ReplayConfig, replay_trace
     from fcctl.analyzers.replay.load import parse_concurrency, parse_think_time
@@ -401,6 +407,7 @@ def replay(
             "concurrency: the load axis is rates or concurrency, not both", parameter="concurrency"
         )
     kv = geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
+    _check_sample(sample_sessions)
     size_lists = {
         name: tuple(_size(v, name) for v in values)
         for name, values in (
@@ -426,8 +433,26 @@ def replay(
         think_time=parse_think_time(think_time), cancel=cancel, router=router,
     )  # fmt: skip
     with _progress(progress) as bar:
-        trace = _trace(source, format, bar, memory_budget_bytes)
-        return replay_trace(trace, config, progress=bar)
+        trace, sample = _sampled_trace(source, format, bar, memory_budget_bytes, sample_sessions)
+        return _with_sampling(replay_trace(trace, config, progress=bar), sample)
+
+
+def _check_sample(sample_sessions: float | None) -> None:
+    if sample_sessions is not None:
+        from fcctl.analyzers.traces.sampling import check_sample_sessions
+
+        check_sample_sessions(sample_sessions)
+
+
+def _with_sampling(result: _R, sample: SessionSample | None) -> _R:
+    """``result`` (a replay or recommendation) with its ``sampling`` object."""
+    if sample is None:
+        return result
+    import dataclasses
+
+    from fcctl.analyzers.replay import session_sampling
+
+    return dataclasses.replace(result, sampling=session_sampling(sample))  # type: ignore[type-var]
 
 
 #: What replaying a trace keeps in memory, for the check of a dataset against the memory
@@ -449,19 +474,42 @@ def _trace(
     directory or glob of canonical Parquet parts, as ``fcctl analyze`` reads them) whole in
     memory, after checking what the simulator will hold against the memory budget (default
     30 % of the machine's memory)."""
+    return _sampled_trace(source, format, progress, memory_budget_bytes, None)[0]
+
+
+def _sampled_trace(
+    source: str | Path | Trace,
+    format: str | None,
+    progress: Progress,
+    memory_budget_bytes: Size | None,
+    sample_sessions: float | None,
+) -> tuple[Trace, SessionSample | None]:
+    """:func:`_trace`, keeping only the sessions ``sample_sessions`` chooses (None: all) and
+    saying what it kept. A dataset is filtered while it is read (only the kept requests'
+    block ids are held) and only the kept part counts against the memory budget."""
     from fcctl.analyzers.reuse.bounded import default_memory_budget
     from fcctl.analyzers.traces.dataset import is_dataset_spec, open_dataset
+    from fcctl.analyzers.traces.sampling import (
+        load_dataset_sample,
+        plan_dataset_sample,
+        sample_trace,
+    )
     from fcctl.analyzers.traces.schema import Trace
     from fcctl.common.errors import FcctlInputError
 
     if isinstance(source, Trace):
-        return source
+        return (source, None) if sample_sessions is None else sample_trace(source, sample_sessions)
     if format is None and is_dataset_spec(source):
         dataset = open_dataset(source, progress)
+        mask, sample = None, None
+        accesses, requests = dataset.block_accesses, dataset.num_requests
+        if sample_sessions is not None:
+            mask, sample = plan_dataset_sample(dataset, sample_sessions)
+            accesses, requests = sample.block_accesses_kept, sample.requests_kept
         need = (
             REPLAY_BASE_BYTES
-            + dataset.block_accesses * REPLAY_BYTES_PER_ACCESS
-            + dataset.num_requests * REPLAY_BYTES_PER_REQUEST
+            + accesses * REPLAY_BYTES_PER_ACCESS
+            + requests * REPLAY_BYTES_PER_REQUEST
         )
         budget = (
             default_memory_budget()
@@ -469,15 +517,19 @@ def _trace(
             else _size(memory_budget_bytes, "memory_budget_bytes")
         )
         if need > budget:
+            kept = "" if sample is None else f" (the {sample.rate:g} session sample kept)"
             raise FcctlInputError(
-                f"{source}: the dataset holds {dataset.block_accesses:,} block accesses in "
-                f"{dataset.num_requests:,} requests; simulating it keeps about {need / 2**30:.1f} "
+                f"{source}: the dataset{kept} holds {accesses:,} block accesses in "
+                f"{requests:,} requests; simulating it keeps about {need / 2**30:.1f} "
                 f"GiB in memory, over the memory budget of {budget / 2**30:.1f} GiB: replay some "
-                "of its parts (a glob), or analyze it with fcctl analyze, which bounds its "
-                "memory"
+                "of its parts (a glob), sample its sessions (--sample-sessions), or analyze it "
+                "with fcctl analyze, which bounds its memory"
             )
-        return dataset.load_trace(progress)
-    return read_trace(source, format=format, progress=progress)
+        if mask is None or sample is None:
+            return dataset.load_trace(progress), None
+        return load_dataset_sample(dataset, mask, sample, progress), sample
+    trace = read_trace(source, format=format, progress=progress)
+    return (trace, None) if sample_sessions is None else sample_trace(trace, sample_sessions)
 
 
 def _grid(value: str | Sequence[int] | None, parameter: str) -> tuple[int, ...] | None:
@@ -508,6 +560,7 @@ def recommend_thresholds(
     jobs: int | None = None,
     decision_margin_pp: float = 1.0,
     decision_ttft_margin: float = 0.1,
+    sample_sessions: float | None = None,
     progress: Progress | bool = False,
 ) -> RecommendResult:
     """Sweep FlatCake's placement thresholds on a trace and recommend a pair.
@@ -519,11 +572,13 @@ def recommend_thresholds(
     parallel processes (default the CPUs available). ``decision_margin_pp`` (percentage points
     of GPU hit share) and ``decision_ttft_margin`` (a fraction of mean TTFT): pairs closer than
     both are equal, and when all are, the thresholds do not matter (the default pair is
-    recommended). Other parameters as :func:`replay`.
+    recommended). ``sample_sessions``: sweep on sampled sessions (as :func:`replay`).
+    Other parameters as :func:`replay`.
     """
     from fcctl.analyzers.recommend import RecommendConfig, default_jobs
     from fcctl.analyzers.recommend import recommend_thresholds as sweep
 
+    _check_sample(sample_sessions)
     config = RecommendConfig(
         geometry=geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype),
         hardware=_node(hardware),
@@ -540,7 +595,19 @@ def recommend_thresholds(
     with _progress(progress) as bar:
         # No name here holds a trace read from a file: with worker processes the sweep can let
         # go of it once they have their copies.
-        return sweep(_trace(source, format, bar), config, progress=bar)
+        kept: list[SessionSample | None] = []
+        result = sweep(
+            _note_sample(_sampled_trace(source, format, bar, None, sample_sessions), kept),
+            config,
+            progress=bar,
+        )
+        return _with_sampling(result, kept[0])
+
+
+def _note_sample(loaded: tuple[Trace, SessionSample | None], into: list[Any]) -> Trace:
+    """The trace of ``loaded``; its sample goes into ``into`` (so no caller's name holds it)."""
+    into.append(loaded[1])
+    return loaded[0]
 
 
 def iobench(
@@ -661,11 +728,13 @@ def plan(
     jobs: int | None = None,
     resume: bool = False,
     force: bool = False,
+    sample_sessions: float | None = None,
     progress: Progress | bool = False,
 ) -> PlanResult:
     """Analyze, replay at the automatic loads and the user's point, recommend thresholds,
     optionally emit, and write one report into ``out`` (module docstring). ``hardware``: a
-    :func:`fcctl.hardware` node (default the h200-8x preset). Other parameters as
+    :func:`fcctl.hardware` node (default the h200-8x preset). ``sample_sessions``: replay and
+    recommend on sampled sessions (analyze reads the whole trace). Other parameters as
     :func:`fcctl.replay`."""
     from fcctl.analyzers.recommend import thresholds_source, thresholds_toml
     from fcctl.analyzers.recommend.emit import check_name, emit_package
@@ -691,6 +760,7 @@ def plan(
     from fcctl.reports.html_report import make_report
 
     out = Path(out)
+    _check_sample(sample_sessions)
     if emit:
         check_name(emit_name)
     earlier = check_plan_dir(out, resume=resume, force=force)
@@ -725,33 +795,39 @@ def plan(
                 "hardware": dumps(node), "host_memory_sweep": list(map(str, host_memory_sweep)),
                 "host_memory_auto": host_memory_auto, "slo": slo_ttft_p99_s,
             }  # fmt: skip
+            if sample_sessions is not None:
+                replay_params["sample_sessions"] = sample_sessions
             fp = fingerprint("replay", identity, common, replay_params)
             trace_cache: list[Any] = []
 
             def trace() -> Any:
                 if not trace_cache:
-                    trace_cache.append(_trace(source, format, bar))
+                    trace_cache.extend(_sampled_trace(source, format, bar, None, sample_sessions))
                 return trace_cache[0]
 
-            runner.step("replay", fp, lambda p: write_json_file(replay(
+            def sampled(result: Any) -> Any:
+                return _with_sampling(result, trace_cache[1] if trace_cache else None)
+
+            runner.step("replay", fp, lambda p: write_json_file(sampled(replay(
                 trace(), policies=PLAN_POLICIES,
                 rates=None if concurrency is not None else "auto", rate=rate,
                 concurrency=concurrency, think_time=think_time, hardware=node, model=model,
                 model_config=model_config, tp=tp, kv_dtype=kv_dtype,
                 host_memory_sweep=host_memory_sweep, host_memory_auto=host_memory_auto,
-                slo_ttft_p99_s=slo_ttft_p99_s, progress=bar), p))  # fmt: skip
+                slo_ttft_p99_s=slo_ttft_p99_s, progress=bar)), p))  # fmt: skip
             docs["replay"] = read_document(out / FILES["replay"])
             advance("replay")
 
             overall.describe("plan: recommend-thresholds")
             target, target_why = target_rate(docs["replay"], rate)
-            fp = fingerprint("recommend", identity, common, replay_params["hardware"], target)
+            fp = fingerprint("recommend", identity, common, replay_params["hardware"], target,
+                             *([] if sample_sessions is None else [sample_sessions]))  # fmt: skip
             rec_result: list[Any] = []
 
             def recommend(p: Path) -> None:
-                rec_result[:] = [recommend_thresholds(
+                rec_result[:] = [sampled(recommend_thresholds(
                     trace(), rates=(target,), model=model, model_config=model_config, tp=tp,
-                    kv_dtype=kv_dtype, hardware=node, jobs=jobs, progress=bar)]  # fmt: skip
+                    kv_dtype=kv_dtype, hardware=node, jobs=jobs, progress=bar))]  # fmt: skip
                 write_json_file(rec_result[0], p)
 
             runner.step("recommend", fp, recommend)

@@ -201,6 +201,21 @@ def summary_lines(docs: Mapping[str, Any], decision: Mapping[str, Any]) -> list[
     verdict = (docs.get("analyze") or {}).get("verdict")
     if verdict:
         lines.append(f"  analyze (no load): {verdict['layout']}")
+    sampling = replay.get("sampling")
+    if sampling:
+        sessions = sampling["sessions"]
+        error = sampling["measured_error"]
+        stated = (
+            "error not measured at this rate"
+            if isinstance(error, str)
+            else f"measured error up to {error['gpu_hit_share_abs_pp']:.2g} pp hit share"
+        )
+        lines.insert(
+            1,
+            f"  sampled: {100 * sampling['sample_sessions']:.3g} % of sessions "
+            f"({sessions['kept']:,} of {sessions['total']:,}) in replay and thresholds; "
+            f"{stated}",
+        )
     return lines
 
 

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from fcctl.analyzers.recommend import RecommendResult, thresholds_toml
 from fcctl.analyzers.recommend.result import Misplacement
+from fcctl.analyzers.replay import sampled_label
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
 from fcctl.common.units import format_bytes
@@ -107,6 +108,9 @@ def render_summary(result: RecommendResult, console: Console) -> None:
         f"turns; model {f.model} on {f.hardware_name}; grid {f.grid_rule}; "
         f"{f.simulations_run} simulations ({f.simulations_reused} reused)"
     )
+    label = sampled_label(result.sampling)
+    if label:
+        console.print(label)
     console.print(_grid_table(result))
     console.print(_rates_table(result))
     console.print(f"ideal hit share (reuse access share): {fmt.share(result.ideal_hit_share)}")

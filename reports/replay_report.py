@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from fcctl.analyzers.replay import sampled_label
 from fcctl.analyzers.replay.result import RateResult, ReplayResult
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
@@ -91,6 +92,9 @@ def render_summary(result: ReplayResult, console: Console) -> None:
         f"accesses; {result.workers} workers on {result.hardware['name']}; model "
         f"{result.kv.model}, {fmt.size_2dp(result.kv.block_bytes)} per block"
     )
+    label = sampled_label(result.sampling)
+    if label:
+        console.print(label)
     ideal = fmt.share(result.ideal_hit_share, "-")
     console.print(f"ideal hit share (reuse access share): {ideal}")
     console.print(_table(result))

@@ -179,7 +179,13 @@ class Input:
     @property
     def fingerprint(self) -> str | None:
         """The trace's fingerprint the document states (analyzers/traces/fingerprint.py), or
-        None when it states none (iobench, a bounded analysis, an older document)."""
+        None when it states none (iobench, a bounded analysis, an older document). A run on
+        sampled sessions (issue #19) is measured on the trace its ``sampling`` was drawn from:
+        its ``source_fingerprint`` (None when it was not computed, as for a dataset)."""
+        sampling = self.doc.get("sampling")
+        if sampling is not None and sampling.get("method") is not None:
+            source = sampling.get("source_fingerprint")
+            return source.as_str() if source is not None else None
         trace = self.doc.get("trace")
         fp = trace.get("fingerprint") if trace is not None else None
         return fp.as_str() if fp is not None else None

@@ -39,7 +39,9 @@ def doc() -> dict[str, Any]:
 
 def test_json_keys_exactly_as_issue_9(doc: dict[str, Any]) -> None:
     assert list(doc) == ["schema_version", "recommendation", "ideal_hit_share", "rates", "grid",
-                         "misplacement", "hardware", "trace", "provenance"]  # fmt: skip
+                         "misplacement", "hardware", "trace", "provenance",
+                         "sampling"]  # fmt: skip
+    assert doc["sampling"] is None  # issue #19: only a run on sampled sessions has one
     assert doc["schema_version"] == 2
     rec = doc["recommendation"]
     assert list(rec) == ["short_reply_tokens", "agent_context_tokens", "rate", "gpu_hit_share",

@@ -1,7 +1,8 @@
 """The recommendation: frozen dataclasses whose field names are the ``--json`` keys (issue #9 §1).
 
 Top-level keys, exactly: ``schema_version``, ``recommendation``, ``ideal_hit_share``, ``rates``,
-``grid``, ``misplacement``, ``hardware``, ``provenance``. Fields marked ``NOT_JSON`` are for the
+``grid``, ``misplacement``, ``hardware``, ``trace``, ``provenance``, ``sampling`` (issue #19:
+null unless the sweep ran on sampled sessions). Fields marked ``NOT_JSON`` are for the
 summary, ``--out`` and ``--emit`` only.
 """
 
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fcctl.analyzers.replay import RateResult
+from fcctl.analyzers.replay import RateResult, SessionSampling
 from fcctl.common.provenance import Provenance
 
 SCHEMA_VERSION = 2  # 2: recommendation.matters/spread/why, trace (path, fingerprint)
@@ -140,3 +141,5 @@ class RecommendResult:
     trace: TraceIdentity
     provenance: Provenance
     facts: RunFacts = field(metadata=NOT_JSON, compare=False)
+    #: Which sessions the sweep ran on (``--sample-sessions``); None: the whole trace.
+    sampling: SessionSampling | None = None

@@ -35,6 +35,7 @@ from fcctl.analyzers.replay.run import (
     simulation_workload,
     workers_of,
 )
+from fcctl.analyzers.replay.sampling import SessionSampling, sampled_label, session_sampling
 from fcctl.analyzers.replay.workload import Workload, build_workload
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "RateResult",
     "ReplayConfig",
     "ReplayResult",
+    "SessionSampling",
     "Workload",
     "apply_io_profile",
     "build_workload",
@@ -59,6 +61,8 @@ __all__ = [
     "hardware_document",
     "load_hardware",
     "replay_trace",
+    "sampled_label",
+    "session_sampling",
     "simulate",
     "simulation_workload",
     "with_values",

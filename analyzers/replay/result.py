@@ -20,6 +20,7 @@ from fcctl.analyzers.replay.operating import (
     Staging,
     Utilisation,
 )
+from fcctl.analyzers.replay.sampling import SessionSampling
 from fcctl.analyzers.summary import KvSummary, TraceSummary
 from fcctl.common.provenance import Provenance
 
@@ -148,3 +149,5 @@ class ReplayResult:
     decision_margins: Mapping[str, float]
     notes: tuple[str, ...]
     provenance: Provenance
+    #: Which sessions the figures come from (``--sample-sessions``); None: the whole trace.
+    sampling: SessionSampling | None = None

@@ -41,7 +41,7 @@ from __future__ import annotations
 import errno
 import glob as globlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -202,27 +202,50 @@ class Dataset:
         )
         return self._trace(frame)
 
-    def load_trace(self, progress: Progress | None = None) -> Trace:
-        """The whole trace in memory, block ids included, in analysis order."""
+    def load_trace(
+        self, progress: Progress | None = None, *, keep: np.ndarray | None = None
+    ) -> Trace:
+        """The whole trace in memory, block ids included, in analysis order.
+
+        ``keep`` (bool per request, analysis order) reads only those requests, part by part:
+        memory then holds the kept block ids and one part's at a time. The rows keep their
+        ``request_index``; renumbering is the caller's (:func:`.sampling.renumber`).
+        """
         if self.source is not None:
-            return self.source
+            if keep is None:
+                return self.source
+            return replace(self.source, requests=self.source.requests.filter(pl.Series(keep)))
         progress = progress or Progress(enabled=False)
+        requests = self.requests if keep is None else self.requests.filter(pl.Series(keep))
         if not self.has_hashes:
-            return self.request_trace()
+            return self._trace(
+                requests.drop("n_blocks").with_columns(
+                    pl.lit(None, dtype=pl.List(pl.UInt64())).alias("hash_ids")
+                )
+            )
         columns: list[pl.Series] = []
         ranks: list[np.ndarray] = []
         with progress.task("reading block ids", len(self.parts)) as task:
             for i, part in enumerate(self.parts):
-                column = pl.read_parquet(part.path, columns=["hash_ids"])["hash_ids"]
-                columns.append(column.cast(pl.List(pl.UInt64())))
-                ranks.append(part.rank)
+                rows = None if keep is None else np.flatnonzero(keep[part.rank])
+                if rows is None or rows.shape[0]:
+                    column = pl.read_parquet(part.path, columns=["hash_ids"])["hash_ids"]
+                    if rows is not None and rows.shape[0] < part.rows:
+                        column = column.gather(rows)
+                    columns.append(column.cast(pl.List(pl.UInt64())))
+                    ranks.append(part.rank if rows is None else part.rank[rows])
                 task.update(i + 1)
-        hashes = pl.concat(columns, rechunk=False)
+        if not columns:
+            hashes = pl.Series("hash_ids", [], dtype=pl.List(pl.UInt64()))
+            rank = np.zeros(0, dtype=np.int64)
+        else:
+            hashes = pl.concat(columns, rechunk=False)
+            rank = np.concatenate(ranks)
         del columns
-        rank = np.concatenate(ranks)
-        if not np.array_equal(rank, np.arange(rank.shape[0])):
-            hashes = hashes.gather(np.argsort(rank, kind="stable"))
-        frame = self.requests.drop("n_blocks").with_columns(hashes.alias("hash_ids"))
+        order = np.argsort(rank, kind="stable")
+        if not np.array_equal(order, np.arange(rank.shape[0])):
+            hashes = hashes.gather(order)
+        frame = requests.drop("n_blocks").with_columns(hashes.alias("hash_ids"))
         return self._trace(frame)
 
     def _trace(self, frame: pl.DataFrame) -> Trace:

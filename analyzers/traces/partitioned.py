@@ -38,12 +38,12 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
-from hashlib import blake2b
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
+from fcctl.analyzers.traces.sampling import session_hash
 from fcctl.analyzers.traces.schema import COLUMNS, SourceTrace, Trace
 from fcctl.analyzers.traces.trace_metadata import (
     PartitionMetadata,
@@ -107,8 +107,7 @@ class PartitionedResult:
 
 def session_bucket(session_id: str, partitions: int) -> int:
     """The bucket of ``session_id``: BLAKE2b-64 of its UTF-8 bytes, big-endian, mod partitions."""
-    digest = blake2b(session_id.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % partitions
+    return session_hash(session_id) % partitions
 
 
 def check_partition_args(by: str | None, partitions: int | None) -> int | None:

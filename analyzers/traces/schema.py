@@ -114,6 +114,8 @@ class Trace:
     block_size_tokens: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
     converted_from: SourceTrace | None = None
+    #: The share of the original's sessions this trace keeps (:mod:`.sampling`); 1: all.
+    session_sample_rate: float = 1.0
 
     @property
     def source(self) -> SourceTrace:

@@ -151,6 +151,14 @@ SloTtftP99Opt = Annotated[
     float | None,
     typer.Option("--slo-ttft-p99", help="Seconds: the auto sweep stops past this p99."),
 ]
+SampleSessionsOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--sample-sessions",
+        help="Simulate only this share of sessions (0 < R <= 1), whole, chosen by the hash of "
+        "their id; same load per node; the output states the measured error.",
+    ),
+]
 JobsOpt = Annotated[
     int | None,
     typer.Option("--jobs", help="Simulations run in parallel processes [CPUs available]."),

@@ -25,6 +25,7 @@ from fcctl.commands.options import (
     OperatingRateOpt,
     PrefillChunkTokensOpt,
     PrefillTokensPerSOpt,
+    SampleSessionsOpt,
     SloTtftP99Opt,
     SsdOpt,
     StagingOpt,
@@ -59,6 +60,7 @@ def register(app: typer.Typer) -> None:
         prefill_chunk_tokens: PrefillChunkTokensOpt = None,
         io_profile: IoProfileOpt = None,
         slo_ttft_p99: SloTtftP99Opt = None,
+        sample_sessions: SampleSessionsOpt = None,
         emit: Annotated[
             bool, typer.Option("--emit", help="Also write the drop-in package into DIR/emit.")
         ] = False,
@@ -98,7 +100,8 @@ def register(app: typer.Typer) -> None:
             think_time=think_time, hardware=node, host_memory_sweep=host_more,
             host_memory_auto=host_auto, model=model, model_config=model_config, tp=tp,
             kv_dtype=kv_dtype, slo_ttft_p99_s=slo_ttft_p99, emit=emit, emit_name=emit_name,
-            jobs=jobs, resume=resume, force=force, progress=True,
+            jobs=jobs, resume=resume, force=force, sample_sessions=sample_sessions,
+            progress=True,
         )  # fmt: skip
         if as_json:
             write_json(result, sys.stdout)

@@ -28,6 +28,7 @@ from fcctl.commands.options import (
     PrefillChunkTokensOpt,
     PrefillTokensPerSOpt,
     RatesOpt,
+    SampleSessionsOpt,
     ScheduleSeedOpt,
     SsdOpt,
     StagingOpt,
@@ -86,6 +87,7 @@ def register(app: typer.Typer) -> None:
         prefill_chunk_tokens: PrefillChunkTokensOpt = None,
         io_profile: IoProfileOpt = None,
         seed: ScheduleSeedOpt = 0,
+        sample_sessions: SampleSessionsOpt = None,
         decision_margin_pp: DecisionMarginOpt = 1.0,
         decision_ttft_margin: DecisionTtftMarginOpt = 0.1,
         jobs: JobsOpt = None,
@@ -144,7 +146,8 @@ def register(app: typer.Typer) -> None:
             agent_context_grid=agent_context, objective=objective, target_rate=target_rate,
             model=model, model_config=model_config, tp=tp, kv_dtype=kv_dtype, hardware=node,
             seed=seed, jobs=jobs, decision_margin_pp=decision_margin_pp,
-            decision_ttft_margin=decision_ttft_margin, progress=True,
+            decision_ttft_margin=decision_ttft_margin, sample_sessions=sample_sessions,
+            progress=True,
         )  # fmt: skip
         if out is not None:
             written = write_out_dir(result, out, force=force)

@@ -26,6 +26,7 @@ from fcctl.commands.options import (
     OperatingRateOpt,
     PrefillChunkTokensOpt,
     PrefillTokensPerSOpt,
+    SampleSessionsOpt,
     ScheduleSeedOpt,
     SloTtftP99Opt,
     SsdOpt,
@@ -105,6 +106,7 @@ def register(app: typer.Typer) -> None:
         prefill_chunk_tokens: PrefillChunkTokensOpt = None,
         io_profile: IoProfileOpt = None,
         seed: ScheduleSeedOpt = 0,
+        sample_sessions: SampleSessionsOpt = None,
         decision_margin_pp: DecisionMarginOpt = 1.0,
         decision_ttft_margin: DecisionTtftMarginOpt = 0.1,
         as_json: JsonOpt = False,
@@ -144,7 +146,7 @@ def register(app: typer.Typer) -> None:
             decision_ttft_margin=decision_ttft_margin, model=model,
             model_config=model_config, tp=tp, kv_dtype=kv_dtype, hardware=node,
             short_reply_tokens=short_reply, agent_context_tokens=agent_context, seed=seed,
-            keep_tables=out is not None, progress=True,
+            keep_tables=out is not None, sample_sessions=sample_sessions, progress=True,
         )  # fmt: skip
         if out is not None:
             written = write_out_dir(result, out, force=force)

@@ -151,11 +151,35 @@ def hardware_table(doc: Node) -> str:
     )
 
 
+def sampling_line(doc: Node) -> str:
+    """A paragraph saying the figures come from sampled sessions (issue #19); "" when not."""
+    sampling = doc.get("sampling")
+    if sampling is None or sampling.get("method") is None:
+        return ""
+    rate = sampling["sample_sessions"].as_num() or 0.0
+    sessions, requests = sampling["sessions"], sampling["requests"]
+    error = sampling.get("measured_error")
+    hit = None if error is None or error.get("gpu_hit_share_abs_pp") is None else error
+    stated = (
+        "error not measured at this rate"
+        if hit is None
+        else f"measured error up to {hit['gpu_hit_share_abs_pp'].as_num():.2g} pp of GPU hit "
+        f"share, {100 * (hit['ttft_mean_rel'].as_num() or 0):.2g} % of mean TTFT "
+        f"(docs/benchmarks.md)"
+    )
+    return para(
+        f"Sampled: {100 * rate:.3g} % of sessions ({sessions['kept'].as_int() or 0:,} of "
+        f"{sessions['total'].as_int() or 0:,}; {requests['kept'].as_int() or 0:,} of "
+        f"{requests['total'].as_int() or 0:,} requests), at the same load per node; {stated}."
+    )
+
+
 def replay_section(inp: Input) -> str:
     doc = inp.doc
     ideal = doc["ideal_hit_share"].as_num()
     return (
-        para(f"Ideal hit share (analyze's reuse access share): {fmt.share(ideal)}")
+        sampling_line(doc)
+        + para(f"Ideal hit share (analyze's reuse access share): {fmt.share(ideal)}")
         + rate_charts(doc, "replay")
         + '<h3 id="replay-rates">Policies by rate</h3>'
         + rates_table(doc, "replay-table")
