@@ -22,7 +22,9 @@ finishes; :func:`open_runner` picks one from an :class:`Execution`:
 
 **Worker counts** (:func:`default_jobs`): the CPUs this process may run on, at most one per
 :func:`worker_bytes` (what a worker process holding the workload peaks at while it simulates)
-within the memory budget (default 30 % of this machine's memory), at least one.
+within the memory budget (default 30 % of this machine's memory), at least one; a workload
+under :data:`PARALLEL_MIN_ACCESSES` block accesses runs here (its simulations are quicker than
+a worker's start).
 
 **Progress.** Every runner reports a simulation's requests as it goes (the engine calls back
 every 1,024 requests): in this process directly, from worker processes over a queue, from Dask
@@ -60,6 +62,10 @@ ENGINES: tuple[str, ...] = ("local", "dask")
 WORKER_BASE_BYTES = 512 << 20
 WORKER_BYTES_PER_ACCESS = 16
 WORKER_BYTES_PER_REQUEST = 1024
+#: Below this many block accesses a simulation takes well under a second, less than a worker
+#: process takes to start (about a second: the interpreter, numpy, polars, the numba cache),
+#: so the default runs them here.
+PARALLEL_MIN_ACCESSES = 1_000_000
 #: Seconds between looks at the progress queue while waiting for results.
 POLL_S = 0.25
 
@@ -140,7 +146,10 @@ def budget_bytes(memory_budget_bytes: int | None) -> int:
 
 def default_jobs(w: Workload, memory_budget_bytes: int | None = None) -> int:
     """Worker processes: the CPUs available, at most one per :func:`worker_bytes` within the
-    memory budget (default 30 % of the machine's), at least one."""
+    memory budget (default 30 % of the machine's), at least one; one (this process) for a
+    workload under :data:`PARALLEL_MIN_ACCESSES` block accesses."""
+    if w.block_accesses < PARALLEL_MIN_ACCESSES:
+        return 1
     room = budget_bytes(memory_budget_bytes) // worker_bytes(w)
     return max(1, min(cpus(), room))
 
@@ -330,21 +339,23 @@ class DaskRunner:
         self._updates.put(tuple(message))
 
     def run(self, tasks: Sequence[SimTask], done: Done, advance: Advance | None = None) -> None:
-        from distributed import wait as dask_wait
-
         base = self._batch
         self._batch += len(tasks)
-        futures = {
-            self._client.submit(
+        finished: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        futures = {}
+        for i, task in enumerate(tasks):
+            future = self._client.submit(
                 _dask_run, self._fn, self._workload, self._topic, base + i, task, pure=False,
                 key=f"simulation-{uuid.uuid4().hex}",
-            ): i
-            for i, task in enumerate(tasks)
-        }  # fmt: skip
-        pending = set(futures)
-        while pending:
-            with contextlib.suppress(TimeoutError):
-                dask_wait(list(pending), timeout=POLL_S, return_when="FIRST_COMPLETED")
+            )  # fmt: skip
+            futures[future] = i
+            future.add_done_callback(finished.put)
+        left = len(futures)
+        while left:
+            try:
+                future = finished.get(timeout=POLL_S)
+            except queue.Empty:
+                future = None
             while True:
                 try:
                     i, requests = self._updates.get_nowait()
@@ -352,9 +363,9 @@ class DaskRunner:
                     break
                 if advance is not None and base <= i < base + len(tasks):
                     advance(i - base, requests)
-            for f in [f for f in pending if f.done()]:
-                pending.discard(f)
-                done(futures[f], f.result())
+            if future is not None:
+                left -= 1
+                done(futures[future], future.result())
 
     def close(self, *, abort: bool = False) -> None:
         del abort

@@ -26,7 +26,9 @@ from fcctl.commands.options import (
     ModelOpt,
     PrefillTokensPerSOpt,
     RatesOpt,
+    SchedulerOpt,
     ScheduleSeedOpt,
+    SimEngineOpt,
     SsdOpt,
     StagingOpt,
     TpOpt,
@@ -85,6 +87,8 @@ def register(app: typer.Typer) -> None:
         decision_margin_pp: DecisionMarginOpt = 1.0,
         decision_ttft_margin: DecisionTtftMarginOpt = 0.1,
         jobs: JobsOpt = None,
+        engine: SimEngineOpt = "local",
+        scheduler: SchedulerOpt = None,
         as_json: JsonOpt = False,
         out: Annotated[
             Path | None,
@@ -138,7 +142,8 @@ def register(app: typer.Typer) -> None:
             trace, format=format, rates=rates, short_reply_grid=short_reply,
             agent_context_grid=agent_context, objective=objective, target_rate=target_rate,
             model=model, model_config=model_config, tp=tp, kv_dtype=kv_dtype, hardware=node,
-            seed=seed, jobs=jobs, decision_margin_pp=decision_margin_pp,
+            seed=seed, jobs=jobs, engine=engine, scheduler=scheduler,
+            decision_margin_pp=decision_margin_pp,
             decision_ttft_margin=decision_ttft_margin, progress=True,
         )  # fmt: skip
         if out is not None:
