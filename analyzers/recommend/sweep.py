@@ -52,9 +52,12 @@ short chat goes to SSD), and both thresholds at :data:`ALL_MEMORY_TOKENS` (every
 short chat: every session's later turns go to memory, as memory permits; first turns and the
 memory-full rule stay, they are not thresholds).
 
-**Processes.** ``jobs > 1`` runs cells in that many spawned processes, each building the
-workload once from the pickled trace; results are identical to ``jobs = 1`` (each cell is
-independent and deterministic).
+**Where the simulations run** (:func:`fcctl.analyzers.replay.open_runner`): here
+(``jobs=1``), in ``jobs`` spawned processes each given the workload once (``jobs=None``: the
+CPUs within the memory budget), or as Dask tasks on the workload scattered once to every worker
+(``engine="dask"``). Each batch (the grid with the baselines, a grid extension, the runs after
+the pick) runs at once; results are identical wherever they run (each cell is independent and
+deterministic).
 """
 
 from __future__ import annotations

@@ -23,6 +23,11 @@ tiers' answer can change.
    run too (at most :data:`MAX_REFINEMENTS` such points, lowest pair first).
 
 The user's own operating point (``--rate R``), when given, is run as well and reported first.
+
+Each doubling reads the previous point, so the sweep runs in rounds (:func:`auto_rate_steps`):
+one point per doubling, then every refinement at once (they read only the doublings); a
+round's simulations (every policy, every size point's round) run together where the replay
+runs them (:mod:`.parallel`).
 """
 
 from __future__ import annotations
