@@ -420,7 +420,7 @@ def _dask_runner(workload: Workload, fn: TaskFn, execution: Execution) -> Iterat
                     f"{where}: a simulation worker holding this workload peaks at about "
                     f"{need / 2**30:.2f} GiB, over the workers' memory limit of "
                     f"{limit / 2**30:.2f} GiB; give the workers more memory"
-                    + (" (raise --memory-budget)" if local else ""),
+                    + (" (a larger --memory-budget where the command has one)" if local else ""),
                     parameter=where,
                 )
             stage.name = "scattering the workload to the workers"
@@ -432,7 +432,13 @@ def _dask_runner(workload: Workload, fn: TaskFn, execution: Execution) -> Iterat
             finally:
                 runner.close()
     except BaseException as e:
-        failed = cluster_failure(e, facts, stage, local=local)
+        todo = (
+            "give each worker more memory (a larger --memory-budget where the command has "
+            "one) or run on a cluster with more (--scheduler)"
+            if local
+            else "give the workers more memory, or add workers"
+        )
+        failed = cluster_failure(e, facts, stage, local=local, todo=todo)
         if failed is None:
             raise
         raise failed from None
