@@ -226,3 +226,12 @@ def test_dask_refuses_jobs_and_a_scheduler_it_cannot_reach(claude: Any) -> None:
     )  # fmt: skip
     assert result.exit_code == 2
     assert "--scheduler: cannot reach a Dask scheduler" in result.output
+
+
+def test_plan_refuses_a_bad_engine_before_any_step(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["plan", str(CLAUDE), "-o", str(tmp_path / "plan"), "--engine", "spark"]
+    )
+    assert result.exit_code == 2
+    assert "--engine: must be one of local, dask; got 'spark'" in result.output
+    assert not (tmp_path / "plan").exists()
