@@ -57,10 +57,10 @@ if TYPE_CHECKING:
 ENGINES: tuple[str, ...] = ("local", "dask")
 #: A simulation worker's peak memory: a base (interpreter, numpy, polars, numba) plus bytes per
 #: block access of the workload it holds (its dense block ids, the store's per-block arrays,
-#: the per-request logs). Measured: a worker of the whole Claude Code trace (94.3 M accesses)
-#: peaks at about 1.5 GiB (docs/benchmarks.md, issue #19); this rounds up.
+#: the per-request logs). Measured: a worker of the whole Claude Code trace (94.3 M accesses,
+#: 49 K requests) peaks at 1.0 GiB (VmHWM, docs/benchmarks.md, issue #19); this says 1.5 GB.
 WORKER_BASE_BYTES = 512 << 20
-WORKER_BYTES_PER_ACCESS = 16
+WORKER_BYTES_PER_ACCESS = 10
 WORKER_BYTES_PER_REQUEST = 1024
 #: Below this many block accesses a simulation takes well under a second, less than a worker
 #: process takes to start (about a second: the interpreter, numpy, polars, the numba cache),

@@ -143,7 +143,7 @@ JobsOpt = Annotated[
     typer.Option(
         "--jobs",
         help="Simulations run at once in worker processes (1: in this process) [the CPUs "
-        "available, at most one per worker's memory footprint (512 MiB + 16 bytes a block "
+        "available, at most one per worker's memory footprint (512 MiB + 10 bytes a block "
         "access) within the memory budget (30% of this machine's); 1 under 1 M accesses].",
     ),
 ]
