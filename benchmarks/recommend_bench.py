@@ -2,10 +2,10 @@
 
 Usage (figures recorded in docs/benchmarks.md)::
 
-    python3 benchmarks/recommend_bench.py [--trace PATH] [--jobs 2] [-- extra flags]
+    python3 benchmarks/recommend_bench.py [--trace PATH] [--jobs 2] [--engine dask] [-- flags]
 
-Runs ``fcctl recommend-thresholds TRACE --json --jobs J`` in a subprocess (default grid,
-rates 0.1,0.25,0.5,1.0, h200-8x) and reports:
+Runs ``fcctl recommend-thresholds TRACE --json --engine E [--jobs J]`` in a subprocess
+(default grid, rates 0.1,0.25,0.5,1.0, h200-8x) and reports:
 
 * wall time (s) of the whole command: trace read, workload, every simulation, the document;
 * peak RSS: the command's process tree (the CLI and its worker processes) sampled from
@@ -80,15 +80,18 @@ class TreeSampler(threading.Thread):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, help="worker processes [the command's default]")
+    ap.add_argument("--engine", choices=("local", "dask"), default="local",
+                    help="dask: a local Dask cluster started by the command")  # fmt: skip
     ap.add_argument("--save", type=Path, help="also write the JSON document here")
     ap.add_argument("extra", nargs="*", help="more recommend-thresholds flags (after --)")
     args = ap.parse_args()
     if not args.trace.exists():
         print(f"trace not found: {args.trace}", file=sys.stderr)
         return 2
+    jobs = [] if args.jobs is None else ["--jobs", str(args.jobs)]
     cmd = [sys.executable, "-m", "fcctl.cli", "recommend-thresholds", str(args.trace), "--json",
-           "--jobs", str(args.jobs), *args.extra]  # fmt: skip
+           "--engine", args.engine, *jobs, *args.extra]  # fmt: skip
     with tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, cwd=REPO)
@@ -119,10 +122,12 @@ def main() -> int:
         "grid_pairs": pairs,
         "rates": rates,
         "recommendation": rec,
+        "engine": doc["provenance"].get("engine"),
     }
     print(json.dumps(summary, indent=2))
     print(
-        f"wall {wall:.1f} s on {summary['cpus']} CPUs (jobs {args.jobs}); peak RSS of the "
+        f"wall {wall:.1f} s on {summary['cpus']} CPUs ({args.engine}, jobs {args.jobs}); peak "
+        "RSS of the "
         f"process tree {sampler.peak_tree_kib / 2**20:.2f} GiB, largest process "
         f"{sampler.peak_process_kib / 2**20:.2f} GiB; goal < 600 s and < 8 GiB",
         file=sys.stderr,

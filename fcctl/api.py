@@ -365,6 +365,9 @@ def replay(
     decision_margin_pp: float = 1.0,
     decision_ttft_margin: float = 0.1,
     keep_tables: bool = False,
+    jobs: int | None = None,
+    engine: str = "local",
+    scheduler: str | None = None,
     sample_sessions: float | None = None,
     progress: Progress | bool = False,
 ) -> ReplayResult:
@@ -395,8 +398,12 @@ def replay(
     only the whole sessions whose id hash falls in this share (0 < R <= 1; the hash of
     ``fcctl convert --partition-by session-hash``), at the same per-node load; the result's
     ``sampling`` says what was kept and the error measured at that rate (docs/simulator.md).
+    ``jobs``: simulations run at once in worker processes (default: the CPUs available, at
+    most one per worker's memory footprint within the memory budget; 1: in this process);
+    ``engine="dask"`` runs them on the Dask cluster at ``scheduler`` (default a local one) as
+    :func:`analyze` does. The figures are the same wherever they run.
     """
-    from fcctl.analyzers.replay import ReplayConfig, replay_trace
+    from fcctl.analyzers.replay import Execution, ReplayConfig, check_execution, replay_trace
     from fcctl.analyzers.replay.load import parse_concurrency, parse_think_time
     from fcctl.common.errors import FcctlInputError
     from fcctl.layout.placement import PlacementRule
@@ -432,9 +439,14 @@ def replay(
         concurrency=None if concurrency is None else parse_concurrency(concurrency),
         think_time=parse_think_time(think_time), cancel=cancel, router=router,
     )  # fmt: skip
+    budget = _optional_size(memory_budget_bytes, "memory_budget_bytes")
+    execution = Execution(engine, jobs, scheduler, budget)
+    check_execution(execution)
     with _progress(progress) as bar:
         trace, sample = _sampled_trace(source, format, bar, memory_budget_bytes, sample_sessions)
-        return _with_sampling(replay_trace(trace, config, progress=bar), sample)
+        return _with_sampling(
+            replay_trace(trace, config, progress=bar, execution=execution), sample
+        )
 
 
 def _check_sample(sample_sessions: float | None) -> None:
@@ -462,19 +474,6 @@ def _with_sampling(result: _R, sample: SessionSample | None) -> _R:
 REPLAY_BYTES_PER_ACCESS = 40
 REPLAY_BYTES_PER_REQUEST = 1024
 REPLAY_BASE_BYTES = 768 << 20
-
-
-def _trace(
-    source: str | Path | Trace,
-    format: str | None,
-    progress: Progress,
-    memory_budget_bytes: Size | None = None,
-) -> Trace:
-    """A trace file or Claude Code directory as :func:`read_trace` reads it; a dataset (a
-    directory or glob of canonical Parquet parts, as ``fcctl analyze`` reads them) whole in
-    memory, after checking what the simulator will hold against the memory budget (default
-    30 % of the machine's memory)."""
-    return _sampled_trace(source, format, progress, memory_budget_bytes, None)[0]
 
 
 def _sampled_trace(
@@ -558,6 +557,8 @@ def recommend_thresholds(
     hardware: Hardware | None = None,
     seed: int = 0,
     jobs: int | None = None,
+    engine: str = "local",
+    scheduler: str | None = None,
     decision_margin_pp: float = 1.0,
     decision_ttft_margin: float = 0.1,
     sample_sessions: float | None = None,
@@ -569,14 +570,19 @@ def recommend_thresholds(
     ``"256,512,1024"``; default from the trace's percentiles). ``objective``: ``"hit"`` (highest
     GPU hit share, ties by p99 TTFT) or ``"ttft-p99"``. ``target_rate``: the rate (requests/s)
     the pick is made at (default the highest of ``rates``). ``jobs``: simulations run in
-    parallel processes (default the CPUs available). ``decision_margin_pp`` (percentage points
+    parallel processes (default the CPUs available, at most one per worker's memory footprint
+    within 30 % of the machine's memory); ``engine="dask"``: on the Dask cluster at
+    ``scheduler`` (default a local one). ``decision_margin_pp`` (percentage points
     of GPU hit share) and ``decision_ttft_margin`` (a fraction of mean TTFT): pairs closer than
     both are equal, and when all are, the thresholds do not matter (the default pair is
     recommended). ``sample_sessions``: sweep on sampled sessions (as :func:`replay`).
     Other parameters as :func:`replay`.
     """
-    from fcctl.analyzers.recommend import RecommendConfig, default_jobs
+    from fcctl.analyzers.recommend import RecommendConfig
     from fcctl.analyzers.recommend import recommend_thresholds as sweep
+    from fcctl.analyzers.replay import Execution, check_execution
+
+    check_execution(Execution(engine, jobs, scheduler))
 
     _check_sample(sample_sessions)
     config = RecommendConfig(
@@ -588,9 +594,11 @@ def recommend_thresholds(
         objective=objective,
         target_rate=target_rate,
         seed=seed,
-        jobs=default_jobs() if jobs is None else jobs,
+        jobs=jobs,
         decision_margin_pp=decision_margin_pp,
         decision_ttft_margin=decision_ttft_margin,
+        engine=engine,
+        scheduler=scheduler,
     )
     with _progress(progress) as bar:
         # No name here holds a trace read from a file: with worker processes the sweep can let
@@ -726,6 +734,8 @@ def plan(
     emit: bool = False,
     emit_name: str = "flatcake_store",
     jobs: int | None = None,
+    engine: str = "local",
+    scheduler: str | None = None,
     resume: bool = False,
     force: bool = False,
     sample_sessions: float | None = None,
@@ -734,10 +744,12 @@ def plan(
     """Analyze, replay at the automatic loads and the user's point, recommend thresholds,
     optionally emit, and write one report into ``out`` (module docstring). ``hardware``: a
     :func:`fcctl.hardware` node (default the h200-8x preset). ``sample_sessions``: replay and
-    recommend on sampled sessions (analyze reads the whole trace). Other parameters as
-    :func:`fcctl.replay`."""
+    recommend on sampled sessions (analyze reads the whole trace). ``jobs``, ``engine`` and
+    ``scheduler`` say where the replay's and the recommendation's simulations run (the
+    analysis runs here). Other parameters as :func:`fcctl.replay`."""
     from fcctl.analyzers.recommend import thresholds_source, thresholds_toml
     from fcctl.analyzers.recommend.emit import check_name, emit_package
+    from fcctl.analyzers.replay import Execution, check_execution
     from fcctl.common.jsonio import dumps, write_json_file
     from fcctl.common.outdir import write_text_atomic
     from fcctl.common.progress import Progress
@@ -763,6 +775,7 @@ def plan(
     _check_sample(sample_sessions)
     if emit:
         check_name(emit_name)
+    check_execution(Execution(engine, jobs, scheduler))
     earlier = check_plan_dir(out, resume=resume, force=force)
     node = _node(hardware)
     identity = file_identity(source)
@@ -814,7 +827,8 @@ def plan(
                 concurrency=concurrency, think_time=think_time, hardware=node, model=model,
                 model_config=model_config, tp=tp, kv_dtype=kv_dtype,
                 host_memory_sweep=host_memory_sweep, host_memory_auto=host_memory_auto,
-                slo_ttft_p99_s=slo_ttft_p99_s, progress=bar)), p))  # fmt: skip
+                slo_ttft_p99_s=slo_ttft_p99_s, jobs=jobs, engine=engine, scheduler=scheduler,
+                progress=bar)), p))  # fmt: skip
             docs["replay"] = read_document(out / FILES["replay"])
             advance("replay")
 
@@ -827,7 +841,8 @@ def plan(
             def recommend(p: Path) -> None:
                 rec_result[:] = [sampled(recommend_thresholds(
                     trace(), rates=(target,), model=model, model_config=model_config, tp=tp,
-                    kv_dtype=kv_dtype, hardware=node, jobs=jobs, progress=bar))]  # fmt: skip
+                    kv_dtype=kv_dtype, hardware=node, jobs=jobs, engine=engine,
+                    scheduler=scheduler, progress=bar))]  # fmt: skip
                 write_json_file(rec_result[0], p)
 
             runner.step("recommend", fp, recommend)

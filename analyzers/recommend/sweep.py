@@ -53,23 +53,21 @@ short chat goes to SSD), and both thresholds at :data:`ALL_MEMORY_TOKENS` (every
 short chat: every session's later turns go to memory, as memory permits; first turns and the
 memory-full rule stay, they are not thresholds).
 
-**Processes.** ``jobs > 1`` runs cells in that many spawned processes, each building the
-workload once from the pickled trace; results are identical to ``jobs = 1`` (each cell is
-independent and deterministic).
+**Where the simulations run** (:func:`fcctl.analyzers.replay.open_runner`): here
+(``jobs=1``), in ``jobs`` spawned processes each given the workload once (``jobs=None``: the
+CPUs within the memory budget), or as Dask tasks on the workload scattered once to every worker
+(``engine="dask"``). Each batch (the grid with the baselines, a grid extension, the runs after
+the pick) runs at once; results are identical wherever they run (each cell is independent and
+deterministic).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import math
-import multiprocessing
-import os
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from multiprocessing import resource_tracker
 from typing import Any
 
 import numpy as np
@@ -92,15 +90,21 @@ from fcctl.analyzers.replay import (
     DEFAULT_RATES,
     DEFAULT_SEED,
     DEFAULT_TTFT_MARGIN,
+    Execution,
     Hardware,
     PolicyResult,
     RateResult,
     ReplayConfig,
+    Runner,
+    SimTask,
+    SimulationDisplay,
     Workload,
+    check_execution,
     check_margins,
     decision_of,
     hardware_document,
-    simulate,
+    open_runner,
+    run_task,
     simulation_workload,
 )
 from fcctl.analyzers.traces.fingerprint import trace_fingerprint
@@ -109,7 +113,6 @@ from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
 from fcctl.common.provenance import collect_provenance, utc_now
-from fcctl.common.signals import starting_children, worker_ignores_sigint
 from fcctl.layout.geometry import KvGeometry
 from fcctl.layout.placement import (
     DEFAULT_AGENT_CONTEXT_TOKENS,
@@ -143,9 +146,15 @@ class RecommendConfig:
     objective: str = "hit"
     target_rate: float | None = None
     seed: int = DEFAULT_SEED
-    jobs: int = 1
+    jobs: int | None = 1
     decision_margin_pp: float = DEFAULT_MARGIN_PP
     decision_ttft_margin: float = DEFAULT_TTFT_MARGIN
+    #: Where the simulations run (:class:`fcctl.analyzers.replay.Execution`): ``jobs`` worker
+    #: processes here (None: the CPUs, within the memory budget), or ``engine="dask"`` on the
+    #: cluster at ``scheduler`` (None: a local one).
+    engine: str = "local"
+    scheduler: str | None = None
+    memory_budget_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -206,53 +215,16 @@ class _Signals:
         )
 
 
-def _run(
-    w: Workload, geometry: KvGeometry, hardware: Hardware, seed: int, cell: Cell
-) -> PolicyResult:
-    rule = PlacementRule(cell.short_reply_tokens, cell.agent_context_tokens)
-    config = ReplayConfig(
-        geometry=geometry, hardware=hardware, policies=(cell.policy,), rates=(cell.rate,),
-        placement=rule, seed=seed,
-    )  # fmt: skip
-    # Many cells run in one process: each simulation frees its own cycles (replay.simulate).
-    return simulate(w, config, cell.policy, cell.rate, release=True)
-
-
-# One per worker process: the workload built once, then every cell it is given.
-_WORKER: tuple[Workload, KvGeometry, Hardware, int] | None = None
-
-
-class _TraceHolder:
-    """The trace as an initializer argument the parent can let go of once every worker has
-    started: the pool keeps its initializer arguments for its whole life."""
-
-    def __init__(self, trace: Trace) -> None:
-        self.trace: Trace | None = trace
-
-
-def _init_worker(holder: _TraceHolder, geometry: KvGeometry, hardware: Hardware, seed: int) -> None:
-    global _WORKER
-    # The parent owns the workers and stops them on Ctrl-C (which reaches the whole process
-    # group) and on SIGTERM (see _Runner.close).
-    worker_ignores_sigint()
-    assert holder.trace is not None, "the trace was released before this worker started"
-    _WORKER = (simulation_workload(holder.trace, geometry, hardware), geometry, hardware, seed)
-
-
-def _worker_run(cell: Cell) -> PolicyResult:
-    assert _WORKER is not None, "worker not initialised"
-    return _run(*_WORKER, cell)
-
-
 class _Runner:
-    """Runs cells once each (by :meth:`_Signals.key`), serially or in worker processes."""
+    """Runs cells once each (by :meth:`_Signals.key`) on a replay runner (this process, worker
+    processes or Dask: :func:`fcctl.analyzers.replay.open_runner`)."""
 
     def __init__(
         self,
-        trace: Trace,
-        workload: Workload,
+        runner: Runner,
         config: RecommendConfig,
         signals: _Signals,
+        display: SimulationDisplay,
         advance: Callable[[], None],
     ) -> None:
         self.signals = signals
@@ -260,17 +232,17 @@ class _Runner:
         self.advance = advance
         self.reused = 0
         self._config = config
-        self._workload: Workload | None = workload
-        self._pool: ProcessPoolExecutor | None = None
-        self._holder = _TraceHolder(trace)
-        if config.jobs > 1:
-            self._pool = ProcessPoolExecutor(
-                max_workers=config.jobs,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker,
-                initargs=(self._holder, config.geometry, config.hardware, config.seed),
-            )
-            self._workload = None  # the workers hold it; the parent keeps only the signals
+        self._runner = runner
+        self._display = display
+
+    def _task(self, cell: Cell) -> SimTask:
+        c = self._config
+        rule = PlacementRule(cell.short_reply_tokens, cell.agent_context_tokens)
+        config = ReplayConfig(
+            geometry=c.geometry, hardware=c.hardware, policies=(cell.policy,), rates=(cell.rate,),
+            placement=rule, seed=c.seed,
+        )  # fmt: skip
+        return SimTask(config, cell.policy, cell.rate)
 
     def run(self, cells: Iterable[Cell]) -> None:
         todo: dict[tuple[str, float, str], Cell] = {}
@@ -281,26 +253,16 @@ class _Runner:
                 self.advance()
             else:
                 todo[key] = cell
-        c = self._config
-        if self._pool is None:
-            assert self._workload is not None
-            for key, cell in todo.items():
-                self.results[key] = _run(self._workload, c.geometry, c.hardware, c.seed, cell)
-                self.advance()
-            return
-        # Workers start in submit, with interrupts held until they have (see starting_children:
-        # no traceback from a worker cut off while it starts, none from one hit by Ctrl-C).
-        # multiprocessing starts its resource tracker with the first worker, and unblocks
-        # SIGINT when it does: started before, it leaves the mask alone.
-        resource_tracker.ensure_running()
-        with starting_children():
-            futures = {self._pool.submit(_worker_run, cell): key for key, cell in todo.items()}
-        # Each worker was started (the trace pickled to it) by a submit once enough cells wait.
-        if len(futures) >= self._config.jobs:
-            self._holder.trace = None
-        for f in as_completed(futures):
-            self.results[futures[f]] = f.result()
-            self.advance()
+        keys = list(todo)
+        tasks = [self._task(todo[k]) for k in keys]
+
+        def done(i: int, result: PolicyResult) -> None:
+            self.results[keys[i]] = result
+            self._display.done(i)
+
+        self._display.start(tasks)
+        self._runner.run(tasks, done, self._display.advance)
+        self._display.finish()
 
     def get(self, cell: Cell) -> PolicyResult:
         return self.results[self.signals.key(cell)]
@@ -308,30 +270,6 @@ class _Runner:
     @property
     def simulated(self) -> int:
         return len(self.results)
-
-    def close(self, *, abort: bool = False) -> None:
-        """Stop the workers: after their cells, or (``abort``: an error or an interrupt in the
-        parent) at once, cells in flight dropped, so none outlives the run."""
-        pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        if not abort:
-            pool.shutdown(wait=True, cancel_futures=True)
-            return
-        # The executor offers no way to stop busy workers before Python 3.14
-        # (terminate_workers); its process table is the only list of them.
-        processes = list((getattr(pool, "_processes", None) or {}).values())
-        for process in processes:
-            with contextlib.suppress(OSError, ValueError):
-                process.terminate()
-        for process in processes:
-            process.join(timeout=5)
-            if process.is_alive():
-                process.kill()
-                process.join()
-        # With no worker left the executor's own thread ends at once; waited for, so it is not
-        # still closing its pipes when the interpreter's exit hook writes to them.
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _grid_cell(short: int, agent: int, rate: float, p: PolicyResult) -> GridCell:
@@ -416,11 +354,6 @@ def extend_axis(grid: tuple[int, ...], value: int) -> int | None:
     if value == grid[-1]:
         return max(1, 2 * value)
     return value // 2 if value > 0 else None
-
-
-def default_jobs() -> int:
-    """CPUs this process may run on (the sweep's default worker processes)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _why(spread: Spread, objective: str) -> str:
@@ -549,8 +482,11 @@ def recommend_thresholds(
         raise FcctlInputError(
             f"--objective: must be one of {', '.join(OBJECTIVES)}; got {config.objective!r}"
         )
-    if not isinstance(config.jobs, int) or config.jobs < 1:
+    if config.jobs is not None and (not isinstance(config.jobs, int) or config.jobs < 1):
         raise FcctlInputError(f"--jobs: must be an integer >= 1; got {config.jobs!r}")
+    execution = Execution(config.engine, config.jobs, config.scheduler,
+                          config.memory_budget_bytes)  # fmt: skip
+    check_execution(execution)
     check_margins(config.decision_margin_pp, config.decision_ttft_margin)
     rates = check_rates(config.rates, "--rates")
     if config.target_rate is not None:
@@ -581,33 +517,33 @@ def recommend_thresholds(
         later_turns=int((workload.prev_request >= 0).sum()), model=config.geometry.name,
         hardware_name=config.hardware.name, objective=config.objective, target_rate=target,
         seed=config.seed, grid_rule=grid_rule, simulations_run=0, simulations_reused=0,
-        jobs=config.jobs, notes=_notes(workload),
+        jobs=1, notes=_notes(workload),
     )  # fmt: skip
     grid_cells = [Cell("flat", r, s, a) for r in rates for s in shorts for a in agents]
     base_cells = [Cell(p, r, 0, 0) for r in rates for p in _THRESHOLD_FREE]
     total = len(grid_cells) + len(base_cells) + len(rates) + len(CHANGES)
     prog = progress or Progress(enabled=False)
-    with prog.task("sweeping thresholds", total=total, unit="simulations") as task:
-        runner = _Runner(trace, workload, config, signals, lambda: task.advance(1))
-        del workload, trace  # with worker processes only they hold them
-        try:
-            runner.run(base_cells + grid_cells)
-            grid = tuple(
-                _grid_cell(c.short_reply_tokens, c.agent_context_tokens, c.rate, runner.get(c))
-                for c in grid_cells
-            )
-            best, spread, grid, shorts, agents, grid_notes = _choose(
-                runner, grid, rates, target, shorts, agents, config, task
-            )
-            s, a = best.short_reply_tokens, best.agent_context_tokens
-            changes = misplacement_pairs(s, a)
-            fcfs_cells = [Cell("flat-fcfs", r, s, a) for r in rates]
-            mis_cells = [Cell("flat", target, cs, ca) for _, cs, ca in changes]
-            runner.run(fcfs_cells + mis_cells)
-        except BaseException:
-            runner.close(abort=True)
-            raise
-        runner.close()
+    with (
+        prog.task("sweeping thresholds", total=total, unit="simulations") as task,
+        open_runner(workload, run_task, execution) as cells,
+    ):
+        display = SimulationDisplay(prog, task, workload.requests, 1)
+        runner = _Runner(cells, config, signals, display, lambda: task.advance(1))
+        engine = cells.facts
+        del workload, trace  # with worker processes or Dask only they hold them
+        runner.run(base_cells + grid_cells)
+        grid = tuple(
+            _grid_cell(c.short_reply_tokens, c.agent_context_tokens, c.rate, runner.get(c))
+            for c in grid_cells
+        )
+        best, spread, grid, shorts, agents, grid_notes = _choose(
+            runner, grid, rates, target, shorts, agents, config, task
+        )
+        s, a = best.short_reply_tokens, best.agent_context_tokens
+        changes = misplacement_pairs(s, a)
+        fcfs_cells = [Cell("flat-fcfs", r, s, a) for r in rates]
+        mis_cells = [Cell("flat", target, cs, ca) for _, cs, ca in changes]
+        runner.run(fcfs_cells + mis_cells)
     rate_results = []
     for r in rates:
         policies = {
@@ -644,9 +580,10 @@ def recommend_thresholds(
         misplacement=tuple(misplacement),
         hardware=hardware_document(config.hardware),
         trace=identity,
-        provenance=collect_provenance(started),
+        provenance=collect_provenance(started, extra={"engine": engine}),
         facts=dataclasses.replace(
             facts,
+            jobs=int(engine.get("jobs") or engine.get("workers") or 1),
             simulations_run=runner.simulated,
             simulations_reused=runner.reused,
             notes=facts.notes + grid_notes,

@@ -10,7 +10,9 @@ What a caller running many simulations on one trace needs (the recommender,
 :func:`simulation_workload` (the workload built once, without the trace's hash lists),
 :func:`simulate` with ``release=True`` (a run that frees its own cycles), :func:`workers_of`,
 :func:`decision_of` with :func:`check_margins` and its defaults, :func:`hardware_document`
-and :data:`DEFAULT_SEED`.
+and :data:`DEFAULT_SEED`; and where many simulations run (:mod:`.parallel`): :class:`Execution`,
+:func:`open_runner` with :func:`run_task` and :class:`SimTask`, :class:`SimulationDisplay`,
+:func:`default_jobs`.
 """
 
 from fcctl.analyzers.replay.decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins
@@ -23,6 +25,17 @@ from fcctl.analyzers.replay.hardware import (
     load_hardware,
     with_values,
 )
+from fcctl.analyzers.replay.parallel import (
+    ENGINES,
+    Execution,
+    Runner,
+    SimTask,
+    SimulationDisplay,
+    check_execution,
+    default_jobs,
+    open_runner,
+    worker_bytes,
+)
 from fcctl.analyzers.replay.policies import DEFAULT_POLICIES, POLICIES
 from fcctl.analyzers.replay.result import PolicyResult, RateResult, ReplayResult
 from fcctl.analyzers.replay.run import (
@@ -31,6 +44,7 @@ from fcctl.analyzers.replay.run import (
     ReplayConfig,
     decision_of,
     replay_trace,
+    run_task,
     simulate,
     simulation_workload,
     workers_of,
@@ -44,27 +58,37 @@ __all__ = [
     "DEFAULT_RATES",
     "DEFAULT_SEED",
     "DEFAULT_TTFT_MARGIN",
+    "ENGINES",
     "POLICIES",
     "PRESETS",
+    "Execution",
     "Hardware",
     "HardwareError",
     "PolicyResult",
     "RateResult",
     "ReplayConfig",
     "ReplayResult",
+    "Runner",
     "SessionSampling",
+    "SimTask",
+    "SimulationDisplay",
     "Workload",
     "apply_io_profile",
     "build_workload",
+    "check_execution",
     "check_margins",
     "decision_of",
+    "default_jobs",
     "hardware_document",
     "load_hardware",
+    "open_runner",
     "replay_trace",
+    "run_task",
     "sampled_label",
     "session_sampling",
     "simulate",
     "simulation_workload",
     "with_values",
+    "worker_bytes",
     "workers_of",
 ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import gc
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +24,7 @@ from fcctl.analyzers.replay.engine import DEFAULT_ROUTER, ROUTERS, Simulation
 from fcctl.analyzers.replay.hardware import Hardware, hardware_document, with_values
 from fcctl.analyzers.replay.load import ThinkTime
 from fcctl.analyzers.replay.operating import Window, operating_point
+from fcctl.analyzers.replay.parallel import Execution, SimTask, SimulationDisplay, open_runner
 from fcctl.analyzers.replay.policies import DEFAULT_POLICIES, POLICIES
 from fcctl.analyzers.replay.result import (
     SCHEMA_VERSION,
@@ -44,7 +44,7 @@ from fcctl.analyzers.replay.sweep import (
     SIZE_FIELDS,
     START_FRACTION,
     GiB,
-    auto_rates,
+    auto_rate_steps,
     capacity_estimate,
     size_points,
     working_set_bytes,
@@ -291,6 +291,15 @@ def simulate(
     return result
 
 
+def run_task(
+    workload: Workload, task: SimTask, progress: Callable[[int], None] | None = None
+) -> PolicyResult:
+    """One :class:`~.parallel.SimTask` on ``workload`` (what a runner's workers call): a
+    simulation that frees its own cycles, since a worker runs many."""
+    return simulate(workload, task.config, task.policy, task.rate,
+                    concurrency=task.concurrency, progress=progress, release=True)  # fmt: skip
+
+
 #: Simulator state per serving instance, bytes (an upper estimate: heap, store rows, flags and
 #: the per-instance Python objects), for the --gpus check against the memory budget.
 WORKER_STATE_BYTES = 64 << 10
@@ -342,19 +351,6 @@ def decision_of(
             return Decision("none", None, None, None, "no block accesses: nothing to compare")
         figures[name] = PolicyFigures(p.gpu_hit_share, p.ttft_s.mean, p.ssd_read_bytes, p.saturated)
     return decide(figures, margin_pp=margin_pp, ttft_margin=ttft_margin)
-
-
-def _offset_update(task: Any, base: int, n: int) -> None:
-    task.update(base + n)
-
-
-def _rate_point(
-    run_point: Callable[[ReplayConfig, Mapping[str, int], float | None, int | None], RateResult],
-    cfg: ReplayConfig,
-    sizes: Mapping[str, int],
-    rate: float,
-) -> RateResult:
-    return run_point(cfg, sizes, rate, None)
 
 
 def _size_points(
@@ -415,8 +411,15 @@ def replay_trace(
     *,
     progress: Progress | None = None,
     store_factory: Callable[..., Any] = FastStore,
+    execution: Execution | None = None,
 ) -> ReplayResult:
-    """Replay ``trace`` under every policy of ``config`` at every rate."""
+    """Replay ``trace`` under every policy of ``config`` at every rate.
+
+    ``execution``: where the simulations run (:mod:`.parallel`; default one after another
+    here). A batch is every policy at every load point and size point known in advance; the
+    auto sweep's rounds follow one another, each a batch over the size points. The result is
+    the same wherever they run."""
+    execution = execution or Execution()
     started = utc_now()
     check_margins(config.decision_margin_pp, config.decision_ttft_margin)
     if config.router not in ROUTERS:
@@ -496,40 +499,77 @@ def replay_trace(
     margins = (config.decision_margin_pp, config.decision_ttft_margin)
     operating: RateResult | None = None
     divergence: list[dict[str, Any]] = []
-    with prog.task("replaying", total=total, unit="requests") as task:
-        done = [0]
+    configs = []
+    for sizes_here in sizes:
+        changed = {f: v for f, v in sizes_here.items() if v != getattr(config.hardware, f)}
+        cfg = config
+        if changed:
+            cfg = replace(config, hardware=with_values(config.hardware, changed, "size sweep"))
+        configs.append(cfg)
+    if store_factory is not FastStore:  # another store (the reference) runs here, as given
+        execution = Execution()
+    with (
+        prog.task("replaying", total=total, unit="requests") as task,
+        open_runner(workload, run_task, execution) as runner,
+    ):
+        display = SimulationDisplay(prog, task, workload.requests, workload.requests)
 
-        def run_point(
-            cfg: ReplayConfig, sizes_here: Mapping[str, int], rate: float | None,
-            concurrency: int | None,
-        ) -> RateResult:  # fmt: skip
-            per_policy = {}
-            for name in policies:
-                base = done[0]
-                per_policy[name] = simulate(
-                    workload, cfg, name, rate, concurrency=concurrency,
-                    store_factory=store_factory,
-                    progress=functools.partial(_offset_update, task, base),
-                )  # fmt: skip
-                done[0] += workload.requests
-                task.update(done[0])
-            decision = decision_of(per_policy, *margins)
-            return RateResult(rate, per_policy, decision, concurrency, dict(sizes_here))
+        def run_points(wanted: Sequence[tuple[int, float | None, int | None]]) -> list[RateResult]:
+            """The load points ``(size point, rate, concurrency)``, every policy at each, in
+            one batch of independent simulations."""
+            tasks = [SimTask(configs[k], name, r, c) for k, r, c in wanted for name in policies]
+            found: dict[int, PolicyResult] = {}
 
+            def done(i: int, result: PolicyResult) -> None:
+                found[i] = result
+                display.done(i)
+
+            display.start(tasks)
+            if store_factory is FastStore:
+                runner.run(tasks, done, display.advance)
+            else:
+                for i, t in enumerate(tasks):
+                    result = simulate(
+                        workload, t.config, t.policy, t.rate, concurrency=t.concurrency,
+                        store_factory=store_factory,
+                    )  # fmt: skip
+                    done(i, result)
+            display.finish()
+            out = []
+            for j, (k, r, c) in enumerate(wanted):
+                per_policy = {name: found[j * len(policies) + n] for n, name in enumerate(policies)}
+                out.append(RateResult(r, per_policy, decision_of(per_policy, *margins), c,
+                                      dict(sizes[k])))  # fmt: skip
+            return out
+
+        fixed = run_points([(k, r, c) for k in range(len(sizes)) for r, c in points])
+        here_of = {k: fixed[k * len(points) : (k + 1) * len(points)] for k in range(len(sizes))}
+        swept: dict[int, tuple[list[RateResult], str]] = {}
+        if capacity:
+            # Every size point's auto sweep advances one round at a time, together: a round's
+            # points of every size point run as one batch (sweep.auto_rate_steps).
+            steps = {
+                k: auto_rate_steps(capacity, slo_ttft_p99_s=config.slo_ttft_p99_s)
+                for k in range(len(sizes))
+            }
+            wanted = {k: next(s) for k, s in steps.items()}
+            while wanted:
+                ran = run_points([(k, r, None) for k, rs in wanted.items() for r in rs])
+                following: dict[int, list[float]] = {}
+                at = 0
+                for k, rs in wanted.items():
+                    try:
+                        following[k] = steps[k].send(ran[at : at + len(rs)])
+                    except StopIteration as finished:
+                        swept[k] = finished.value
+                    at += len(rs)
+                wanted = following
         for k, sizes_here in enumerate(sizes):
-            changed = {f: v for f, v in sizes_here.items() if v != getattr(config.hardware, f)}
-            cfg = config
-            if changed:
-                cfg = replace(config, hardware=with_values(config.hardware, changed, "size sweep"))
-            here = [run_point(cfg, sizes_here, r, c) for r, c in points]
+            here = list(here_of[k])
             if k == 0 and config.operating_rate is not None and here:
                 operating = here[0]
             if capacity:
-                swept, why = auto_rates(
-                    functools.partial(_rate_point, run_point, cfg, sizes_here),
-                    capacity,
-                    slo_ttft_p99_s=config.slo_ttft_p99_s,
-                )
+                points_swept, why = swept[k]
                 if k == 0:
                     paced = " (the sessions' own think times pace the load: --concurrency or " \
                         "--think-time push it further)" if workload.closed_loop and \
@@ -539,7 +579,7 @@ def replay_trace(
                         f"{capacity:.3g} req/s the workers prefill with every reused block "
                         f"cached), doubling until {why}{paced}"
                     )
-                here += [p for p in swept if not (operating and p.rate == operating.rate)]
+                here += [p for p in points_swept if not (operating and p.rate == operating.rate)]
             here.sort(key=lambda p: (p is not operating, p.rate or 0, p.concurrency or 0))
             results += here
             divergence.append(
@@ -552,6 +592,7 @@ def replay_trace(
                 }
             )
         task.update(total)
+        engine = runner.facts
     g = config.geometry
     return ReplayResult(
         schema_version=SCHEMA_VERSION,
@@ -593,5 +634,5 @@ def replay_trace(
             "ttft_margin": config.decision_ttft_margin,
         },
         notes=tuple(notes),
-        provenance=collect_provenance(started),
+        provenance=collect_provenance(started, extra={"engine": engine}),
     )

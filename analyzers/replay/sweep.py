@@ -23,12 +23,18 @@ tiers' answer can change.
    run too (at most :data:`MAX_REFINEMENTS` such points, lowest pair first).
 
 The user's own operating point (``--rate R``), when given, is run as well and reported first.
+
+Each doubling reads the previous point, so the sweep runs in rounds (:func:`auto_rate_steps`):
+one point per doubling, then every refinement at once (they read only the doublings); a
+round's simulations (every policy, every size point's round) run together where the replay
+runs them (:mod:`.parallel`).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,34 +145,53 @@ def _stop(prev: RateResult | None, point: RateResult, slo_ttft_p99_s: float | No
     return None
 
 
-def auto_rates(
-    run_point: Callable[[float], RateResult],
-    capacity: float,
-    *,
-    slo_ttft_p99_s: float | None = None,
-) -> tuple[list[RateResult], str]:
-    """Run the auto sweep (module docstring); the points in rate order and why it stopped."""
+AutoSteps = Generator[list[float], list[RateResult], tuple[list[RateResult], str]]
+
+
+def auto_rate_steps(capacity: float, *, slo_ttft_p99_s: float | None = None) -> AutoSteps:
+    """The auto sweep (module docstring) as rounds: it yields the rates to run next (one per
+    doubling, then every refinement at once), is sent their points in that order, and returns
+    the points in rate order and why it stopped. Each doubling reads the previous point, so the
+    rounds are sequential; a round's points (and each point's policies) are independent."""
     if not (math.isfinite(capacity) and capacity > 0):
         raise FcctlInputError(f"rates: auto: no capacity estimate; got {capacity!r}")
     points: list[RateResult] = []
     rate = capacity * START_FRACTION
     why = f"{MAX_DOUBLINGS} doublings"
     for _ in range(MAX_DOUBLINGS):
-        point = run_point(rate)
+        (point,) = yield [rate]
         stop = _stop(points[-1] if points else None, point, slo_ttft_p99_s)
         points.append(point)
         if stop is not None:
             why = stop
             break
         rate *= 2
-    refined = 0
-    i = 0
-    while i + 1 < len(points) and refined < MAX_REFINEMENTS:
-        a, b = points[i], points[i + 1]
-        if a.decision.best != b.decision.best and a.rate is not None and b.rate is not None:
-            points.insert(i + 1, run_point(math.sqrt(a.rate * b.rate)))
-            refined += 1
-            i += 2
-            continue
-        i += 1
+    # Between neighbouring doublings whose decisions differ, lowest pair first; a refined
+    # point's own decision is never compared, so every refinement is known before any runs.
+    between = [
+        i
+        for i, (a, b) in enumerate(itertools.pairwise(points))
+        if a.decision.best != b.decision.best and a.rate is not None and b.rate is not None
+    ][:MAX_REFINEMENTS]
+    if between:
+        refined = yield [math.sqrt(points[i].rate * points[i + 1].rate) for i in between]  # type: ignore[operator]
+        for i, point in reversed(list(zip(between, refined, strict=True))):
+            points.insert(i + 1, point)
     return points, why
+
+
+def auto_rates(
+    run_point: Callable[[float], RateResult],
+    capacity: float,
+    *,
+    slo_ttft_p99_s: float | None = None,
+) -> tuple[list[RateResult], str]:
+    """Run the auto sweep (module docstring) one point at a time with ``run_point``; the points
+    in rate order and why it stopped."""
+    steps = auto_rate_steps(capacity, slo_ttft_p99_s=slo_ttft_p99_s)
+    try:
+        rates = next(steps)
+        while True:
+            rates = steps.send([run_point(r) for r in rates])
+    except StopIteration as done:
+        return done.value

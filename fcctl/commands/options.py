@@ -161,6 +161,28 @@ SampleSessionsOpt = Annotated[
 ]
 JobsOpt = Annotated[
     int | None,
-    typer.Option("--jobs", help="Simulations run in parallel processes [CPUs available]."),
+    typer.Option(
+        "--jobs",
+        help="Simulations run at once in worker processes (1: in this process) [the CPUs "
+        "available, at most one per worker's memory footprint (512 MiB + 10 bytes a block "
+        "access) within the memory budget (30% of this machine's); 1 under 1 M accesses].",
+    ),
+]
+# Where the simulations run (replay, recommend-thresholds, plan); analyze declares its own.
+SimEngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="local (worker processes here, --jobs) or dask (tasks on a Dask cluster: a local "
+        "one, or the one --scheduler names; pip install 'fcctl[dask]').",
+    ),
+]
+SchedulerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        help="With --engine dask: the scheduler's address, e.g. tcp://10.0.0.5:8786 "
+        "[default: start a local cluster].",
+    ),
 ]
 EmitNameOpt = Annotated[str, typer.Option("--emit-name", help="Package name for --emit.")]

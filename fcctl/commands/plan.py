@@ -26,6 +26,8 @@ from fcctl.commands.options import (
     PrefillChunkTokensOpt,
     PrefillTokensPerSOpt,
     SampleSessionsOpt,
+    SchedulerOpt,
+    SimEngineOpt,
     SloTtftP99Opt,
     SsdOpt,
     StagingOpt,
@@ -66,6 +68,8 @@ def register(app: typer.Typer) -> None:
         ] = False,
         emit_name: EmitNameOpt = "flatcake_store",
         jobs: JobsOpt = None,
+        engine: SimEngineOpt = "local",
+        scheduler: SchedulerOpt = None,
         resume: Annotated[
             bool, typer.Option("--resume", help="Skip steps whose inputs did not change.")
         ] = False,
@@ -100,7 +104,8 @@ def register(app: typer.Typer) -> None:
             think_time=think_time, hardware=node, host_memory_sweep=host_more,
             host_memory_auto=host_auto, model=model, model_config=model_config, tp=tp,
             kv_dtype=kv_dtype, slo_ttft_p99_s=slo_ttft_p99, emit=emit, emit_name=emit_name,
-            jobs=jobs, resume=resume, force=force, sample_sessions=sample_sessions,
+            jobs=jobs, engine=engine, scheduler=scheduler, resume=resume, force=force,
+            sample_sessions=sample_sessions,
             progress=True,
         )  # fmt: skip
         if as_json:

@@ -29,7 +29,9 @@ from fcctl.commands.options import (
     PrefillTokensPerSOpt,
     RatesOpt,
     SampleSessionsOpt,
+    SchedulerOpt,
     ScheduleSeedOpt,
+    SimEngineOpt,
     SsdOpt,
     StagingOpt,
     TpOpt,
@@ -91,6 +93,8 @@ def register(app: typer.Typer) -> None:
         decision_margin_pp: DecisionMarginOpt = 1.0,
         decision_ttft_margin: DecisionTtftMarginOpt = 0.1,
         jobs: JobsOpt = None,
+        engine: SimEngineOpt = "local",
+        scheduler: SchedulerOpt = None,
         as_json: JsonOpt = False,
         out: Annotated[
             Path | None,
@@ -145,7 +149,8 @@ def register(app: typer.Typer) -> None:
             trace, format=format, rates=rates, short_reply_grid=short_reply,
             agent_context_grid=agent_context, objective=objective, target_rate=target_rate,
             model=model, model_config=model_config, tp=tp, kv_dtype=kv_dtype, hardware=node,
-            seed=seed, jobs=jobs, decision_margin_pp=decision_margin_pp,
+            seed=seed, jobs=jobs, engine=engine, scheduler=scheduler,
+            decision_margin_pp=decision_margin_pp,
             decision_ttft_margin=decision_ttft_margin, sample_sessions=sample_sessions,
             progress=True,
         )  # fmt: skip

@@ -18,6 +18,7 @@ from fcctl.commands.options import (
     HardwareOpt,
     HostMemoryOpt,
     IoProfileOpt,
+    JobsOpt,
     JsonOpt,
     KvDtypeOpt,
     MaxBatchedTokensOpt,
@@ -27,7 +28,9 @@ from fcctl.commands.options import (
     PrefillChunkTokensOpt,
     PrefillTokensPerSOpt,
     SampleSessionsOpt,
+    SchedulerOpt,
     ScheduleSeedOpt,
+    SimEngineOpt,
     SloTtftP99Opt,
     SsdOpt,
     StagingOpt,
@@ -73,7 +76,8 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 "--memory-budget",
-                help="Memory a dataset may take to replay, e.g. 8GiB [30% of this machine's].",
+                help="Memory the replay may use, e.g. 8GiB: a dataset's size check, the default "
+                "--jobs, a local Dask cluster's workers [30% of this machine's].",
             ),
         ] = None,
         router: Annotated[
@@ -109,6 +113,9 @@ def register(app: typer.Typer) -> None:
         sample_sessions: SampleSessionsOpt = None,
         decision_margin_pp: DecisionMarginOpt = 1.0,
         decision_ttft_margin: DecisionTtftMarginOpt = 0.1,
+        jobs: JobsOpt = None,
+        engine: SimEngineOpt = "local",
+        scheduler: SchedulerOpt = None,
         as_json: JsonOpt = False,
         out: Annotated[
             Path | None,
@@ -146,7 +153,8 @@ def register(app: typer.Typer) -> None:
             decision_ttft_margin=decision_ttft_margin, model=model,
             model_config=model_config, tp=tp, kv_dtype=kv_dtype, hardware=node,
             short_reply_tokens=short_reply, agent_context_tokens=agent_context, seed=seed,
-            keep_tables=out is not None, sample_sessions=sample_sessions, progress=True,
+            keep_tables=out is not None, jobs=jobs, engine=engine, scheduler=scheduler,
+            sample_sessions=sample_sessions, progress=True,
         )  # fmt: skip
         if out is not None:
             written = write_out_dir(result, out, force=force)

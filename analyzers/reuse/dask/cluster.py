@@ -60,8 +60,9 @@ class ClusterFacts:
         )
 
 
-def local_workers(budget_bytes: int) -> int:
-    """Workers of a local cluster: one per CPU, at most one per MIN_LOCAL_WORKER_BYTES."""
+def local_workers(budget_bytes: int, min_worker_bytes: int = MIN_LOCAL_WORKER_BYTES) -> int:
+    """Workers of a local cluster: one per CPU, at most one per ``min_worker_bytes`` of the
+    budget (:data:`MIN_LOCAL_WORKER_BYTES`, or more for work that needs more)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
@@ -72,7 +73,7 @@ def local_workers(budget_bytes: int) -> int:
             f"which needs at least {MIN_LOCAL_WORKER_BYTES:,}; raise --memory-budget",
             parameter="memory_budget",
         )
-    return max(1, min(cpus, budget_bytes // MIN_LOCAL_WORKER_BYTES))
+    return max(1, min(cpus, budget_bytes // max(min_worker_bytes, MIN_LOCAL_WORKER_BYTES)))
 
 
 def _facts(client: Client, cluster: str, address: str) -> ClusterFacts:
@@ -193,9 +194,11 @@ def dask_setup(worker: object) -> None:
 
 @contextlib.contextmanager
 def dask_client(
-    scheduler: str | None, *, memory_budget_bytes: int
+    scheduler: str | None, *, memory_budget_bytes: int, min_worker_bytes: int = 0
 ) -> Iterator[tuple[Client, ClusterFacts]]:
-    """A client of the ``scheduler``'s cluster, or of a local one started (and closed) here.
+    """A client of the ``scheduler``'s cluster, or of a local one started (and closed) here:
+    one worker per CPU, at most one per ``min_worker_bytes`` (at least
+    :data:`MIN_LOCAL_WORKER_BYTES`) of ``memory_budget_bytes``, which they share.
 
     The local cluster is closed however the block ends (an error, Ctrl-C): no process of it
     outlives the call.
@@ -209,7 +212,7 @@ def dask_client(
         return
     from distributed import Client, LocalCluster
 
-    workers = local_workers(memory_budget_bytes)
+    workers = local_workers(memory_budget_bytes, min_worker_bytes)
     with contextlib.ExitStack() as stack:
         with (
             sigint_ignored(),

@@ -42,7 +42,12 @@ def _stage_of(key: Any, default: str) -> str:
 
 
 def cluster_failure(
-    e: BaseException, facts: ClusterFacts | None, stage: Stage, *, local: bool
+    e: BaseException,
+    facts: ClusterFacts | None,
+    stage: Stage,
+    *,
+    local: bool,
+    todo: str | None = None,
 ) -> RunFailed | None:
     """The one-line :class:`RunFailed` for a failure of the cluster, or None for anything else.
 
@@ -57,7 +62,7 @@ def cluster_failure(
         return None
     limit = facts.worker_memory_limit_bytes if facts is not None else None
     memory = f"worker memory limit {limit / 2**30:.2f} GiB" if limit else "worker memory"
-    todo = (
+    todo = todo or (
         "raise --memory-budget, or run on more workers (--scheduler)"
         if local
         else "give the workers more memory, or add workers"

@@ -1,0 +1,498 @@
+"""Independent simulations on one workload: in this process, in worker processes, or on Dask.
+
+A replay's load and size points and the recommender's grid are many simulations of one
+:class:`~fcctl.analyzers.replay.workload.Workload`, each independent and deterministic (its own
+:class:`~fcctl.analyzers.replay.engine.Simulation`, seeded), so where one runs changes nothing
+in its result. A :class:`Runner` runs a batch of :class:`SimTask` and reports each result as it
+finishes; :func:`open_runner` picks one from an :class:`Execution`:
+
+* ``engine="local"``, ``jobs=1``: one after another in this process.
+* ``engine="local"``, ``jobs=N``: N spawned processes, each given the workload once (pickled
+  when it starts: the workload, not the trace, so no worker rebuilds it or holds the trace's
+  block hashes).
+* ``engine="dask"``: the workload is scattered once to every worker of the cluster
+  (``broadcast``: one copy per worker, about 4 bytes a block access plus the per-request
+  arrays, less than the trace's hash lists) and each simulation is a task on it. A worker
+  that dies loses only its copy and its task, which the scheduler runs again on another
+  (``distributed.scheduler.allowed-failures``); a run the cluster cannot finish (every copy
+  lost, a task's workers dead past the retries, the scheduler gone) raises
+  :class:`~fcctl.common.errors.RunFailed`, one line (exit 1), as ``fcctl analyze --engine
+  dask`` does. Without ``scheduler`` a local cluster is started for the run and closed on
+  every way out (:func:`fcctl.analyzers.reuse.dask_engine.dask_client`).
+
+**Worker counts** (:func:`default_jobs`): the CPUs this process may run on, at most one per
+:func:`worker_bytes` (what a worker process holding the workload peaks at while it simulates)
+within the memory budget (default 30 % of this machine's memory), at least one; a workload
+under :data:`PARALLEL_MIN_ACCESSES` block accesses runs here (its simulations are quicker than
+a worker's start).
+
+**Progress.** Every runner reports a simulation's requests as it goes (the engine calls back
+every 1,024 requests): in this process directly, from worker processes over a queue, from Dask
+workers as events of a topic of the run; :class:`SimulationDisplay` draws one line per
+simulation in flight beside the overall line, each with the time left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from multiprocessing import resource_tracker
+from typing import TYPE_CHECKING, Any, Protocol
+
+from fcctl.common.errors import FcctlInputError, RunFailed
+from fcctl.common.progress import Progress, Task
+from fcctl.common.signals import starting_children, worker_ignores_sigint
+
+if TYPE_CHECKING:
+    from fcctl.analyzers.replay.result import PolicyResult
+    from fcctl.analyzers.replay.workload import Workload
+
+ENGINES: tuple[str, ...] = ("local", "dask")
+#: A simulation worker's peak memory: a base (interpreter, numpy, polars, numba) plus bytes per
+#: block access of the workload it holds (its dense block ids, the store's per-block arrays,
+#: the per-request logs). Measured: a worker of the whole Claude Code trace (94.3 M accesses,
+#: 49 K requests) peaks at 1.0 GiB (VmHWM, docs/benchmarks.md, issue #19); this says 1.5 GB.
+WORKER_BASE_BYTES = 512 << 20
+WORKER_BYTES_PER_ACCESS = 10
+WORKER_BYTES_PER_REQUEST = 1024
+#: Below this many block accesses a simulation takes well under a second, less than a worker
+#: process takes to start (about a second: the interpreter, numpy, polars, the numba cache),
+#: so the default runs them here.
+PARALLEL_MIN_ACCESSES = 1_000_000
+#: Seconds between looks at the progress queue while waiting for results.
+POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class SimTask:
+    """One simulation: ``policy`` at a rate (requests/s) or a concurrency, with ``config``
+    (a :class:`~fcctl.analyzers.replay.run.ReplayConfig`: the node's sizes, the placement)."""
+
+    config: Any
+    policy: str
+    rate: float | None
+    concurrency: int | None = None
+
+    @property
+    def label(self) -> str:
+        at = f"{self.rate:.3g} req/s" if self.rate is not None else f"{self.concurrency} sessions"
+        return f"{self.policy} at {at}"
+
+
+#: Runs one task on a workload: :func:`fcctl.analyzers.replay.run.run_task` (passed in, so this
+#: module does not import the simulator; a module-level function pickles by reference).
+TaskFn = Callable[["Workload", SimTask, "Callable[[int], None] | None"], "PolicyResult"]
+Done = Callable[[int, "PolicyResult"], None]
+Advance = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Where simulations run: ``engine`` (local or dask), ``jobs`` (local worker processes;
+    None: :func:`default_jobs`), ``scheduler`` (a Dask scheduler's address; None: a local
+    cluster), ``memory_budget_bytes`` (what the run may use; None: 30 % of the machine's)."""
+
+    engine: str = "local"
+    jobs: int | None = 1
+    scheduler: str | None = None
+    memory_budget_bytes: int | None = None
+
+
+def check_execution(execution: Execution) -> None:
+    """Refuse an unknown engine, bad jobs, a scheduler without dask, dask when not installed."""
+    from fcctl.analyzers.reuse.bounded import check_engine
+
+    check_engine(execution.engine, execution.scheduler)
+    jobs = execution.jobs
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise FcctlInputError(f"jobs: must be an integer >= 1; got {jobs!r}", parameter="jobs")
+    if execution.engine == "dask" and jobs not in (None, 1):
+        raise FcctlInputError(
+            f"jobs: local worker processes; with engine dask the cluster's workers run the "
+            f"simulations (a local cluster: one per CPU within the memory budget); got {jobs!r}",
+            parameter="jobs",
+        )
+
+
+def worker_bytes(w: Workload) -> int:
+    """A simulation worker's peak memory holding ``w`` (module docstring), bytes."""
+    return (
+        WORKER_BASE_BYTES
+        + w.block_accesses * WORKER_BYTES_PER_ACCESS
+        + w.requests * WORKER_BYTES_PER_REQUEST
+    )
+
+
+def cpus() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def budget_bytes(memory_budget_bytes: int | None) -> int:
+    from fcctl.analyzers.reuse.bounded import default_memory_budget
+
+    return default_memory_budget() if memory_budget_bytes is None else memory_budget_bytes
+
+
+def default_jobs(w: Workload, memory_budget_bytes: int | None = None) -> int:
+    """Worker processes: the CPUs available, at most one per :func:`worker_bytes` within the
+    memory budget (default 30 % of the machine's), at least one; one (this process) for a
+    workload under :data:`PARALLEL_MIN_ACCESSES` block accesses."""
+    if w.block_accesses < PARALLEL_MIN_ACCESSES:
+        return 1
+    room = budget_bytes(memory_budget_bytes) // worker_bytes(w)
+    return max(1, min(cpus(), room))
+
+
+class Runner(Protocol):
+    """Runs batches of tasks on one workload; ``close`` stops its workers."""
+
+    #: ``provenance.engine`` of a result: what ran the simulations.
+    facts: dict[str, Any]
+
+    def run(self, tasks: Sequence[SimTask], done: Done, advance: Advance | None = None) -> None:
+        """Run every task; ``done(i, result)`` as task ``i`` finishes (any order),
+        ``advance(i, requests)`` as it goes."""
+        ...
+
+    def close(self, *, abort: bool = False) -> None: ...
+
+
+class SerialRunner:
+    """Every task in this process, in order."""
+
+    def __init__(self, workload: Workload, fn: TaskFn) -> None:
+        self._workload = workload
+        self._fn = fn
+        self.facts: dict[str, Any] = {"name": "local", "jobs": 1}
+
+    def run(self, tasks: Sequence[SimTask], done: Done, advance: Advance | None = None) -> None:
+        for i, task in enumerate(tasks):
+            step = None if advance is None else _bind(advance, i)
+            done(i, self._fn(self._workload, task, step))
+
+    def close(self, *, abort: bool = False) -> None:
+        del abort
+
+
+def _bind(advance: Advance, i: int) -> Callable[[int], None]:
+    def step(n: int) -> None:
+        advance(i, n)
+
+    return step
+
+
+# One per worker process: the workload and the function that runs a task on it.
+_WORKER: tuple[Workload, TaskFn, Any] | None = None
+
+
+class _Holder:
+    """The workload as an initializer argument the parent can let go of once every worker has
+    started: the pool keeps its initializer arguments for its whole life."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload: Workload | None = workload
+
+
+def _init_worker(holder: _Holder, fn: TaskFn, updates: Any) -> None:
+    global _WORKER
+    # The parent owns the workers and stops them on Ctrl-C (which reaches the whole process
+    # group) and on SIGTERM (see ProcessRunner.close).
+    worker_ignores_sigint()
+    assert holder.workload is not None, "the workload was released before this worker started"
+    _WORKER = (holder.workload, fn, updates)
+
+
+def _worker_run(i: int, task: SimTask) -> PolicyResult:
+    assert _WORKER is not None, "worker not initialised"
+    workload, fn, updates = _WORKER
+
+    def step(n: int) -> None:
+        with contextlib.suppress(Exception):  # progress is best effort
+            updates.put_nowait((i, n))
+
+    return fn(workload, task, step)
+
+
+class ProcessRunner:
+    """Tasks in ``jobs`` spawned processes, each given the workload once."""
+
+    def __init__(self, workload: Workload, fn: TaskFn, jobs: int) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._jobs = jobs
+        self._holder = _Holder(workload)
+        self._updates = ctx.Queue()
+        self._pool: ProcessPoolExecutor | None = ProcessPoolExecutor(
+            max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+            initargs=(self._holder, fn, self._updates),
+        )  # fmt: skip
+        self._batch = 0
+        self.facts: dict[str, Any] = {"name": "local", "jobs": jobs}
+
+    def run(self, tasks: Sequence[SimTask], done: Done, advance: Advance | None = None) -> None:
+        assert self._pool is not None, "the runner is closed"
+        # Task numbers are unique over the runner's life: a late update of an earlier batch
+        # is told apart from this one's.
+        base = self._batch
+        self._batch += len(tasks)
+        # Workers start in submit, with interrupts held until they have (see starting_children:
+        # no traceback from a worker cut off while it starts, none from one hit by Ctrl-C).
+        # multiprocessing starts its resource tracker with the first worker, and unblocks
+        # SIGINT when it does: started before, it leaves the mask alone.
+        resource_tracker.ensure_running()
+        with starting_children():
+            futures = {
+                self._pool.submit(_worker_run, base + i, task): i for i, task in enumerate(tasks)
+            }
+        # Each worker was started (the workload pickled to it) by a submit once enough wait.
+        if self._batch >= self._jobs:
+            self._holder.workload = None
+        pending: set[Future[Any]] = set(futures)
+        try:
+            while pending:
+                finished, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+                self._drain(base, len(tasks), advance)
+                for f in finished:
+                    done(futures[f], f.result())
+        except BrokenProcessPool:
+            raise RunFailed(
+                f"a simulation worker process died (out of memory? {self._jobs} workers each "
+                "hold the workload); run with fewer --jobs"
+            ) from None
+
+    def _drain(self, base: int, n: int, advance: Advance | None) -> None:
+        while True:
+            try:
+                i, requests = self._updates.get_nowait()
+            except (queue.Empty, OSError, ValueError):
+                return
+            if advance is not None and base <= i < base + n:
+                advance(i - base, requests)
+
+    def close(self, *, abort: bool = False) -> None:
+        """Stop the workers: after their tasks, or (``abort``: an error or an interrupt in the
+        parent) at once, tasks in flight dropped, so none outlives the run."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if abort:
+            # The executor offers no way to stop busy workers before Python 3.14
+            # (terminate_workers); its process table is the only list of them.
+            processes = list((getattr(pool, "_processes", None) or {}).values())
+            for process in processes:
+                with contextlib.suppress(OSError, ValueError):
+                    process.terminate()
+            for process in processes:
+                process.join(timeout=5)
+                if process.is_alive():
+                    process.kill()
+                    process.join()
+        # With no worker left the executor's own thread ends at once; waited for, so it is not
+        # still closing its pipes when the interpreter's exit hook writes to them.
+        pool.shutdown(wait=True, cancel_futures=True)
+        self._updates.close()
+        self._updates.join_thread()
+
+
+def _dask_run(fn: TaskFn, workload: Workload, topic: str, i: int, task: SimTask) -> PolicyResult:
+    """A task on a Dask worker: the simulation, its progress sent as events of ``topic``."""
+    from distributed import get_worker
+
+    worker = get_worker()
+
+    def step(n: int) -> None:
+        with contextlib.suppress(Exception):  # progress is best effort
+            worker.log_event(topic, (i, n))
+
+    return fn(workload, task, step)
+
+
+class DaskRunner:
+    """Tasks on a Dask cluster, the workload scattered once to every worker."""
+
+    def __init__(self, client: Any, cluster_facts: Any, workload: Workload, fn: TaskFn) -> None:
+        import dataclasses
+
+        self._client = client
+        self._fn = fn
+        self._topic = f"fcctl-simulation-progress-{uuid.uuid4().hex}"
+        self._updates: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
+        self._batch = 0
+        self.facts: dict[str, Any] = dataclasses.asdict(cluster_facts)
+        # One copy per worker (broadcast): the tasks find it where they run; hash=False: the
+        # key does not hash the arrays (hashing 100s of MB costs seconds).
+        self._workload = client.scatter(workload, broadcast=True, hash=False)
+        client.subscribe_topic(self._topic, self._on_event)
+
+    def _on_event(self, event: Any) -> None:
+        _, message = event
+        self._updates.put(tuple(message))
+
+    def run(self, tasks: Sequence[SimTask], done: Done, advance: Advance | None = None) -> None:
+        base = self._batch
+        self._batch += len(tasks)
+        finished: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        futures = {}
+        for i, task in enumerate(tasks):
+            future = self._client.submit(
+                _dask_run, self._fn, self._workload, self._topic, base + i, task, pure=False,
+                key=f"simulation-{uuid.uuid4().hex}",
+            )  # fmt: skip
+            futures[future] = i
+            future.add_done_callback(finished.put)
+        left = len(futures)
+        while left:
+            try:
+                future = finished.get(timeout=POLL_S)
+            except queue.Empty:
+                future = None
+            while True:
+                try:
+                    i, requests = self._updates.get_nowait()
+                except queue.Empty:
+                    break
+                if advance is not None and base <= i < base + len(tasks):
+                    advance(i - base, requests)
+            if future is not None:
+                left -= 1
+                done(futures[future], future.result())
+
+    def close(self, *, abort: bool = False) -> None:
+        del abort
+        with contextlib.suppress(Exception):
+            self._client.unsubscribe_topic(self._topic)
+        with contextlib.suppress(Exception):
+            self._client.cancel([self._workload], force=True)
+
+
+@contextlib.contextmanager
+def open_runner(workload: Workload, fn: TaskFn, execution: Execution) -> Iterator[Runner]:
+    """The :class:`Runner` of ``execution`` on ``workload``, closed on every way out; a
+    failure of the Dask cluster is one line (:class:`~fcctl.common.errors.RunFailed`)."""
+    check_execution(execution)
+    if execution.engine == "dask":
+        dask_runner = _dask_runner(workload, fn, execution)
+        del workload  # the workers hold it: this frame does not need to
+        with dask_runner as runner:
+            yield runner
+        return
+    jobs = execution.jobs or default_jobs(workload, execution.memory_budget_bytes)
+    local: SerialRunner | ProcessRunner = (
+        SerialRunner(workload, fn) if jobs == 1 else ProcessRunner(workload, fn, jobs)
+    )
+    del workload  # held by the runner (or, until its workers start, by their initializer)
+    try:
+        yield local
+    except BaseException:
+        local.close(abort=True)
+        raise
+    local.close()
+
+
+@contextlib.contextmanager
+def _dask_runner(workload: Workload, fn: TaskFn, execution: Execution) -> Iterator[DaskRunner]:
+    from fcctl.analyzers.reuse.dask.failures import Stage, cluster_failure
+    from fcctl.analyzers.reuse.dask_engine import dask_client
+
+    need = worker_bytes(workload)
+    budget = budget_bytes(execution.memory_budget_bytes)
+    local = execution.scheduler is None
+    stage = Stage()
+    facts = None
+    try:
+        with dask_client(
+            execution.scheduler, memory_budget_bytes=budget, min_worker_bytes=need
+        ) as (client, facts):
+            limit = facts.worker_memory_limit_bytes
+            if limit is not None and limit < need:
+                where = "memory_budget" if local else "scheduler"
+                raise FcctlInputError(
+                    f"{where}: a simulation worker holding this workload peaks at about "
+                    f"{need / 2**30:.2f} GiB, over the workers' memory limit of "
+                    f"{limit / 2**30:.2f} GiB; give the workers more memory"
+                    + (" (a larger --memory-budget where the command has one)" if local else ""),
+                    parameter=where,
+                )
+            stage.name = "scattering the workload to the workers"
+            runner = DaskRunner(client, facts, workload, fn)
+            del workload  # scattered: the workers hold their copies
+            try:
+                stage.name = "the simulations"
+                yield runner
+            finally:
+                runner.close()
+    except BaseException as e:
+        todo = (
+            "give each worker more memory (a larger --memory-budget where the command has "
+            "one) or run on a cluster with more (--scheduler)"
+            if local
+            else "give the workers more memory, or add workers"
+        )
+        failed = cluster_failure(e, facts, stage, local=local, todo=todo)
+        if failed is None:
+            raise
+        raise failed from None
+
+
+class SimulationDisplay:
+    """The overall line and one line per simulation in flight, each with the time left.
+
+    ``overall`` counts simulations (``per_simulation=1``) or requests
+    (``per_simulation=requests``): :meth:`advance` moves it by the requests a simulation ran
+    since its last report, :meth:`done` by what is left of its share.
+    """
+
+    def __init__(self, progress: Progress, overall: Task, requests: int, per_simulation: float):
+        self._progress = progress
+        self._overall = overall
+        self._requests = max(1, requests)
+        self._per = per_simulation
+        self._lines: dict[int, tuple[contextlib.ExitStack, Task]] = {}
+        self._seen: dict[int, int] = {}
+        self._labels: Sequence[str] = ()
+
+    def start(self, tasks: Sequence[SimTask]) -> None:
+        """A new batch: its labels; the lines of the previous batch are gone."""
+        self.finish()
+        self._labels = [t.label for t in tasks]
+        self._seen = {}
+
+    def advance(self, i: int, requests: int) -> None:
+        before = self._seen.get(i, 0)
+        if requests <= before:
+            return
+        self._seen[i] = requests
+        self._overall.advance((requests - before) * self._per / self._requests)
+        if self._progress.active:
+            if i not in self._lines:
+                stack = contextlib.ExitStack()
+                line = stack.enter_context(
+                    self._progress.task(f"  {self._labels[i]}", total=self._requests,
+                                        unit="requests")
+                )  # fmt: skip
+                self._lines[i] = (stack, line)
+            self._lines[i][1].update(requests)
+
+    def done(self, i: int) -> None:
+        before = self._seen.pop(i, 0)
+        self._overall.advance((self._requests - min(before, self._requests)) * self._per
+                              / self._requests)  # fmt: skip
+        self._seen[i] = self._requests
+        line = self._lines.pop(i, None)
+        if line is not None:
+            line[0].close()
+
+    def finish(self) -> None:
+        for stack, _ in self._lines.values():
+            stack.close()
+        self._lines = {}
