@@ -601,3 +601,41 @@ def test_prefill_busy_is_at_most_the_union_of_prefill_intervals() -> None:
     assert p.utilisation.prefill_max * span <= max(unions) + 1e-9
     assert p.utilisation.prefill_mean > 0
     assert overlapped  # the case the identity is about: prefills shared iterations
+
+
+# --- staging: a stated, swept parameter (#15.8) -------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_staging_of_the_peak_restore_bytes_cancels_nothing_for_staging(seed: int) -> None:
+    """Staging of at least the peak concurrent restore bytes (the peak occupancy with unbounded
+    staging) never makes a prefetch wait: the run is the unbounded one, every figure equal,
+    and no prefetch is cancelled waiting for staging; a smaller buffer does cancel for it."""
+    from tests.replay_helpers import BLOCK_BYTES
+
+    trace = random_session_trace(seed, sessions=24, turns=6)
+    w = build_workload(trace, TINY, 2)
+
+    def run(staging_blocks: int, ssd_bytes_per_s: float):  # type: ignore[no-untyped-def]
+        hw = tiny_node(
+            host=4, ssd=400, staging=staging_blocks, ssd_read_bytes_per_s=ssd_bytes_per_s,
+            ssd_stream_bytes_per_s=None,
+        )  # fmt: skip
+        return simulate(w, ReplayConfig(geometry=TINY, hardware=hw), "tiered", 200.0)
+
+    for ssd_rate in (20e6, 2e9):
+        unbounded = run(1 << 30, ssd_rate)
+        peak = unbounded.staging.peak_bytes
+        assert peak > 0 and peak % BLOCK_BYTES == 0
+        at_peak = run(peak // BLOCK_BYTES, ssd_rate)
+        assert at_peak.details["cancelled_waiting_for_staging"] == 0
+        assert dataclasses.replace(at_peak, staging=unbounded.staging) == unbounded
+        assert at_peak.staging.bytes == peak
+        if ssd_rate == 2e9:  # reads far inside their timeouts: nothing is cancelled at all
+            assert at_peak.cancelled_prefetches == 0
+        d = at_peak.details
+        assert d["cancelled_waiting_for_staging"] + d["cancelled_reading"] == (
+            at_peak.cancelled_prefetches
+        )
+    if seed == 0:  # two blocks of staging: prefetches queue for it and some time out waiting
+        assert run(2, 20e6).details["cancelled_waiting_for_staging"] > 0

@@ -11,6 +11,11 @@
   command per block and layer per rank (the eviction layout, as ``iobench`` reads it) on the
   shared SSD link, and holds its staging space until the request's prefill starts (the copy
   to the GPU happens then).
+* Staging: the buffer is ``staging_bytes`` per node (8 GiB per worker: LMCache's suggested
+  ``gds_buffer_size``), taken from the read's start and held until the request's prefill
+  starts. A staging buffer of at least the peak concurrent restore bytes (the peak staging
+  occupancy with unbounded staging) never makes a prefetch wait: the run is the unbounded one
+  and no prefetch is cancelled for staging (``details.cancelled_waiting_for_staging``).
 * Timeout: ``prefetch_timeout_s(tokens)`` after arrival (SGLang HiCache's rule) a prefetch
   still waiting for staging or still reading is cancelled and the prefix from its first SSD
   block on is recomputed (``--cancel discard``, the default: HiCache's ``terminate_prefetch``
@@ -63,6 +68,8 @@ class Tiered:
         self.pending: dict[int, _Prefetch] = {}
         self.held: dict[int, int] = {}  # request -> staging bytes held until prefill start
         self.cancelled = 0
+        # Why: still waiting for staging space at the timeout, or still reading.
+        self.cancelled_waiting = 0
         self.layer_commands = sim.w.geometry.layers * sim.stored_ranks
 
     def on_arrival(self, r: int, now: float) -> None:
@@ -127,6 +134,7 @@ class Tiered:
             self._take_staging(pf.reserve, now)
         else:
             self.waiting.remove(r)
+            self.cancelled_waiting += 1
         read_blocks = min(pf.n_ssd, math.floor(done_fraction * pf.n_ssd + 1e-9))
         log.ssd_read_bytes[r] = round(done_fraction * pf.bytes)
         if not self.credit_cancelled:
@@ -183,7 +191,11 @@ class Tiered:
         }
 
     def extra(self) -> dict[str, Any]:
-        return {"recycled_blocks": self.sim.store.ssd_recycled_blocks}
+        return {
+            "recycled_blocks": self.sim.store.ssd_recycled_blocks,
+            "cancelled_waiting_for_staging": self.cancelled_waiting,
+            "cancelled_reading": self.cancelled - self.cancelled_waiting,
+        }
 
 
 def make(sim: Simulation) -> Tiered:
