@@ -7,17 +7,21 @@ can recompute it from the ``--out`` per-request table:
 
 * **span**: from the first arrival to the last decode end; every utilisation is over it.
 * **steady-state window** ``[t10, t90]``: the arrival times of the requests at ranks
-  ``floor(0.1 (n - 1))`` and ``ceil(0.9 (n - 1))`` of the arrivals sorted; the first 10 % of
+  ``floor(0.1 (n - 1))`` and ``ceil(0.9 (n - 1))`` of all arrivals sorted (rejected requests
+  included: the window is the offered load's; ``schedule.central_window``); the first 10 % of
   arrivals (warm-up) and the last 10 % (drain) fall outside. With one request the window is
-  that arrival alone.
+  that arrival alone. On one clock the trace is time-scaled so that the offered rate arrives
+  over this window (``schedule.natural_rate_per_s``).
 * **achieved rate**: ``whole`` is requests over (last first token - first arrival); ``central``
   is the requests whose first token falls in the window over the window's length (None for a
   window of length 0). Both count requests *served*, so a node that cannot keep up shows a
   lower rate than what arrived.
-* **saturated**: the central rate is below ``1 - SATURATION_TOLERANCE`` of the reference: the
-  offered rate for per-session clocks (a turn waits for the previous turn's output, so
-  arrivals slow down with the node) and the arrival rate in the same window for traces on one
-  clock (arrivals are the trace's, time-scaled, whatever the node does).
+* **saturated**: the central rate is below ``1 - SATURATION_TOLERANCE`` of the reference, the
+  part of the offered load that ran: for per-session clocks the offered rate times the share
+  of the window's arrivals that were not rejected (a turn waits for the previous turn's
+  output, so arrivals slow down with the node), for traces on one clock the arrival rate of
+  the requests that ran in the same window (arrivals are the trace's, time-scaled, whatever
+  the node does).
 * **utilisation** (fractions of the span): ``prefill_mean``/``prefill_max`` are each worker's
   prefill busy time (the time of its iterations that carried prefill chunks, host->GPU copies
   included; the engine's ``prefill_busy_s``) over the span, mean and max over workers, so
@@ -39,19 +43,19 @@ can recompute it from the ``--out`` per-request table:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
+from fcctl.analyzers.traces.schedule import central_window
+
 #: A run is saturated when its central achieved rate is more than this fraction below its
 #: reference rate (module docstring). 10 %: sampling noise of Poisson session starts on the
 #: bundled samples stays inside it, a node that falls behind does not.
 SATURATION_TOLERANCE = 0.10
 #: The steady-state window's quantiles of the arrivals.
-WINDOW_QUANTILES = (0.10, 0.90)
 
 
 @dataclass(frozen=True)
@@ -106,13 +110,7 @@ class Window:
 
 def window_of(arrival_s: np.ndarray) -> Window:
     """The steady-state window of ``arrival_s`` (module docstring)."""
-    a = np.sort(arrival_s)
-    n = a.shape[0]
-    lo = math.floor(WINDOW_QUANTILES[0] * (n - 1))
-    hi = math.ceil(WINDOW_QUANTILES[1] * (n - 1))
-    start, end = float(a[lo]), float(a[hi])
-    inside = int(np.count_nonzero((arrival_s >= start) & (arrival_s <= end)))
-    return Window(start, end, inside)
+    return Window(*central_window(arrival_s))
 
 
 def occupancy(starts: np.ndarray, ends: np.ndarray, t0: float, t1: float) -> MeanMax:
@@ -178,8 +176,10 @@ def operating_point(
     staging_peak_bytes: int,
     staging_integral: float,
     worker_prefill_busy_s: Sequence[float] | None = None,
+    rejected_arrival_s: np.ndarray | None = None,
 ) -> OperatingPoint:
-    """The operating point of a finished run from its per-request ``table`` (engine columns)."""
+    """The operating point of a finished run from its per-request ``table`` (engine columns:
+    the requests that ran) and the arrivals of the requests rejected (never run)."""
     arrival = table["arrival_s"].to_numpy()
     first = table["first_token_s"].to_numpy()
     start = table["start_s"].to_numpy()
@@ -188,7 +188,15 @@ def operating_point(
     worker = table["worker"].to_numpy()
     t0, t1 = float(arrival.min()), float(end.max())
     span = t1 - t0
-    window = window_of(arrival)
+    # The window is the offered load's: every arrival, rejected requests' too, so that on one
+    # clock it holds the offered rate exactly; the reference the achieved rate is held to is
+    # the part of it that ran.
+    offered_arrivals = (
+        arrival
+        if rejected_arrival_s is None or rejected_arrival_s.shape[0] == 0
+        else np.concatenate([arrival, rejected_arrival_s])
+    )
+    window = window_of(offered_arrivals)
     length = window.end_s - window.start_s
     served = float(first.max() - t0)
     whole = arrival.shape[0] / served if served > 0 else None
@@ -197,8 +205,11 @@ def operating_point(
     if length > 0:
         in_window = (first >= window.start_s) & (first <= window.end_s)
         central = int(np.count_nonzero(in_window)) / length
+        ran = int(np.count_nonzero((arrival >= window.start_s) & (arrival <= window.end_s)))
         if not closed_loop:
-            reference = window.requests / length
+            reference = ran / length
+        elif reference is not None and window.requests:
+            reference *= ran / window.requests
     saturated = bool(
         central is not None
         and reference is not None

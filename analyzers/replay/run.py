@@ -195,6 +195,7 @@ def summarize(
         staging_peak_bytes=sim.staging.peak,
         staging_integral=sim.staging.integral(t_end),
         worker_prefill_busy_s=sim.prefill_busy_s,
+        rejected_arrival_s=rejected["arrival_s"].to_numpy(),
     )
     return PolicyResult(
         gpu_hit_share=delivered / accesses if accesses else None,

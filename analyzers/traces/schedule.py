@@ -231,10 +231,34 @@ def session_ordinals(requests: pl.DataFrame) -> tuple[np.ndarray, int]:
     return _session_ordinals(requests)
 
 
+#: The steady-state window: arrivals between these rank quantiles (warm-up and drain outside).
+WINDOW_QUANTILES = (0.10, 0.90)
+
+
+def central_window(timestamps_s: np.ndarray) -> tuple[float, float, int]:
+    """``(start, end, requests)``: the times of the arrivals at ranks ``floor(0.1 (n - 1))``
+    and ``ceil(0.9 (n - 1))`` of ``timestamps_s`` sorted, and how many arrive in ``[start,
+    end]`` (replay's steady-state window, analyzers/replay/operating.py)."""
+    a = np.sort(np.asarray(timestamps_s, dtype=np.float64))
+    n = a.shape[0]
+    lo = math.floor(WINDOW_QUANTILES[0] * (n - 1))
+    hi = math.ceil(WINDOW_QUANTILES[1] * (n - 1))
+    start, end = float(a[lo]), float(a[hi])
+    inside = int(np.searchsorted(a, end, side="right") - np.searchsorted(a, start, side="left"))
+    return start, end, inside
+
+
 def natural_rate_per_s(timestamps_s: np.ndarray) -> float | None:
-    """Requests / (last - first timestamp); ``None`` for fewer than two distinct times."""
+    """The trace's own request rate: the requests arriving in its steady-state window (the
+    middle 80 % of arrivals, :func:`central_window`) over the window's length, so a rate
+    given to :func:`time_scaled` is the rate arriving over the window the replay measures, a
+    long tail of late sessions notwithstanding. Requests / (last - first timestamp) when the
+    window has no length; ``None`` for fewer than two distinct times."""
     if timestamps_s.shape[0] < 2:
         return None
+    start, end, inside = central_window(timestamps_s)
+    if end > start:
+        return inside / (end - start)
     span = float(timestamps_s.max() - timestamps_s.min())
     return timestamps_s.shape[0] / span if span > 0 else None
 
@@ -243,7 +267,8 @@ def time_scaled(timestamps_s: np.ndarray, rate_requests_per_s: float) -> np.ndar
     """Absolute-time arrivals stretched or squeezed to ``rate_requests_per_s`` requests/s.
 
     Arrival ``i`` becomes ``(t_i - t_0) * natural_rate / rate`` (the first at 0), keeping every
-    gap's proportion; a trace whose requests all arrive at once stays at 0.
+    gap's proportion, so ``rate`` requests/s arrive over the steady-state window
+    (:func:`natural_rate_per_s`); a trace whose requests all arrive at once stays at 0.
     """
     rate = check_rate(rate_requests_per_s, "rate")
     t = np.asarray(timestamps_s, dtype=np.float64)
