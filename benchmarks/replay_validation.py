@@ -30,8 +30,9 @@ by ``--sample-sessions 0.1`` and fewer points):
   per-session clocks with the trace's think times;
 * ``concurrency``: the node preset, closed loop of 8, 32, 128 and all sessions;
 * ``staging``: the node preset, ``tiered`` with every session active at once (concurrency
-  ``all``, Dynamo's replay of this trace) and 16 GiB, 64 GiB, 256 GiB and 1 TiB of staging (one run per size: ``--out`` names a size list's
-  per-request tables by load only, so the sizes would overwrite each other's);
+  ``all``, Dynamo's replay of this trace) and 16 GiB, 64 GiB, 256 GiB and 1 TiB of staging
+  (one run per size: ``--out`` names a size list's per-request tables by load only, so the
+  sizes would overwrite each other's);
 * ``host-scope``: node vs worker host memory, when ``fcctl replay --help`` lists
   ``--host-scope`` (skipped otherwise, and the output says so);
 * ``paper-shaped``: one worker, DeepSeek-sized KV per token, 5 GB/s of SSD per worker
