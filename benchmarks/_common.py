@@ -1,9 +1,11 @@
 """Helpers the benchmark scripts share: child-process timing, the oracleGeneral block stream,
-libCacheSim's LRU run in a child.
+libCacheSim's LRU run in a child, Dynamo's offline replay run in a child.
 
-Run as ``python3 benchmarks/_common.py _lcs STREAM CAP...`` (libCacheSim child) or
+Run as ``python3 benchmarks/_common.py _lcs STREAM CAP...`` (libCacheSim child),
 ``python3 benchmarks/_common.py _stream TRACE.parquet DEST`` (write the stream in a child, so the
-parent stays small: a child's ``ru_maxrss`` starts from its forking parent's peak).
+parent stays small: a child's ``ru_maxrss`` starts from its forking parent's peak) or
+``DYNAMO_PYTHON benchmarks/_common.py _dynamo TRACE SETTINGS_JSON`` (one Dynamo replay, in the
+interpreter that has ``ai-dynamo`` 1.6.1).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 GiB = 1 << 30
@@ -113,9 +116,77 @@ def lcs_command(stream: Path, capacities_blocks: list[int]) -> list[str]:
     return [sys.executable, __file__, "_lcs", str(stream), *[str(c) for c in capacities_blocks]]
 
 
+def dynamo_worker(trace: str, settings_json: str) -> None:
+    """Child mode (Dynamo's interpreter): one offline replay; print its summary as JSON.
+
+    ``settings``: ``engine`` (engine arguments), ``num_workers``, ``trace_block_size``,
+    ``router_mode`` and optionally ``arrival_speedup_ratio`` (default 1) and ``trace_format``
+    (default ``mooncake``).
+    """
+    from dynamo.replay import run_trace_replay
+
+    s = json.loads(settings_json)
+    start = time.perf_counter()
+    report = run_trace_replay(
+        trace,
+        trace_format=s.get("trace_format", "mooncake"),
+        extra_engine_args={"engine": s["engine"], "num_gpu_blocks_is_explicit": True},
+        num_workers=s["num_workers"],
+        trace_block_size=s["trace_block_size"],
+        router_mode=s["router_mode"],
+        arrival_speedup_ratio=s.get("arrival_speedup_ratio", 1.0),
+    )
+    seconds = time.perf_counter() - start
+    summary = dict(report.summary)
+    print(json.dumps({"seconds": seconds, "summary": summary}, default=str))
+
+
+def dynamo_engine(
+    *,
+    block_tokens: int,
+    bytes_per_token: int,
+    gpu_blocks: int,
+    host_blocks: int | None = None,
+    host_to_gpu_bytes_per_s: float = 0.0,
+    g3_blocks: int | None = None,
+    g3_bytes_per_s: float = 0.0,
+) -> dict[str, Any]:
+    """Dynamo mocker engine arguments: GPU blocks per worker, optionally a host tier per worker
+    (``native_host_offload``) and a node-shared disk tier (``g3_offload``, ``cluster_shared``)."""
+    engine: dict[str, Any] = {
+        "num_gpu_blocks": gpu_blocks,
+        "block_size": block_tokens,
+        "kv_cache_bytes_per_token": bytes_per_token,
+        "enable_prefix_caching": True,
+    }
+    if host_blocks:
+        gbps = host_to_gpu_bytes_per_s / 1e9
+        engine["native_host_offload"] = {
+            "num_host_blocks": host_blocks,
+            "kv_layout_id": "fcctl-bench",
+            "h2d_bandwidth_gbps": gbps,
+            "d2h_bandwidth_gbps": gbps,
+        }
+    if g3_blocks:
+        engine["g3_offload"] = {
+            "num_g3_blocks": g3_blocks,
+            "scope": "cluster_shared",
+            "shared_read_bandwidth_gbps": g3_bytes_per_s / 1e9,
+            "shared_write_bandwidth_gbps": g3_bytes_per_s / 1e9,
+        }
+    return engine
+
+
+def dynamo_command(python: str, trace: Path, settings: dict[str, Any]) -> list[str]:
+    """The command that runs :func:`dynamo_worker` in ``python`` (Dynamo's interpreter)."""
+    return [python, __file__, "_dynamo", str(trace), json.dumps(settings)]
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "_lcs":
         lcs_worker(sys.argv[2], [int(c) for c in sys.argv[3:]])
     elif sys.argv[1] == "_stream":
         n_acc, n_blocks = write_oracle_general(Path(sys.argv[2]), Path(sys.argv[3]))
         print(json.dumps({"accesses": n_acc, "blocks": n_blocks}))
+    elif sys.argv[1] == "_dynamo":
+        dynamo_worker(sys.argv[2], sys.argv[3])

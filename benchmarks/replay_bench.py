@@ -31,36 +31,15 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, lcs_command, prepare, run_child
+from _common import REPO, dynamo_command, dynamo_engine, lcs_command, prepare, run_child
 
 TRACES = REPO.parent / "shared/traces"
 CLAUDE = TRACES / "weka_kv_cache_tester/claude_code_traces.jsonl.gz"
 MOONCAKE = TRACES / "mooncake/conversation_trace.jsonl"
 POLICIES = ("memory-only", "tiered", "flat", "flat-fcfs")
-
-
-def dynamo_worker(trace: str, settings_json: str) -> None:
-    """Child mode (Dynamo's interpreter): one offline replay; print its summary as JSON."""
-    from dynamo.replay import run_trace_replay
-
-    s = json.loads(settings_json)
-    start = time.perf_counter()
-    report = run_trace_replay(
-        trace,
-        trace_format="mooncake",
-        extra_engine_args={"engine": s["engine"], "num_gpu_blocks_is_explicit": True},
-        num_workers=s["num_workers"],
-        trace_block_size=s["trace_block_size"],
-        router_mode=s["router_mode"],
-        arrival_speedup_ratio=1.0,
-    )
-    seconds = time.perf_counter() - start
-    summary = dict(report.summary)
-    print(json.dumps({"seconds": seconds, "summary": summary}, default=str))
 
 
 def dynamo_settings(model: str, hardware: str, router_mode: str) -> dict[str, Any]:
@@ -72,25 +51,15 @@ def dynamo_settings(model: str, hardware: str, router_mode: str) -> dict[str, An
     geom = model_geometry(model)
     block_tokens = 512  # the Mooncake traces' hash block
     block_bytes = geom.bytes_per_token * block_tokens
-    h2d_gbps = hw.host_to_gpu_effective_bytes_per_s / 1e9
-    engine = {
-        "num_gpu_blocks": hw.gpu_kv_bytes // block_bytes,
-        "block_size": block_tokens,
-        "kv_cache_bytes_per_token": geom.bytes_per_token,
-        "enable_prefix_caching": True,
-        "native_host_offload": {
-            "num_host_blocks": hw.host_memory_bytes // hw.gpus // block_bytes,
-            "kv_layout_id": "fcctl-bench",
-            "h2d_bandwidth_gbps": h2d_gbps,
-            "d2h_bandwidth_gbps": h2d_gbps,
-        },
-        "g3_offload": {
-            "num_g3_blocks": hw.ssd_bytes // block_bytes,
-            "scope": "cluster_shared",
-            "shared_read_bandwidth_gbps": hw.ssd_read_bytes_per_s / 1e9,
-            "shared_write_bandwidth_gbps": hw.ssd_read_bytes_per_s / 1e9,
-        },
-    }
+    engine = dynamo_engine(
+        block_tokens=block_tokens,
+        bytes_per_token=geom.bytes_per_token,
+        gpu_blocks=hw.gpu_kv_bytes // block_bytes,
+        host_blocks=hw.host_memory_bytes // hw.gpus // block_bytes,
+        host_to_gpu_bytes_per_s=hw.host_to_gpu_effective_bytes_per_s,
+        g3_blocks=hw.ssd_bytes // block_bytes,
+        g3_bytes_per_s=hw.ssd_read_bytes_per_s,
+    )
     return {
         "engine": engine,
         "num_workers": hw.gpus,
@@ -169,13 +138,7 @@ def main() -> None:
             *hw_flags,
         ]
         settings = dynamo_settings(args.model, args.hardware, args.dynamo_router)
-        dyn_cmd = [
-            args.dynamo_python,
-            __file__,
-            "_dynamo",
-            str(args.mooncake),
-            json.dumps(settings),
-        ]
+        dyn_cmd = dynamo_command(args.dynamo_python, args.mooncake, settings)
         print(f"Dynamo settings: {json.dumps(settings)}", flush=True)
 
     run_child(ours_cmd)  # warm-up: compiles (and caches) the numba kernels
@@ -281,7 +244,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "_dynamo":
-        dynamo_worker(sys.argv[2], sys.argv[3])
-    else:
-        main()
+    main()
