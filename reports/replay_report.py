@@ -150,16 +150,43 @@ def _charts(result: ReplayResult, d: Path) -> list[str]:
     return ["hit_share.png", "ttft.png"]
 
 
+def _size_token(n: int) -> str:
+    """A size for a file name: whole TiB, GiB or MiB when it is one, else bytes."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20)):
+        if n and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return f"{n}B"
+
+
+def _size_suffixes(result: ReplayResult) -> list[str]:
+    """Per load point, ``-<size><value>`` for each size that differs between the points (a
+    ``--staging 16GiB,1TiB`` sweep), so no two points' tables share a file; empty otherwise."""
+    keys = sorted({k for point in result.rates for k in point.sizes})
+    varying = [k for k in keys if len({point.sizes.get(k) for point in result.rates}) > 1]
+    short = {"gpu_kv_bytes": "gpu", "host_memory_bytes": "host", "staging_bytes": "staging"}
+    return [
+        "".join(
+            f"-{short.get(k, k)}{_size_token(point.sizes[k])}"
+            for k in varying
+            if point.sizes.get(k) is not None
+        )
+        for point in result.rates
+    ]
+
+
 def write_out_dir(result: ReplayResult, out: Path, *, force: bool = False) -> list[str]:
-    """``replay.json``, ``requests-<policy>-rate<rate>.parquet`` per cell, two charts."""
+    """``replay.json``, ``requests-<policy>-rate<rate>[-<size>...].parquet`` per cell (the
+    sizes named when a size list made several points of one load), two charts."""
     with atomic_out_dir(out, force=force, marker=OUT_MARKER, command="replay") as d:
         write_json_file(result, d / OUT_MARKER)
         names = [OUT_MARKER]
-        for rate in result.rates:
+        for rate, suffix in zip(result.rates, _size_suffixes(result), strict=True):
             for name, p in rate.policies.items():
                 if p.table is not None:
                     load = f"rate{rate.rate:g}" if rate.rate is not None else f"c{rate.concurrency}"
-                    fname = f"requests-{name}-{load}.parquet"
+                    fname = f"requests-{name}-{load}{suffix}.parquet"
+                    if fname in names:  # never one table over another
+                        raise RuntimeError(f"two load points would both write {fname}")
                     p.table.write_parquet(d / fname)
                     names.append(fname)
         names += _charts(result, d)

@@ -99,6 +99,22 @@ def test_out_dir(tmp_path: Path) -> None:
     assert again.exit_code == 2 and "--force" in again.stderr
 
 
+def test_out_dir_with_a_size_list_keeps_every_points_table(tmp_path: Path) -> None:
+    """Two staging sizes at one rate are two load points: two tables, named by the size."""
+    out = tmp_path / "r"
+    result = _run(CLAUDE, "--rates", "1", "--policies", "tiered", "--staging", "16GiB,1TiB",
+                  "--out", str(out))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in out.iterdir() if p.suffix == ".parquet")
+    assert names == ["requests-tiered-rate1-staging16GiB.parquet",
+                     "requests-tiered-rate1-staging1TiB.parquet"]  # fmt: skip
+    doc = json.loads((out / "replay.json").read_text())
+    staged = [p["sizes"]["staging_bytes"] for p in doc["rates"]]
+    assert staged == [16 << 30, 1 << 40]
+    for name in names:
+        assert pl.read_parquet(out / name).height == 264
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
