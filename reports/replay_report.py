@@ -30,7 +30,7 @@ def _table(result: ReplayResult) -> Table:
             u = p.utilisation
             t.add_row(
                 _load_cell(rate),
-                fmt.sig3(p.achieved_rate.central, "-") + ("*" if p.saturated else ""),
+                fmt.sig3(p.achieved_rate.central, "-") + _saturation_mark(p.saturated_by),
                 name,
                 f"{fmt.share(u.prefill_mean)}/{fmt.share(u.prefill_max)}",
                 fmt.share(u.ssd_read),
@@ -52,6 +52,11 @@ def load_label(point: RateResult) -> str:
     if point.rate is not None:
         return f"{point.rate:.3g} req/s offered"
     return f"{point.concurrency:,} sessions active"
+
+
+def _saturation_mark(saturated_by: str | None) -> str:
+    """``*``: the node cannot serve the offered load; ``~``: the trace's pacing cannot offer it."""
+    return {"node": "*", "trace-pacing": "~"}.get(saturated_by or "", "")
 
 
 def _load_cell(point: RateResult) -> str:
@@ -100,7 +105,9 @@ def render_summary(result: ReplayResult, console: Console) -> None:
     console.print(_table(result))
     console.print(
         "got/s: requests served per second in the steady-state window (arrivals 10-90 %), * "
-        "saturated (more than 10 % below the offered or arriving rate); prefill: busy share of "
+        "saturated by the node (more than 10 % below the offered or arriving rate), ~ held "
+        "back by the trace's own turn gaps (an instant node would not reach it either); "
+        "prefill: busy share of "
         "the span, mean/busiest worker; SSD: share of the span the read link is busy; TTFT over "
         "the window"
     )

@@ -29,6 +29,7 @@ POLICY_KEYS = {
     "gpu_hit_share", "ideal_hit_share", "ttft_s", "ssd_read_bytes", "read_amplification",
     "prefetch_s", "cancelled_prefetches", "recomputed_tokens", "peak_host_memory_bytes",
     "peak_staging_bytes", "peak_ssd_bytes", "offered_rate", "achieved_rate", "saturated",
+    "saturated_by",
     "concurrency", "utilisation", "staging", "sessions_active", "queue_depth",
 }  # fmt: skip
 
@@ -54,7 +55,7 @@ def test_json_document_and_golden() -> None:
                                          "requests"]  # fmt: skip
             assert list(p["prefetch_s"]) == ["mean", "wait_mean", "read_mean", "p99"]
             assert p["offered_rate"] == r["rate"]
-            assert list(p["achieved_rate"]) == ["whole", "central"]
+            assert list(p["achieved_rate"]) == ["whole", "central", "unloaded"]
             assert list(p["utilisation"]) == ["prefill_mean", "prefill_max", "decode_mean",
                                               "ssd_read", "ssd_write", "pcie"]  # fmt: skip
             assert list(p["staging"]) == ["bytes", "peak_bytes", "mean_bytes"]

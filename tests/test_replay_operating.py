@@ -128,6 +128,31 @@ def test_open_loop_not_saturated_when_idle_and_saturated_when_flooded() -> None:
     # The busier worker carries prefill chunks in most iterations (the rest: decodes alone, at
     # 1/20 s a token too).
     assert flooded.utilisation.prefill_max > 0.75
+    assert flooded.saturated_by == "node" and idle.saturated_by is None
+    # One clock: the unloaded schedule is the trace's own, the offered rate over the window.
+    assert idle.achieved_rate.unloaded == pytest.approx(0.5)
+
+
+def test_saturation_by_the_sessions_pace_is_told_from_the_node() -> None:
+    """Per-session clocks: sessions of many turns with long gaps cannot offer 50 req/s over
+    the window even on an idle node: saturated, by the trace's pacing; the same sessions on
+    a node slowed to a crawl are saturated by the node."""
+    rows, sessions, times = [], [], []
+    for s in range(6):
+        for k in range(8):
+            rows.append([1000 * s + j for j in range(k + 1)])
+            sessions.append(f"s{s}")
+            times.append(30.0 * k)  # 30 s think time between turns
+    trace = trace_of(rows, sessions=sessions, timestamps=times, output_tokens=[2] * len(rows))
+    w = build_workload(trace, TINY, 2)
+    idle = simulate(w, ReplayConfig(geometry=TINY, hardware=tiny_node()), "flat", 50.0)
+    assert idle.saturated and idle.saturated_by == "trace-pacing"
+    assert idle.utilisation.prefill_max < 0.05
+    u = idle.achieved_rate.unloaded
+    assert u is not None and idle.achieved_rate.central == pytest.approx(u, rel=0.1)
+    crawl = tiny_node(prefill_tokens_per_s=0.5)  # a 16-token block: 32 s
+    slow = simulate(w, ReplayConfig(geometry=TINY, hardware=crawl), "flat", 50.0)
+    assert slow.saturated and slow.saturated_by == "node"
 
 
 def test_replay_document_has_a_decision_per_rate() -> None:

@@ -319,6 +319,28 @@ class Simulation:
                 self.events.push(float(base[r]), self._arrive, r)
         self.events.run()
 
+    def unloaded_arrivals(self) -> np.ndarray | None:
+        """Every request's arrival on a node that served instantly (the offered rate's own
+        schedule: a session's turn arrives its think time after the previous one); None in
+        concurrency mode, where the node sets the pace by definition."""
+        if self.concurrency is not None:
+            return None
+        base = np.asarray(self.base, dtype=np.float64)
+        if self.next_in_session is None:
+            return base.copy()
+        ts = self.w.timestamps_s
+        out = base.copy()
+        nxt = self.next_in_session
+        firsts = np.ones(len(nxt), dtype=np.bool_)
+        chained = np.asarray(nxt, dtype=np.int64)
+        firsts[chained[chained >= 0]] = False
+        for r in np.flatnonzero(firsts).tolist():
+            q = nxt[r]
+            while q >= 0:
+                out[q] = out[r] + self.think.apply(float(ts[q] - ts[r]))
+                r, q = q, nxt[q]
+        return out
+
     def _arrive(self, now: float, r: Any) -> None:
         self.log.arrival_s[r] = now
         reason = self._reject_reason(r)

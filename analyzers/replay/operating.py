@@ -21,7 +21,11 @@ can recompute it from the ``--out`` per-request table:
   of the window's arrivals that were not rejected (a turn waits for the previous turn's
   output, so arrivals slow down with the node), for traces on one clock the arrival rate of
   the requests that ran in the same window (arrivals are the trace's, time-scaled, whatever
-  the node does).
+  the node does). ``saturated_by`` names the cause: ``node`` when the central rate is also
+  more than 10 % below what the same schedule offers an instant node (``unloaded``: the rate
+  arriving in the steady-state window when every request is served at once, times the same
+  share that ran), ``trace-pacing`` when it is not (per-session turn gaps cannot offer the
+  rate: the node is not the limit).
 * **utilisation** (fractions of the span): ``prefill_mean``/``prefill_max`` are each worker's
   prefill busy time (the time of its iterations that carried prefill chunks, host->GPU copies
   included; the engine's ``prefill_busy_s``) over the span, mean and max over workers, so
@@ -60,10 +64,13 @@ SATURATION_TOLERANCE = 0.10
 
 @dataclass(frozen=True)
 class AchievedRate:
-    """Requests served per second: over the whole run and in the steady-state window."""
+    """Requests served per second: over the whole run and in the steady-state window; and
+    ``unloaded``, the rate arriving in the steady-state window of the same schedule on a node
+    that served instantly (the load's own pace: per-session turn gaps cap it)."""
 
     whole: float | None
     central: float | None
+    unloaded: float | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +160,7 @@ class OperatingPoint:
 
     achieved_rate: AchievedRate
     saturated: bool
+    saturated_by: str | None
     utilisation: Utilisation
     staging: Staging
     sessions_active: MeanMax
@@ -177,6 +185,7 @@ def operating_point(
     staging_integral: float,
     worker_prefill_busy_s: Sequence[float] | None = None,
     rejected_arrival_s: np.ndarray | None = None,
+    unloaded_arrival_s: np.ndarray | None = None,
 ) -> OperatingPoint:
     """The operating point of a finished run from its per-request ``table`` (engine columns:
     the requests that ran) and the arrivals of the requests rejected (never run)."""
@@ -202,6 +211,7 @@ def operating_point(
     whole = arrival.shape[0] / served if served > 0 else None
     central = None
     reference = offered_rate
+    ran = 0
     if length > 0:
         in_window = (first >= window.start_s) & (first <= window.end_s)
         central = int(np.count_nonzero(in_window)) / length
@@ -215,6 +225,19 @@ def operating_point(
         and reference is not None
         and central < (1.0 - SATURATION_TOLERANCE) * reference
     )
+    # What holds the load back: the node, or the schedule itself (on an instant node the
+    # sessions' own turn gaps would not offer the rate either).
+    unloaded = None
+    if unloaded_arrival_s is not None and unloaded_arrival_s.shape[0] > 1:
+        u_start, u_end, u_in = central_window(unloaded_arrival_s)
+        unloaded = u_in / (u_end - u_start) if u_end > u_start else None
+    saturated_by = None
+    if saturated:
+        saturated_by = "node"
+        if closed_loop and unloaded is not None and central is not None and window.requests:
+            share = ran / window.requests
+            if central >= (1.0 - SATURATION_TOLERANCE) * unloaded * share:
+                saturated_by = "trace-pacing"
     if worker_prefill_busy_s is None:
         # One request at a time (a table from elsewhere): prefill start to first token.
         busy = np.zeros(workers)
@@ -247,8 +270,9 @@ def operating_point(
     reads = ~table["prefetch_s"].is_null().to_numpy()
     ssd_q = occupancy(arrival[reads], ready[reads], t0, t1)
     return OperatingPoint(
-        achieved_rate=AchievedRate(whole, central),
+        achieved_rate=AchievedRate(whole, central, unloaded),
         saturated=saturated,
+        saturated_by=saturated_by,
         utilisation=util,
         staging=Staging(staging_bytes, staging_peak_bytes, staging_mean),
         sessions_active=sessions,

@@ -99,6 +99,7 @@ class PolicyResult:
     offered_rate: float | None
     achieved_rate: AchievedRate
     saturated: bool
+    saturated_by: str | None
     concurrency: int | None
     utilisation: Utilisation
     staging: Staging

@@ -196,6 +196,7 @@ def summarize(
         staging_integral=sim.staging.integral(t_end),
         worker_prefill_busy_s=sim.prefill_busy_s,
         rejected_arrival_s=rejected["arrival_s"].to_numpy(),
+        unloaded_arrival_s=sim.unloaded_arrivals(),
     )
     return PolicyResult(
         gpu_hit_share=delivered / accesses if accesses else None,
@@ -229,6 +230,7 @@ def summarize(
         offered_rate=offered_rate,
         achieved_rate=op.achieved_rate,
         saturated=op.saturated,
+        saturated_by=op.saturated_by,
         concurrency=sim.concurrency,
         utilisation=op.utilisation,
         staging=op.staging,
