@@ -275,6 +275,7 @@ def hardware(
     prefill_tokens_per_s: float | None = None,
     max_batched_tokens: int | None = None,
     prefill_chunk_tokens: int | None = None,
+    host_scope: str | None = None,
     source_of: Callable[[str], str] | None = None,
 ) -> Hardware:
     """The simulated node: a preset name (h100-8x, h200-8x, b200-8x; default h200-8x) or a
@@ -285,7 +286,10 @@ def hardware(
     ``ssd_bytes``: KV capacity per node; ``staging_bytes``: the tiered policy's host staging
     buffer; ``prefill_tokens_per_s``: a prefill rate (tokens/s) instead of the fitted model;
     ``max_batched_tokens``: tokens one iteration computes (decodes and prefill chunks);
-    ``prefill_chunk_tokens``: the most prompt tokens of one request per iteration.
+    ``prefill_chunk_tokens``: the most prompt tokens of one request per iteration;
+    ``host_scope``: ``"node"`` (one host memory pool shared by the node's workers, as Mooncake
+    store's) or ``"worker"`` (one pool per serving instance, ``host_memory_bytes / workers``
+    each, as SGLang HiCache's).
     ``None`` keeps the preset's value. ``hardware.sources`` records each override as its
     parameter name, or as ``source_of(parameter)`` (the CLI records its flag).
     """
@@ -302,6 +306,7 @@ def hardware(
         "prefill_tokens_per_s": prefill_tokens_per_s,
         "max_batched_tokens": max_batched_tokens,
         "prefill_chunk_tokens": prefill_chunk_tokens,
+        "host_scope": host_scope,
     }
     for key, value in overrides.items():
         if value is None:

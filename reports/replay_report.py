@@ -92,9 +92,14 @@ def render_summary(result: ReplayResult, console: Console) -> None:
     for line in decision_lines(result):
         console.print(f"decision {line}")
     tr = result.trace
+    hw = result.hardware
+    scope = ""
+    if hw.get("host_scope", {}).get("value") == "worker":
+        share = hw["host_memory_bytes"]["value"] // max(result.workers, 1)
+        scope = f" (host memory per worker: {fmt.size_2dp(share)} each)"
     console.print(
         f"trace {tr.path} ({tr.format}): {tr.requests:,} requests, {tr.block_accesses:,} block "
-        f"accesses; {result.workers} workers on {result.hardware['name']}; model "
+        f"accesses; {result.workers} workers on {hw['name']}{scope}; model "
         f"{result.kv.model}, {fmt.size_2dp(result.kv.block_bytes)} per block"
     )
     label = sampled_label(result.sampling)

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 from replay_helpers import TINY, random_session_trace, random_time_trace, tiny_node
 
-from fcctl.analyzers.replay import POLICIES, ReplayConfig, build_workload, simulate
+from fcctl.analyzers.replay import (
+    POLICIES,
+    Hardware,
+    ReplayConfig,
+    build_workload,
+    simulate,
+    with_values,
+)
+from fcctl.analyzers.replay.engine import DEFAULT_ROUTER
 from fcctl.analyzers.replay.reference import ReferenceStore
 from fcctl.analyzers.replay.store import FastStore
 from fcctl.common.jsonio import to_jsonable
@@ -19,14 +27,10 @@ NODES = {
 }
 
 
-@pytest.mark.parametrize("policy", list(POLICIES))
-@pytest.mark.parametrize("node", list(NODES))
-@pytest.mark.parametrize("seed", range(6))
-def test_fast_equals_reference(policy: str, node: str, seed: int) -> None:
+def _fast_equals_reference(seed: int, hw: Hardware, policy: str, router: str) -> None:
     trace = random_session_trace(seed) if seed % 2 == 0 else random_time_trace(seed)
-    hw = NODES[node]
     config = ReplayConfig(
-        geometry=TINY, hardware=hw, keep_tables=True,
+        geometry=TINY, hardware=hw, keep_tables=True, router=router,
         placement=PlacementRule(short_reply_tokens=200, agent_context_tokens=64),
     )  # fmt: skip
     workload = build_workload(trace, TINY, hw.gpus)
@@ -36,3 +40,23 @@ def test_fast_equals_reference(policy: str, node: str, seed: int) -> None:
         assert to_jsonable(fast) == to_jsonable(ref)
         assert fast.table is not None and ref.table is not None
         assert fast.table.equals(ref.table)
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("node", list(NODES))
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_equals_reference(policy: str, node: str, seed: int) -> None:
+    _fast_equals_reference(seed, NODES[node], policy, DEFAULT_ROUTER)
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("node", list(NODES))
+@pytest.mark.parametrize("router", ["kv-aware", "round-robin"])
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_equals_reference_with_a_host_pool_per_worker(
+    policy: str, node: str, router: str, seed: int
+) -> None:
+    # host_scope "worker": lookups, writes and evictions per worker pool. Round-robin moves
+    # sessions between workers, so blocks miss in one pool and are duplicated in another.
+    hw = with_values(NODES[node], {"host_scope": "worker"}, "test")
+    _fast_equals_reference(seed, hw, policy, router)

@@ -2,7 +2,8 @@
 
 Public API: :func:`replay_trace` (:class:`ReplayConfig` -> :class:`ReplayResult`),
 :func:`simulate` (one policy at one rate on a :class:`Workload`), :data:`POLICIES`,
-:class:`Hardware` with :data:`PRESETS`, :func:`load_hardware`, :func:`apply_io_profile`.
+:class:`Hardware` with :data:`PRESETS` and :data:`HOST_SCOPES`, :func:`load_hardware`,
+:func:`apply_io_profile`.
 The model is documented in docs/simulator.md.
 
 What a caller running many simulations on one trace needs (the recommender,
@@ -17,6 +18,7 @@ and :data:`DEFAULT_SEED`; and where many simulations run (:mod:`.parallel`): :cl
 
 from fcctl.analyzers.replay.decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins
 from fcctl.analyzers.replay.hardware import (
+    HOST_SCOPES,
     PRESETS,
     Hardware,
     HardwareError,
@@ -59,6 +61,7 @@ __all__ = [
     "DEFAULT_SEED",
     "DEFAULT_TTFT_MARGIN",
     "ENGINES",
+    "HOST_SCOPES",
     "POLICIES",
     "PRESETS",
     "Execution",

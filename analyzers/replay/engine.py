@@ -3,7 +3,9 @@
 Per request ``r`` on its worker ``w``:
 
 1. **arrival**: the router picks ``w``; the policy looks up ``r``'s blocks (the longest prefix
-   stored anywhere; the first missing block ends it) and starts whatever loads it needs.
+   stored in ``w``'s GPU cache, ``w``'s host pool (the node's, or ``w``'s own with
+   ``host_scope`` "worker") or on the node's SSD; the first missing block ends it) and starts
+   whatever loads it needs.
 2. **ready**: once its loads are done (or cancelled) it waits in the policy's order for
    admission: at an iteration boundary (at once if the worker is idle), if its new prompt
    blocks and its output fit in the GPU pool beside the running requests.
@@ -187,7 +189,11 @@ class Simulation:
         self.rank_block_bytes = workload.block_tokens * workload.geometry.bytes_per_token_per_rank
         self.stored_ranks = max(1, bb // self.rank_block_bytes)
         self.gpu_blocks = hardware.gpu_kv_bytes // self.rank_block_bytes
-        self.host_blocks = hardware.host_memory_bytes // bb
+        # Host memory: one pool for the node, or one per worker holding its share
+        # (docs/simulator.md, "Topology"); capacities are one pool's.
+        self.host_pools = self.workers if hardware.host_scope == "worker" else 1
+        self.host_pool_bytes = hardware.host_memory_bytes // self.host_pools
+        self.host_blocks = self.host_pool_bytes // bb
         self.ssd_blocks = hardware.ssd_bytes // bb
         self.store = store_factory(
             num_blocks=workload.num_blocks,
@@ -195,6 +201,7 @@ class Simulation:
             workers=self.workers,
             gpu_blocks=self.gpu_blocks,
             host_blocks=self.host_blocks,
+            host_pools=self.host_pools,
             ssd_blocks=self.ssd_blocks,
             blocks_per_bucket=max(1, hardware.bucket_bytes // bb),
             high_watermark=hardware.high_watermark,

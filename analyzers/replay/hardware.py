@@ -13,6 +13,11 @@ Presets (``h100-8x``, ``h200-8x``, ``b200-8x``): eight GPUs, one serving instanc
   0.9 of HBM before weights; override with ``--gpu-kv``).
 * Host memory for KV: 1 TiB per node, half of the 2 TB system memory of DGX H100 / H200 / B200
   (DGX datasheets); an assumption for the budget, the same for every policy as in the paper.
+* Host memory scope: ``node`` (the presets), one pool shared by every worker, as Mooncake
+  store's pool is node (cluster) wide: the FlatCake paper's Mooncake baseline. ``worker``:
+  each serving instance its own pool of ``host_memory_bytes / workers``, as SGLang HiCache's
+  host pool belongs to one server (``--hicache-ratio`` / ``--hicache-size`` size it per
+  instance); a block may then sit in several workers' pools. The SSD stays one per node.
 * SSD for KV: 4 TiB per node, the SSD budget the FlatCake paper gives Mooncake.
 * SSD read bandwidth: 8 drives x 7 GB/s = 56 GB/s: DGX H100/H200/B200 carry eight NVMe data
   drives (DGX datasheets); 7 GB/s per drive is Dynamo mocker's host<->disk default
@@ -120,6 +125,9 @@ class Hardware:
     #: GPU bytes per GPU for running requests' KV apart from the prefix cache; None (the
     #: presets): one pool of ``gpu_kv_bytes`` holds both, running requests first.
     gpu_running_kv_bytes: int | None = None
+    #: Who shares host memory: ``"node"`` (one pool) or ``"worker"`` (one pool per serving
+    #: instance, ``host_memory_bytes / workers`` each); :data:`HOST_SCOPES`.
+    host_scope: str = "node"
     sources: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -145,7 +153,12 @@ class Hardware:
         return self.host_to_gpu_bytes_per_s * self.host_to_gpu_efficiency
 
 
-_NUMERIC = {f.name for f in dataclasses.fields(Hardware)} - {"name", "sources"}
+#: Host memory scopes (``Hardware.host_scope``): one pool per node, or one per worker.
+HOST_SCOPES: tuple[str, ...] = ("node", "worker")
+#: Fields that take one of a few words, not a number.
+_CHOICES: dict[str, tuple[str, ...]] = {"host_scope": HOST_SCOPES}
+_NUMERIC = {f.name for f in dataclasses.fields(Hardware)} - {"name", "sources", *_CHOICES}
+_FIELDS = _NUMERIC | set(_CHOICES)
 _SIZES = {"hbm_bytes", "gpu_kv_bytes", "host_memory_bytes", "ssd_bytes", "staging_bytes",
           "bucket_bytes", "gpu_running_kv_bytes"}  # fmt: skip
 _INTS = _SIZES | {"gpus", "window_streams", "max_batched_tokens", "prefill_chunk_tokens"}
@@ -178,6 +191,8 @@ _COMMON_SOURCES = {
     "gpu_running_kv_bytes": "unset: running requests' KV and cached prefixes share gpu_kv_bytes "
     "(vLLM's and SGLang's one KV pool)",
     "prefill_tokens_per_s": "unset: Dynamo mocker's fitted prefill polynomial (timemodel.py)",
+    "host_scope": "node: one host pool per node, as Mooncake store's (the FlatCake paper's "
+    "Mooncake baseline); 'worker' is SGLang HiCache's per-instance host pool",
 }
 
 
@@ -225,6 +240,12 @@ DEFAULT_PRESET = "h200-8x"
 
 
 def _coerce(where: str, key: str, value: Any) -> Any:
+    if key in _CHOICES:
+        if value not in _CHOICES[key]:
+            raise HardwareError(
+                f"{where}: field {key!r}: must be one of {', '.join(_CHOICES[key])}; got {value!r}"
+            )
+        return value
     if key in _SIZES and isinstance(value, str):
         return parse_size(value, what=f"{where}: {key}")
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -274,10 +295,10 @@ def with_values(hw: Hardware, values: Mapping[str, Any], source: str) -> Hardwar
                 "workers' iterations, its time from the KV bytes read at hbm_bytes_per_s "
                 "(docs/simulator.md); remove the field"
             )
-        if key not in _NUMERIC:
-            known = ", ".join(sorted(_NUMERIC))
+        if key not in _FIELDS:
+            known = ", ".join(sorted(_FIELDS))
             raise HardwareError(f"{source}: unknown field {key!r} (known: {known})")
-        changes[key] = None if value is None else _coerce(source, key, value)
+        changes[key] = None if value is None and key in _NUMERIC else _coerce(source, key, value)
         sources[key] = source
     return _check(dataclasses.replace(hw, **changes, sources=sources), source)
 

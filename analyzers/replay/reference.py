@@ -63,6 +63,7 @@ class ReferenceStore:
         workers: int,
         gpu_blocks: int,
         host_blocks: int,
+        host_pools: int = 1,
         ssd_blocks: int = 0,
         blocks_per_bucket: int = 1,
         high_watermark: float = 0.9,
@@ -72,7 +73,9 @@ class ReferenceStore:
         self.gpu_blocks = gpu_blocks
         self.host_blocks = host_blocks
         self.gpu = [_Lru() for _ in range(workers)]  # each worker's own copies
-        self.host = _Lru()
+        if host_pools not in (1, workers):
+            raise ValueError(f"host_pools: 1 or one per worker ({workers}); got {host_pools!r}")
+        self.host = [_Lru() for _ in range(host_pools)]  # the node's one, or one per worker
         self.h_peak = 0
         # tiered SSD: block -> write sequence; FIFO of (seq, block)
         self.ssd_seq: dict[int, int] = {}
@@ -84,17 +87,21 @@ class ReferenceStore:
         self._peak = 0
         self._recycled = 0
         self._written = 0
-        self.mem_seg: dict[int, int] = {}
+        self.mem_seg: list[dict[int, int]] = [{} for _ in range(host_pools)]
         self.ssd_seg: dict[int, tuple[int, int]] = {}  # block -> (segment, index)
         self.refs: dict[int, int] = {}
         self._codes: list[int] = []
 
+    def host_pool(self, worker: int) -> int:
+        return worker if len(self.host) > 1 else 0
+
     def lookup_lru(self, blk: np.ndarray, worker: int, use_ssd: bool) -> tuple[int, int, int, int]:
+        host = self.host[self.host_pool(worker)]
         codes: list[int] = []
         for b in blk.tolist():
             if b in self.gpu[worker]:
                 codes.append(CODE_GPU)
-            elif b in self.host:
+            elif b in host:
                 codes.append(CODE_HOST)
             elif use_ssd and b in self.ssd_seq:
                 codes.append(CODE_SSD)
@@ -104,7 +111,7 @@ class ReferenceStore:
         self._touch(
             self.gpu[worker], [b for b, c in zip(hits, codes, strict=True) if c == CODE_GPU]
         )
-        self._touch(self.host, [b for b, c in zip(hits, codes, strict=True) if c == CODE_HOST])
+        self._touch(host, [b for b, c in zip(hits, codes, strict=True) if c == CODE_HOST])
         self._codes = codes
         return len(codes), codes.count(CODE_GPU), codes.count(CODE_HOST), codes.count(CODE_SSD)
 
@@ -160,24 +167,28 @@ class ReferenceStore:
                         del self.ssd_seq[victim]
                         self._recycled += 1
 
-    def host_insert(self, blk: np.ndarray, tiered: bool) -> None:
+    def host_insert(self, blk: np.ndarray, tiered: bool, worker: int = 0) -> None:
+        host = self.host[self.host_pool(worker)]
         blocks = blk.tolist()
         if tiered:  # blocks on SSD are not admitted again
-            blocks = [b for b in blocks if b in self.host or b not in self.ssd_seq]
+            blocks = [b for b in blocks if b in host or b not in self.ssd_seq]
         for b in reversed(_last_occurrence(blocks)):
-            if b in self.host:
-                self.host.touch(b)
+            if b in host:
+                host.touch(b)
             else:
-                self.host.insert(b)
-        while len(self.host) > self.host_blocks:
-            victim = self.host.pop_lru()
+                host.insert(b)
+        while len(host) > self.host_blocks:
+            victim = host.pop_lru()
             if tiered and victim not in self.ssd_seq:
                 self._ssd_append(victim)
-        self.h_peak = max(self.h_peak, len(self.host))
+        self.h_peak = max(self.h_peak, self.host_used_blocks)
 
     @property
     def host_used_blocks(self) -> int:
-        return len(self.host)
+        return sum(len(h) for h in self.host)
+
+    def host_used_blocks_of(self, pool: int) -> int:
+        return len(self.host[pool])
 
     @property
     def ssd_used_blocks(self) -> int:
@@ -196,13 +207,14 @@ class ReferenceStore:
         return self._written
 
     def lookup_flat(self, blk: np.ndarray, worker: int) -> tuple[int, int, int, int, np.ndarray]:
+        mem_seg = self.mem_seg[self.host_pool(worker)]
         codes: list[int] = []
         runs: list[list[int]] = []
         last_ssd = -2
         for i, b in enumerate(blk.tolist()):
             if b in self.gpu[worker]:
                 codes.append(CODE_GPU)
-            elif b in self.mem_seg:
+            elif b in mem_seg:
                 codes.append(CODE_HOST)
             elif b in self.ssd_seg:
                 codes.append(CODE_SSD)
@@ -255,29 +267,30 @@ class ReferenceStore:
                 nbytes += plan.bytes_read
         return commands, nbytes
 
-    def unstored_flat(self, blk: np.ndarray) -> np.ndarray:
+    def unstored_flat(self, blk: np.ndarray, worker: int) -> np.ndarray:
+        mem_seg = self.mem_seg[self.host_pool(worker)]
         out: list[int] = []
         seen: set[int] = set()
         for b in blk.tolist():
-            if b not in self.mem_seg and b not in self.ssd_seg and b not in seen:
+            if b not in mem_seg and b not in self.ssd_seg and b not in seen:
                 seen.add(b)
                 out.append(b)
         return np.array(out, dtype=np.int32)
 
-    def assign(self, blocks: np.ndarray, segment: int, on_ssd: bool) -> None:
+    def assign(self, blocks: np.ndarray, segment: int, on_ssd: bool, *, pool: int) -> None:
         for i, b in enumerate(blocks.tolist()):
             if on_ssd:
                 self.ssd_seg[b] = (segment, i)
             else:
-                self.mem_seg[b] = segment
+                self.mem_seg[pool][b] = segment
 
-    def clear(self, blocks: np.ndarray, segment: int, on_ssd: bool) -> None:
+    def clear(self, blocks: np.ndarray, segment: int, on_ssd: bool, *, pool: int) -> None:
         for b in blocks.tolist():
             if on_ssd:
                 if b in self.ssd_seg and self.ssd_seg[b][0] == segment:
                     del self.ssd_seg[b]
-            elif self.mem_seg.get(b) == segment:
-                del self.mem_seg[b]
+            elif self.mem_seg[pool].get(b) == segment:
+                del self.mem_seg[pool][b]
 
     def add_refs(self, blk: np.ndarray, delta: int) -> None:
         for b in blk.tolist():

@@ -1,4 +1,4 @@
-"""Where every KV block is: per-worker GPU LRU caches, a host-memory tier, an SSD tier.
+"""Where every KV block is: per-worker GPU LRU caches, host-memory pools, an SSD tier.
 
 Two implementations of one interface: :class:`FastStore` (arrays indexed by dense block id,
 numba kernels, O(1) per block and no Python per block) and
@@ -11,8 +11,11 @@ Rules both follow:
   as if **from its tail to its head** (each block at its last occurrence), so the head ends
   most recent and an LRU tier evicts a request's tail blocks before its head: prefixes
   survive (the issue's rule). A tier over capacity evicts after the whole request is in.
-* A block sits in at most one worker's GPU cache; a worker that inserts a block another
-  worker holds takes it over (only traces whose sessions share hashes across workers meet it).
+* Each worker's GPU cache holds its own copies: a block may be cached on several workers.
+* Host memory is ``host_pools`` pools (``Hardware.host_scope``): one per node (pool 0 for
+  every worker), or one per worker (pool ``w``, a copy of its own like the GPU caches). A
+  lookup finds host blocks only in its worker's pool; a write goes there; each pool evicts
+  on its own. The SSD (tiered's bucket ring, flat's session files) is one per node.
 * Tiered SSD: :class:`fcctl.analyzers.kvmodel.tiered.BucketRing`, the bucket model iobench's layout
   is built with: a block evicted from the host LRU is appended to the current bucket (a write
   sequence number; ``_host_insert`` calls :func:`~fcctl.analyzers.kvmodel.tiered.ring_append`);
@@ -174,6 +177,7 @@ def _lookup_lru(  # pragma: no cover - numba
     h_prev: np.ndarray,
     h_next: np.ndarray,
     h_lst: np.ndarray,
+    hp: int,
     use_ssd: bool,
     s_seq: np.ndarray,
     codes: np.ndarray,
@@ -208,7 +212,7 @@ def _lookup_lru(  # pragma: no cover - numba
             if tier == CODE_GPU:
                 _place_seq(buf[:k], -1, g_prev, g_next, g_lst, w)
             else:
-                _place_seq(buf[:k], -1, h_prev, h_next, h_lst, 0)
+                _place_seq(buf[:k], -1, h_prev, h_next, h_lst, hp)
     return p, n_g, n_h, n_s
 
 
@@ -285,6 +289,7 @@ def _host_insert(  # pragma: no cover - numba
     h_prev: np.ndarray,
     h_next: np.ndarray,
     h_lst: np.ndarray,
+    hp: int,
     cap: int,
     tiered: bool,
     s_seq: np.ndarray,
@@ -299,19 +304,19 @@ def _host_insert(  # pragma: no cover - numba
         while j < n and h_in[blk[j]]:
             j += 1
         if j > i:
-            a = _place_seq(blk[i:j], a, h_prev, h_next, h_lst, 0)
+            a = _place_seq(blk[i:j], a, h_prev, h_next, h_lst, hp)
             i = j
             continue
         b = blk[i]
         i += 1
         if tiered and s_seq[b] >= 0:
             continue
-        _insert_after(b, a, h_prev, h_next, h_lst, 0)
+        _insert_after(b, a, h_prev, h_next, h_lst, hp)
         h_in[b] = 1
         a = b
-    while h_lst[0, 2] > cap:
-        t = h_lst[0, 1]
-        _unlink(t, h_prev, h_next, h_lst, 0)
+    while h_lst[hp, 2] > cap:
+        t = h_lst[hp, 1]
+        _unlink(t, h_prev, h_next, h_lst, hp)
         h_in[t] = 0
         if tiered and s_seq[t] < 0:
             ring_append(t, s_seq, ring, smeta)
@@ -434,7 +439,8 @@ def _add_refs(  # pragma: no cover - numba
 
 
 class FastStore:
-    """The arrays and kernels (module docstring). Capacities are in blocks."""
+    """The arrays and kernels (module docstring). Capacities are in blocks; ``host_blocks``
+    is one pool's, and there are ``host_pools`` of them (1, or one per worker)."""
 
     def __init__(
         self,
@@ -444,12 +450,15 @@ class FastStore:
         workers: int,
         gpu_blocks: int,
         host_blocks: int,
+        host_pools: int = 1,
         ssd_blocks: int = 0,
         blocks_per_bucket: int = 1,
         high_watermark: float = 0.9,
         low_watermark: float = 0.8,
         total_accesses: int = 0,
     ) -> None:
+        if host_pools not in (1, workers):
+            raise ValueError(f"host_pools: 1 or one per worker ({workers}); got {host_pools!r}")
         n = max(num_blocks, 1)
         self.gpu_blocks = gpu_blocks
         self.host_blocks = host_blocks
@@ -460,10 +469,14 @@ class FastStore:
         self._prefixes = np.zeros(workers, dtype=np.int64)
         self.g_lst = np.zeros((workers, 3), dtype=np.int64)
         self.g_lst[:, :2] = -1
-        self.h_in = np.zeros(n, dtype=np.uint8)
-        self.h_prev = np.full(n, -1, dtype=np.int32)
-        self.h_next = np.full(n, -1, dtype=np.int32)
-        self.h_lst = np.array([[-1, -1, 0]], dtype=np.int64)
+        # One LRU list per host pool; worker w's pool is w, or 0 when the node shares one.
+        self.host_pools = host_pools
+        self.h_in = np.zeros((host_pools, n), dtype=np.uint8)
+        self.h_prev = np.full((host_pools, n), -1, dtype=np.int32)
+        self.h_next = np.full((host_pools, n), -1, dtype=np.int32)
+        self.h_lst = np.zeros((host_pools, 3), dtype=np.int64)
+        self.h_lst[:, :2] = -1
+        #: Peak of the host blocks held, all pools together (the node's host memory in use).
         self.h_peak = 0
         # The tiered SSD: analyzers.kvmodel.tiered's bucket ring, appended to from _host_insert.
         self.ssd = BucketRing(
@@ -475,7 +488,7 @@ class FastStore:
             max_writes=total_accesses,
         )
         self.s_seq = self.ssd.seq_of
-        self.m_seg = np.full(n, -1, dtype=np.int32)
+        self.m_seg = np.full((host_pools, n), -1, dtype=np.int32)
         self.s_seg = np.full(n, -1, dtype=np.int32)
         self.s_idx = np.zeros(n, dtype=np.int32)
         self.mark = np.zeros(n, dtype=np.uint8)
@@ -487,13 +500,19 @@ class FastStore:
         self.run_len = np.zeros(m, dtype=np.int32)
         self.out = np.zeros(m, dtype=np.int32)
 
+    def host_pool(self, worker: int) -> int:
+        """The host pool ``worker`` reads and writes: its own, or the node's (0)."""
+        return worker if self.host_pools > 1 else 0
+
     # LRU tiers (memory-only, tiered) -------------------------------------------------------
     def lookup_lru(self, blk: np.ndarray, worker: int, use_ssd: bool) -> tuple[int, int, int, int]:
-        """(prefix blocks stored, of them in this GPU, in host, on SSD); touches the hits."""
+        """(prefix blocks stored, of them in this GPU, in its host pool, on SSD); touches the
+        hits."""
+        hp = worker if self.host_pools > 1 else 0
         return _lookup_lru(
             blk, worker, self.g_in[worker], self.g_prev[worker], self.g_next[worker], self.g_lst,
-            self.h_in, self.h_prev, self.h_next, self.h_lst, use_ssd, self.s_seq, self.codes,
-            self.out,
+            self.h_in[hp], self.h_prev[hp], self.h_next[hp], self.h_lst, hp, use_ssd, self.s_seq,
+            self.codes, self.out,
         )  # fmt: skip
 
     def prefix_codes(self, p: int) -> np.ndarray:
@@ -529,16 +548,24 @@ class FastStore:
             worker, self.g_in[worker], self.g_prev[worker], self.g_next[worker], self.g_lst, cap
         )
 
-    def host_insert(self, blk: np.ndarray, tiered: bool) -> None:
+    def host_insert(self, blk: np.ndarray, tiered: bool, worker: int = 0) -> None:
+        """Write ``blk`` to ``worker``'s host pool (LRU; tiered: its evictions go to SSD)."""
+        hp = worker if self.host_pools > 1 else 0
         _host_insert(
-            blk, self.h_in, self.h_prev, self.h_next, self.h_lst, self.host_blocks, tiered,
-            self.ssd.seq_of, self.ssd.ring, self.ssd.meta,
+            blk, self.h_in[hp], self.h_prev[hp], self.h_next[hp], self.h_lst, hp,
+            self.host_blocks, tiered, self.ssd.seq_of, self.ssd.ring, self.ssd.meta,
         )  # fmt: skip
-        self.h_peak = max(self.h_peak, int(self.h_lst[0, 2]))
+        used = self.h_lst[0, 2] if self.host_pools == 1 else self.h_lst[:, 2].sum()
+        self.h_peak = max(self.h_peak, int(used))
 
     @property
     def host_used_blocks(self) -> int:
-        return int(self.h_lst[0, 2])
+        """Host blocks held, all pools together."""
+        return int(self.h_lst[:, 2].sum())
+
+    def host_used_blocks_of(self, pool: int) -> int:
+        """Host blocks held in ``pool``."""
+        return int(self.h_lst[pool, 2])
 
     @property
     def ssd_used_blocks(self) -> int:
@@ -559,10 +586,12 @@ class FastStore:
 
     # flat ----------------------------------------------------------------------------------
     def lookup_flat(self, blk: np.ndarray, worker: int) -> tuple[int, int, int, int, np.ndarray]:
-        """(prefix stored, in GPU, in memory, on SSD, SSD runs as rows (segment, first, len))."""
+        """(prefix stored, in GPU, in its memory pool, on SSD, SSD runs as rows (segment,
+        first, len))."""
+        m_seg = self.m_seg[worker if self.host_pools > 1 else 0]
         p, n_g, n_m, n_s, runs = _lookup_flat(
             blk, worker, self.g_in[worker], self.g_prev[worker], self.g_next[worker], self.g_lst,
-            self.m_seg, self.s_seg, self.s_idx, self.codes, self.run_seg, self.run_first,
+            m_seg, self.s_seg, self.s_idx, self.codes, self.run_seg, self.run_first,
             self.run_len, self.out,
         )  # fmt: skip
         rows = np.stack(
@@ -570,16 +599,20 @@ class FastStore:
         ).astype(np.int64)
         return p, n_g, n_m, n_s, rows
 
-    def unstored_flat(self, blk: np.ndarray) -> np.ndarray:
-        """The request's blocks stored nowhere, in order, each once (a copy)."""
-        k = _unstored_flat(blk, self.m_seg, self.s_seg, self.mark, self.out)
+    def unstored_flat(self, blk: np.ndarray, worker: int) -> np.ndarray:
+        """The request's blocks neither in ``worker``'s memory pool nor on SSD, in order, each
+        once (a copy)."""
+        m_seg = self.m_seg[worker if self.host_pools > 1 else 0]
+        k = _unstored_flat(blk, m_seg, self.s_seg, self.mark, self.out)
         return self.out[:k].copy()
 
-    def assign(self, blocks: np.ndarray, segment: int, on_ssd: bool) -> None:
-        _assign(blocks, segment, self.s_seg if on_ssd else self.m_seg, self.s_idx)
+    def assign(self, blocks: np.ndarray, segment: int, on_ssd: bool, *, pool: int) -> None:
+        """``blocks`` now live in ``segment``: on SSD, or in memory pool ``pool``."""
+        _assign(blocks, segment, self.s_seg if on_ssd else self.m_seg[pool], self.s_idx)
 
-    def clear(self, blocks: np.ndarray, segment: int, on_ssd: bool) -> None:
-        _clear(blocks, segment, self.s_seg if on_ssd else self.m_seg)
+    def clear(self, blocks: np.ndarray, segment: int, on_ssd: bool, *, pool: int) -> None:
+        """``segment`` (on SSD, or in memory pool ``pool``) is gone: its blocks with it."""
+        _clear(blocks, segment, self.s_seg if on_ssd else self.m_seg[pool])
 
     def flat_read_cost(
         self,

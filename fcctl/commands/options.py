@@ -80,6 +80,14 @@ SsdOpt = Annotated[str | None, typer.Option("--ssd", help="SSD for KV per node."
 StagingOpt = Annotated[
     str | None, typer.Option("--staging", help="Host staging buffer per node (tiered).")
 ]
+HostScopeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--host-scope",
+        help="Host memory pools: 'node' (one, shared: Mooncake store) or 'worker' (one per "
+        "serving instance, host memory / workers each: SGLang HiCache) [node].",
+    ),
+]
 PrefillTokensPerSOpt = Annotated[
     float | None,
     typer.Option("--prefill-tokens-per-s", help="Prefill rate instead of the fitted model."),

@@ -15,6 +15,7 @@ from fcctl.commands.options import (
     GpusOpt,
     HardwareOpt,
     HostMemoryOpt,
+    HostScopeOpt,
     IoProfileOpt,
     JobsOpt,
     JsonOpt,
@@ -57,6 +58,7 @@ def register(app: typer.Typer) -> None:
         host_memory: HostMemoryOpt = None,
         ssd: SsdOpt = None,
         staging: StagingOpt = None,
+        host_scope: HostScopeOpt = None,
         prefill_tokens_per_s: PrefillTokensPerSOpt = None,
         max_batched_tokens: MaxBatchedTokensOpt = None,
         prefill_chunk_tokens: PrefillChunkTokensOpt = None,
@@ -97,7 +99,8 @@ def register(app: typer.Typer) -> None:
             hardware, io_profile=io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv,
             host_memory_bytes=host_memory, ssd_bytes=ssd, staging_bytes=staging,
             prefill_tokens_per_s=prefill_tokens_per_s, max_batched_tokens=max_batched_tokens,
-            prefill_chunk_tokens=prefill_chunk_tokens, source_of=flag_for,
+            prefill_chunk_tokens=prefill_chunk_tokens, host_scope=host_scope,
+            source_of=flag_for,
         )  # fmt: skip
         result = run_plan(
             trace, out, format=format, rate=rate, concurrency=concurrency,

@@ -17,6 +17,7 @@ from fcctl.commands.options import (
     GpusOpt,
     HardwareOpt,
     HostMemoryOpt,
+    HostScopeOpt,
     IoProfileOpt,
     JobsOpt,
     JsonOpt,
@@ -97,6 +98,7 @@ def register(app: typer.Typer) -> None:
         host_memory: HostMemoryOpt = None,
         ssd: SsdOpt = None,
         staging: StagingOpt = None,
+        host_scope: HostScopeOpt = None,
         short_reply: Annotated[
             int | None,
             typer.Option("--short-reply", help="Placement: a reply of at most this is short."),
@@ -137,7 +139,8 @@ def register(app: typer.Typer) -> None:
             hardware, io_profile=io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv,
             host_memory_bytes=host_memory, ssd_bytes=ssd, staging_bytes=staging,
             prefill_tokens_per_s=prefill_tokens_per_s, max_batched_tokens=max_batched_tokens,
-            prefill_chunk_tokens=prefill_chunk_tokens, source_of=flag_for,
+            prefill_chunk_tokens=prefill_chunk_tokens, host_scope=host_scope,
+            source_of=flag_for,
         )  # fmt: skip
         if concurrency is not None and rates == "auto":
             rates = None  # type: ignore[assignment]  # the load axis is the concurrency

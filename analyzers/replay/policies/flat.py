@@ -5,8 +5,13 @@
   each piece is placed by :class:`fcctl.layout.placement.PlacementRule`. A memory piece is
   one memory segment; an SSD piece is appended as one turn segment to the session's FC-CIO
   file (``layout.session_format`` sizes: record + one 4096-aligned range per layer).
-* Reclamation: memory and SSD each have a :class:`fcctl.layout.reclaim.SessionReclaimer`
-  (whole sessions, least recently active first, never one being read).
+* Host memory is the node's one pool, or with ``host_scope`` "worker" one pool per worker
+  (``host_memory_bytes / workers``): a request finds and writes memory blocks in its worker's
+  pool only, so a block may have a memory home in several pools (and one SSD home: the SSD
+  is the node's). "Stored nowhere" means in neither this worker's pool nor on SSD.
+* Reclamation: each memory pool and the SSD have a
+  :class:`fcctl.layout.reclaim.SessionReclaimer` (whole sessions, least recently active
+  first, never one being read).
 * Reads: memory blocks are copied to the GPU at prefill start. SSD blocks are one prefetch
   straight into the GPU window, planned per layer by the planner (:mod:`..flatcost`),
   scheduled by :class:`fcctl.layout.scheduler.TwoQueueScheduler` (one per worker, slots =
@@ -50,14 +55,22 @@ class Flat:
         self.piece = g.bytes_per_block_per_layer(sim.w.block_tokens)  # one rank
         self.record = record_bytes(g.layers)
         self.sched = [scheduler(hw.window_streams) for _ in range(sim.workers)]
-        self.mem = SessionReclaimer(
-            hw.host_memory_bytes, high_watermark=hw.high_watermark, low_watermark=hw.low_watermark
-        )
+        # One memory reclaimer per host pool (the node's, or each worker's share).
+        self.mems = [
+            SessionReclaimer(
+                sim.host_pool_bytes,
+                high_watermark=hw.high_watermark,
+                low_watermark=hw.low_watermark,
+            )
+            for _ in range(sim.host_pools)
+        ]
+        self.mem_peak = 0  # bytes, all pools together
         self.ssd = SessionReclaimer(
             hw.ssd_bytes, high_watermark=hw.high_watermark, low_watermark=hw.low_watermark
         )
         self.segs = SegmentTable()
-        self.owner_segs: dict[tuple[bool, int], list[tuple[int, np.ndarray]]] = {}
+        #: (on SSD, session, memory pool; 0 for SSD) -> its segments there and their blocks.
+        self.owner_segs: dict[tuple[bool, int, int], list[tuple[int, np.ndarray]]] = {}
         self.file_of: dict[int, int] = {}
         self.file_end: dict[int, int] = {}
         self.next_file = 0
@@ -72,7 +85,7 @@ class Flat:
         blk = wl.blocks_of(r)
         sim.store.add_refs(blk, 1)
         owner = int(wl.session[r])
-        self.mem.touch(owner, now)
+        self.mems[sim.store.host_pool(w)].touch(owner, now)
         self.ssd.touch(owner, now)
         p, n_g, n_m, n_s, runs = sim.store.lookup_flat(blk, w)
         log = sim.log
@@ -131,7 +144,9 @@ class Flat:
     def on_prefill_done(self, r: int, now: float) -> None:
         sim = self.sim
         wl = sim.w
-        new = sim.store.unstored_flat(wl.blocks_of(r))
+        w = sim.worker_of[r]
+        pool = sim.store.host_pool(w)
+        new = sim.store.unstored_flat(wl.blocks_of(r), w)
         if new.shape[0] == 0:
             return
         refs = sim.store.refs_of(new)
@@ -145,14 +160,14 @@ class Flat:
                 context_tokens=int(wl.input_tokens[r]),
                 previous_reply_tokens=int(wl.output_tokens[prev]) if prev >= 0 else None,
                 prefix_ref_count=int(refs[:shared].min()) if ref > 1 else 1,
-                memory_free_bytes=self.mem.free_bytes,
+                memory_free_bytes=self.mems[pool].free_bytes,
                 bytes_to_write=piece.shape[0] * sim.block_bytes,
             )
             placement = self.rule.place(signals)
             self.placed[placement.reason.value] += int(piece.shape[0])
-            self._write(int(wl.session[r]), piece, placement.medium == Medium.SSD, now)
+            self._write(int(wl.session[r]), piece, placement.medium == Medium.SSD, now, pool)
 
-    def _write(self, owner: int, blocks: np.ndarray, on_ssd: bool, now: float) -> None:
+    def _write(self, owner: int, blocks: np.ndarray, on_ssd: bool, now: float, pool: int) -> None:
         sim = self.sim
         n = int(blocks.shape[0])
         if on_ssd:
@@ -172,14 +187,17 @@ class Flat:
         else:
             seg = self.segs.add(-1, 0, 0, n, owner)
             nbytes = n * sim.block_bytes
-            reclaimer = self.mem
-        sim.store.assign(blocks, seg, on_ssd)
-        self.owner_segs.setdefault((on_ssd, owner), []).append((seg, blocks))
+            reclaimer = self.mems[pool]
+        home = 0 if on_ssd else pool
+        sim.store.assign(blocks, seg, on_ssd, pool=home)
+        self.owner_segs.setdefault((on_ssd, owner, home), []).append((seg, blocks))
         reclaimer.add(owner, nbytes, now)
+        if not on_ssd:
+            self.mem_peak = max(self.mem_peak, sum(m.used_bytes for m in self.mems))
         for dropped in reclaimer.reclaim(now):
             o = int(dropped.session)  # type: ignore[call-overload]
-            for s, b in self.owner_segs.pop((on_ssd, o), []):
-                sim.store.clear(b, s, on_ssd)
+            for s, b in self.owner_segs.pop((on_ssd, o, home), []):
+                sim.store.clear(b, s, on_ssd, pool=home)
             if on_ssd:
                 self.file_of.pop(o, None)
 
@@ -188,7 +206,7 @@ class Flat:
 
     def peaks(self) -> dict[str, int]:
         return {
-            "peak_host_memory_bytes": self.mem.peak_used_bytes,
+            "peak_host_memory_bytes": self.mem_peak,
             "peak_staging_bytes": self.sim.staging.peak,
             "peak_ssd_bytes": self.ssd.peak_used_bytes,
         }

@@ -1,7 +1,8 @@
-"""``memory-only``: GPU caches plus one host-memory LRU; misses are recomputed.
+"""``memory-only``: GPU caches plus a host-memory LRU; misses are recomputed.
 
 SGLang HiCache without L3: every block a prefill produces is written through to host memory
-(LRU, tail before head); host hits are copied to the GPU at prefill start.
+(LRU, tail before head): the node's pool, or with ``host_scope`` "worker" the request's
+worker's own (HiCache's per-instance pool); host hits are copied to the GPU at prefill start.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class MemoryOnly:
         pass
 
     def on_prefill_done(self, r: int, now: float) -> None:
-        self.sim.store.host_insert(self.sim.w.blocks_of(r), self.tiered)
+        self.sim.store.host_insert(self.sim.w.blocks_of(r), self.tiered, self.sim.worker_of[r])
 
     def on_decode_done(self, r: int, now: float) -> None:
         pass

@@ -1,11 +1,12 @@
 """``tiered`` (Mooncake-like): host memory in front of SSD buckets, SSD hits staged through host.
 
-* Writes: every new block enters the host LRU at prefill end; the LRU evicts (tail before
-  head: ``eviction_order(touch="tail-first")``) to SSD in eviction order into fixed-size
-  buckets, recycled first-in first-out at the SSD's high watermark: the store appends each
-  eviction to :class:`fcctl.analyzers.kvmodel.tiered.BucketRing`, the bucket model iobench's
-  eviction
-  layout is built with.
+* Writes: every new block enters the host LRU at prefill end (the node's pool, or with
+  ``host_scope`` "worker" its worker's); a pool evicts (tail before head:
+  ``eviction_order(touch="tail-first")``) to the node's one SSD in eviction order into
+  fixed-size buckets, recycled first-in first-out at the SSD's high watermark: the store
+  appends each eviction to :class:`fcctl.analyzers.kvmodel.tiered.BucketRing`, the bucket
+  model iobench's eviction layout is built with. A block already on SSD (evicted from
+  another worker's pool) is not written again.
 * Reads: host hits are copied to the GPU at prefill start. SSD hits are a prefetch: it needs
   host staging space (``min(its bytes, staging_bytes)``, first come first served), reads one
   command per block and layer per rank (the eviction layout, as ``iobench`` reads it) on the
@@ -175,7 +176,7 @@ class Tiered:
     def on_prefill_done(self, r: int, now: float) -> None:
         store = self.sim.store
         written = store.ssd_written_blocks
-        store.host_insert(self.sim.w.blocks_of(r), True)
+        store.host_insert(self.sim.w.blocks_of(r), True, self.sim.worker_of[r])
         # Host evictions of blocks not yet on SSD are written to it now, on the read drives.
         self.sim.ssd_write((store.ssd_written_blocks - written) * self.sim.block_bytes, now)
 
