@@ -7,9 +7,10 @@ in its result. A :class:`Runner` runs a batch of :class:`SimTask` and reports ea
 finishes; :func:`open_runner` picks one from an :class:`Execution`:
 
 * ``engine="local"``, ``jobs=1``: one after another in this process.
-* ``engine="local"``, ``jobs=N``: N spawned processes, each given the workload once (pickled
-  when it starts: the workload, not the trace, so no worker rebuilds it or holds the trace's
-  block hashes).
+* ``engine="local"``, ``jobs=N``: N spawned processes sharing one copy of the workload (the
+  workload, not the trace, so no worker rebuilds it or holds the trace's block hashes): its
+  large arrays are files in memory (``/dev/shm``) every worker maps (:class:`_SharedWorkload`),
+  removed when the runner closes.
 * ``engine="dask"``: the workload is scattered once to every worker of the cluster
   (``broadcast``: one copy per worker, about 4 bytes a block access plus the per-request
   arrays, less than the trace's hash lists) and each simulation is a task on it. A worker
@@ -196,21 +197,75 @@ def _bind(advance: Advance, i: int) -> Callable[[int], None]:
 _WORKER: tuple[Workload, TaskFn, Any] | None = None
 
 
-class _Holder:
-    """The workload as an initializer argument the parent can let go of once every worker has
-    started: the pool keeps its initializer arguments for its whole life."""
-
-    def __init__(self, workload: Workload) -> None:
-        self.workload: Workload | None = workload
+#: Arrays of at least this many bytes go to the workers as shared files, not through pipes.
+SHARED_ARRAY_BYTES = 1 << 20
 
 
-def _init_worker(holder: _Holder, fn: TaskFn, updates: Any) -> None:
+class _SharedWorkload:
+    """The workload for worker processes: its large arrays saved once as ``.npy`` files in a
+    private temporary directory (in ``/dev/shm`` where it exists, so in memory) that every
+    worker maps copy-on-write, the rest pickled. Pickled whole instead, a 94 M-access workload
+    costs each worker 0.4 GB through a pipe and the parent several copies (measured: 10 s of
+    system time for two workers on the whole Claude Code trace, docs/benchmarks.md); mapped, the
+    pages are one copy in the page cache, shared. The parent removes the directory when the
+    runner closes (:meth:`close`); a worker's mapping outlives the name."""
+
+    def __init__(self, workload: Workload, min_bytes: int | None = None) -> None:
+        import dataclasses
+
+        import numpy as np
+
+        least = SHARED_ARRAY_BYTES if min_bytes is None else min_bytes
+        self.directory: str | None = None
+        self.paths: dict[str, str] = {}
+        small: dict[str, Any] = {}
+        try:
+            for f in dataclasses.fields(workload):
+                value = getattr(workload, f.name)
+                if isinstance(value, np.ndarray) and value.nbytes >= least:
+                    path = os.path.join(self._directory(), f"{f.name}.npy")
+                    np.save(path, value, allow_pickle=False)
+                    self.paths[f.name] = path
+                    small[f.name] = value[:0]
+        except BaseException:
+            self.close()
+            raise
+        self.rest = dataclasses.replace(workload, **small)
+
+    def _directory(self) -> str:
+        if self.directory is None:
+            import tempfile
+
+            shm = "/dev/shm"
+            where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+            self.directory = tempfile.mkdtemp(prefix="fcctl-workload-", dir=where)
+        return self.directory
+
+    def load(self) -> Workload:
+        import dataclasses
+
+        import numpy as np
+
+        arrays = {name: np.load(path, mmap_mode="c") for name, path in self.paths.items()}
+        return dataclasses.replace(self.rest, **arrays)
+
+    def close(self) -> None:
+        import shutil
+
+        directory, self.directory = self.directory, None
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"paths": self.paths, "rest": self.rest, "directory": None}
+
+
+def _init_worker(shared: _SharedWorkload, fn: TaskFn, updates: Any) -> None:
     global _WORKER
     # The parent owns the workers and stops them on Ctrl-C (which reaches the whole process
     # group) and on SIGTERM (see ProcessRunner.close).
     worker_ignores_sigint()
-    assert holder.workload is not None, "the workload was released before this worker started"
-    _WORKER = (holder.workload, fn, updates)
+    _WORKER = (shared.load(), fn, updates)
 
 
 def _worker_run(i: int, task: SimTask) -> PolicyResult:
@@ -230,11 +285,11 @@ class ProcessRunner:
     def __init__(self, workload: Workload, fn: TaskFn, jobs: int) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._jobs = jobs
-        self._holder = _Holder(workload)
+        self._shared = _SharedWorkload(workload)
         self._updates = ctx.Queue()
         self._pool: ProcessPoolExecutor | None = ProcessPoolExecutor(
             max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-            initargs=(self._holder, fn, self._updates),
+            initargs=(self._shared, fn, self._updates),
         )  # fmt: skip
         self._batch = 0
         self.facts: dict[str, Any] = {"name": "local", "jobs": jobs}
@@ -254,9 +309,6 @@ class ProcessRunner:
             futures = {
                 self._pool.submit(_worker_run, base + i, task): i for i, task in enumerate(tasks)
             }
-        # Each worker was started (the workload pickled to it) by a submit once enough wait.
-        if self._batch >= self._jobs:
-            self._holder.workload = None
         pending: set[Future[Any]] = set(futures)
         try:
             while pending:
@@ -302,6 +354,7 @@ class ProcessRunner:
         pool.shutdown(wait=True, cancel_futures=True)
         self._updates.close()
         self._updates.join_thread()
+        self._shared.close()
 
 
 def _dask_run(fn: TaskFn, workload: Workload, topic: str, i: int, task: SimTask) -> PolicyResult:

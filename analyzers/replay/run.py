@@ -239,7 +239,7 @@ def summarize(
         details=sim.policy.extra(),
         rejected_requests=RejectedRequests(
             rejected.height,
-            {str(k): int(v) for k, v in rejected["rejected"].value_counts().iter_rows()}
+            {str(k): int(v) for k, v in sorted(rejected["rejected"].value_counts().iter_rows())}
             if rejected.height
             else {},
         ),
@@ -434,8 +434,8 @@ def replay_trace(
             f"cancel: one of {', '.join(CANCEL_MODES)}; got {config.cancel!r}", parameter="cancel"
         )
     policies = check_policies(config.policies)
-    workers = workers_of(config.geometry, config.hardware)
-    workload = build_workload(trace, config.geometry, workers)
+    # Without the trace's hash lists: worker processes get the workload, not the hashes.
+    workload = simulation_workload(trace, config.geometry, config.hardware)
     points: list[tuple[float | None, int | None]] = []
     if config.concurrency is not None:
         if not config.concurrency:
@@ -613,7 +613,7 @@ def replay_trace(
         ),
         kv=KvSummary(g.name, g.bytes_per_token, workload.block_bytes, g.tp, g.dtype_bytes),
         hardware=hardware_document(config.hardware),
-        workers=workers,
+        workers=workload.workers,
         placement=PlacementSettings(
             config.placement.short_reply_tokens, config.placement.agent_context_tokens
         ),
