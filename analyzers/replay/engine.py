@@ -265,6 +265,10 @@ class Simulation:
         total = -(-(workload.input_tokens + workload.output_tokens) // workload.block_tokens)
         self.out_blocks = np.maximum(total - prompt, 0).tolist()
         self.kv_blocks = np.maximum(total, prompt).tolist()
+        # Per-request constants as Python ints: the hot paths read them once or more a request.
+        self.prompt_blocks: list[int] = prompt.tolist()
+        self.input_tokens: list[int] = workload.input_tokens.tolist()
+        self.output_tokens: list[int] = workload.output_tokens.tolist()
         info = workload.geometry.info
         self.max_context = info.max_context_tokens if info is not None else 0
         self.new_prompt = [0] * workload.requests
@@ -359,7 +363,7 @@ class Simulation:
 
     def _route(self, r: int) -> None:
         """Choose ``r``'s worker (``sticky`` keeps the workload's: the session's worker)."""
-        blocks = int(self.w.offsets[r + 1] - self.w.offsets[r])
+        blocks = self.prompt_blocks[r]
         blk = self.w.blocks_of(r)
         cached: list[int] | None = None
         if self.router == "round-robin":
@@ -389,7 +393,7 @@ class Simulation:
     def _reject_reason(self, r: int) -> int:
         if self.kv_blocks[r] > self.pool_blocks:
             return REJECT_GPU_POOL
-        tokens = int(self.w.input_tokens[r] + self.w.output_tokens[r])
+        tokens = self.input_tokens[r] + self.output_tokens[r]
         if self.max_context and tokens > self.max_context:
             return REJECT_CONTEXT
         return 0
@@ -440,7 +444,7 @@ class Simulation:
                 if r is None:
                     return
             # Its new prompt blocks and its output must fit beside the running ones.
-            new = int(self.w.offsets[r + 1] - self.w.offsets[r]) - log.gpu_blocks[r]
+            new = self.prompt_blocks[r] - log.gpu_blocks[r]
             need = new + self.out_blocks[r]
             if self.running[w] + need > self.pool_blocks:
                 self.blocked[w] = r
@@ -450,7 +454,7 @@ class Simulation:
             self._hold(w, need)
             self.policy.on_prefill_start(r, now)
             log.start_s[r] = now
-            inp = int(self.w.input_tokens[r])
+            inp = self.input_tokens[r]
             cached = min(log.delivered_blocks[r] * self.w.block_tokens, inp)
             self.pf_left[r] = inp - cached
             self.pf_ctx[r] = cached
@@ -594,12 +598,12 @@ class Simulation:
         self.done += 1
         if self.progress is not None and self.done % 1024 == 0:
             self.progress(self.done)
-        more = int(self.w.output_tokens[r]) - 1
+        more = self.output_tokens[r] - 1
         if more <= 0:
             self._decode_done(now, r)
             return
         # Its context when it joins: the prompt and its first token; it grows one an iteration.
-        join = int(self.w.input_tokens[r]) + 1 - self.iters[w]
+        join = self.input_tokens[r] + 1 - self.iters[w]
         self.dec_join[r] = join
         self.ctx_base[w] += join
         heapq.heappush(self.dec_heap[w], (self.iters[w] + more, r))

@@ -37,6 +37,9 @@ from fcctl.analyzers.replay.flatcost import SegmentTable, read_cost
 CODE_GPU = 0
 CODE_HOST = 1
 CODE_SSD = 2
+#: No SSD runs (most lookups): one shared, read-only empty (0, 3) array.
+_NO_RUNS = np.zeros((0, 3), dtype=np.int64)
+_NO_RUNS.flags.writeable = False
 
 
 @njit(cache=True)
@@ -594,6 +597,8 @@ class FastStore:
             m_seg, self.s_seg, self.s_idx, self.codes, self.run_seg, self.run_first,
             self.run_len, self.out,
         )  # fmt: skip
+        if runs == 0:
+            return p, n_g, n_m, n_s, _NO_RUNS
         rows = np.stack(
             [self.run_seg[:runs], self.run_first[:runs], self.run_len[:runs]], axis=1
         ).astype(np.int64)

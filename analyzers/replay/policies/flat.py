@@ -150,15 +150,16 @@ class Flat:
         if new.shape[0] == 0:
             return
         refs = sim.store.refs_of(new)
-        shared = int(np.argmax(refs <= 1)) if (refs <= 1).any() else int(new.shape[0])
+        single = refs <= 1
+        shared = int(np.argmax(single)) if single.any() else int(new.shape[0])
         prev = int(wl.prev_request[r])
         for piece, ref in ((new[:shared], 2), (new[shared:], 1)):
             if piece.shape[0] == 0:
                 continue
             signals = PlacementSignals(
                 turn=int(wl.turn[r]),
-                context_tokens=int(wl.input_tokens[r]),
-                previous_reply_tokens=int(wl.output_tokens[prev]) if prev >= 0 else None,
+                context_tokens=sim.input_tokens[r],
+                previous_reply_tokens=sim.output_tokens[prev] if prev >= 0 else None,
                 prefix_ref_count=int(refs[:shared].min()) if ref > 1 else 1,
                 memory_free_bytes=self.mems[pool].free_bytes,
                 bytes_to_write=piece.shape[0] * sim.block_bytes,
