@@ -243,6 +243,7 @@ def rows_of(doc: dict[str, Any], out: Path, point: Point) -> list[dict[str, Any]
                     "achieved_rate_central": p["achieved_rate"]["central"],
                     "achieved_rate_whole": p["achieved_rate"]["whole"],
                     "saturated": p["saturated"],
+                    "saturated_by": p.get("saturated_by"),
                     "sessions_active_mean": p["sessions_active"]["mean"],
                     "sessions_active_max": p["sessions_active"]["max"],
                     "working_set_mean_bytes": ws_mean,
@@ -293,7 +294,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     )
     lines = [head, "|" + "---|" * 3 + "---:|" * 15]
     for r in rows:
-        sat = "yes" if r["saturated"] else "no"
+        sat = (r.get("saturated_by") or "yes") if r["saturated"] else "no"
         lines.append(
             f"| {r['label']} | {_load(r)} | {r['policy']} | "
             f"{_f(r['achieved_rate_central'], '.3g')} | {sat} | "
