@@ -57,6 +57,24 @@ def _children_named(pid: int, name: str) -> list[int]:
     return out
 
 
+def _popen_with_default_interrupts(args: list[str], **kwargs) -> subprocess.Popen:  # type: ignore[no-untyped-def, type-arg]
+    """``Popen`` with SIGINT and SIGTERM at their defaults in the child, as a shell starts a
+    command. An ignored disposition and a blocked mask survive fork and exec, and this pytest
+    process may be in either state after an earlier test (the full suite once left SIGINT
+    ignored or blocked here: the child then never saw the test's Ctrl-C and fio ran its 60 s);
+    a Python handler, by contrast, becomes the default in the child."""
+    wanted = {signal.SIGINT, signal.SIGTERM}
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    old_term = signal.signal(signal.SIGTERM, lambda *_: None)
+    old_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, wanted)
+    try:
+        return subprocess.Popen(args, **kwargs)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGINT, old_int)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupt_during_fio_leaves_no_fio_process(tmp_path, fio_bin, sig):
     """fio (and the job processes it forks) is terminated and reaped, whatever interrupts us.
@@ -76,7 +94,7 @@ def test_an_interrupt_during_fio_leaves_no_fio_process(tmp_path, fio_bin, sig):
                      "--numjobs=2", "--thread=0"], timeout_s=120)
         """
     )
-    proc = subprocess.Popen(
+    proc = _popen_with_default_interrupts(
         [sys.executable, "-c", child], env=ENV, cwd=REPO, stderr=subprocess.PIPE
     )
     fio_pids: list[int] = []
