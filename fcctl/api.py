@@ -410,6 +410,7 @@ def replay(
     """
     from fcctl.analyzers.replay import Execution, ReplayConfig, check_execution, replay_trace
     from fcctl.analyzers.replay.load import parse_concurrency, parse_think_time
+    from fcctl.analyzers.replay.parallel import start_worker_server
     from fcctl.common.errors import FcctlInputError
     from fcctl.layout.placement import PlacementRule
 
@@ -447,6 +448,7 @@ def replay(
     budget = _optional_size(memory_budget_bytes, "memory_budget_bytes")
     execution = Execution(engine, jobs, scheduler, budget)
     check_execution(execution)
+    start_worker_server(execution)  # before the trace is read (parallel.worker_context)
     with _progress(progress) as bar:
         trace, sample = _sampled_trace(source, format, bar, memory_budget_bytes, sample_sessions)
         return _with_sampling(
@@ -586,8 +588,11 @@ def recommend_thresholds(
     from fcctl.analyzers.recommend import RecommendConfig
     from fcctl.analyzers.recommend import recommend_thresholds as sweep
     from fcctl.analyzers.replay import Execution, check_execution
+    from fcctl.analyzers.replay.parallel import start_worker_server
 
-    check_execution(Execution(engine, jobs, scheduler))
+    execution = Execution(engine, jobs, scheduler)
+    check_execution(execution)
+    start_worker_server(execution)  # before the trace is read (parallel.worker_context)
 
     _check_sample(sample_sessions)
     config = RecommendConfig(
@@ -755,6 +760,7 @@ def plan(
     from fcctl.analyzers.recommend import thresholds_source, thresholds_toml
     from fcctl.analyzers.recommend.emit import check_name, emit_package
     from fcctl.analyzers.replay import Execution, check_execution
+    from fcctl.analyzers.replay.parallel import start_worker_server
     from fcctl.common.jsonio import dumps, write_json_file
     from fcctl.common.outdir import write_text_atomic
     from fcctl.common.progress import Progress
@@ -780,8 +786,10 @@ def plan(
     _check_sample(sample_sessions)
     if emit:
         check_name(emit_name)
-    check_execution(Execution(engine, jobs, scheduler))
+    execution = Execution(engine, jobs, scheduler)
+    check_execution(execution)
     earlier = check_plan_dir(out, resume=resume, force=force)
+    start_worker_server(execution)  # before the trace is read (parallel.worker_context)
     node = _node(hardware)
     identity = file_identity(source)
     common = {"format": format, "model": model, "model_config": model_config, "tp": tp,

@@ -273,3 +273,29 @@ def test_workers_share_the_workload_through_files_removed_at_the_end(
     shared_two = fcctl.replay(mooncake, rates="2", policies="memory-only,flat", jobs=2)
     assert _figures(shared_one) == _figures(shared_two)  # every array went through the files
     assert set(glob.glob(os.path.join(where, "fcctl-workload-*"))) == before
+
+
+def test_workers_fork_from_a_small_server_started_before_the_trace() -> None:
+    """Workers do not fork from the process holding the trace (each fork would copy its page
+    tables): they come from a fork server this process starts, with numpy and numba imported
+    once there and polars (whose import starts threads) not."""
+    import multiprocessing
+
+    from fcctl.analyzers.replay.parallel import start_worker_server, worker_context
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork server on this platform: workers are spawned")
+    start_worker_server(Execution("local", 1))  # jobs=1: no server needed, none asked for
+    start_worker_server(Execution("local", 2))
+    start_worker_server()  # a second start is a no-op
+    ctx = worker_context()
+    assert ctx.get_start_method() == "forkserver"
+    import concurrent.futures
+
+    # Builtins only (a function of this module would import fcctl, and polars, in the worker).
+    preloaded = "sorted(__import__('sys').modules.keys() & {'numba', 'polars'})"
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as pool:
+        ppids = {pool.submit(os.getppid).result() for _ in range(4)}
+        modules = pool.submit(eval, preloaded).result()
+    assert len(ppids) == 1 and os.getpid() not in ppids  # one server, not this process
+    assert modules == ["numba"]

@@ -64,7 +64,9 @@ def temporaries(directory: Path) -> list[Path]:
 
 
 def spawned_workers(pid: int) -> list:
-    """Live multiprocessing workers among ``pid``'s descendants."""
+    """Live multiprocessing workers among ``pid``'s descendants: spawned ones (``spawn_main``
+    in their command line), and those forked from a fork server (its children: the server
+    itself is ``pid``'s child, and its workers keep its command line)."""
     try:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
@@ -72,7 +74,8 @@ def spawned_workers(pid: int) -> list:
     out = []
     for child in children:
         try:
-            if "spawn_main" in " ".join(child.cmdline()):
+            cmdline = " ".join(child.cmdline())
+            if "spawn_main" in cmdline or ("forkserver" in cmdline and child.ppid() != pid):
                 out.append(child)
         except psutil.Error:
             pass

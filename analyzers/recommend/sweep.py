@@ -54,7 +54,7 @@ short chat: every session's later turns go to memory, as memory permits; first t
 memory-full rule stay, they are not thresholds).
 
 **Where the simulations run** (:func:`fcctl.analyzers.replay.open_runner`): here
-(``jobs=1``), in ``jobs`` spawned processes each given the workload once (``jobs=None``: the
+(``jobs=1``), in ``jobs`` worker processes sharing the workload (``jobs=None``: the
 CPUs within the memory budget), or as Dask tasks on the workload scattered once to every worker
 (``engine="dask"``). Each batch (the grid with the baselines, a grid extension, the runs after
 the pick) runs at once; results are identical wherever they run (each cell is independent and

@@ -7,10 +7,11 @@ in its result. A :class:`Runner` runs a batch of :class:`SimTask` and reports ea
 finishes; :func:`open_runner` picks one from an :class:`Execution`:
 
 * ``engine="local"``, ``jobs=1``: one after another in this process.
-* ``engine="local"``, ``jobs=N``: N spawned processes sharing one copy of the workload (the
+* ``engine="local"``, ``jobs=N``: N worker processes sharing one copy of the workload (the
   workload, not the trace, so no worker rebuilds it or holds the trace's block hashes): its
   large arrays are files in memory (``/dev/shm``) every worker maps (:class:`_SharedWorkload`),
-  removed when the runner closes.
+  removed when the runner closes. The workers come from a fork server
+  (:func:`start_worker_server`), started while this process is still small.
 * ``engine="dask"``: the workload is scattered once to every worker of the cluster
   (``broadcast``: one copy per worker, about 4 bytes a block access plus the per-request
   arrays, less than the trace's hash lists) and each simulation is a task on it. A worker
@@ -279,11 +280,51 @@ def _worker_run(i: int, task: SimTask) -> PolicyResult:
     return fn(workload, task, step)
 
 
+#: Imported once by the fork server, so no worker imports them again. Not polars: it starts
+#: threads when imported (jemalloc's, its spill cleaner), and a process that forks must have
+#: none; numpy's BLAS threads are fork-safe (OpenBLAS re-creates them after ``fork``).
+SERVER_PRELOAD: tuple[str, ...] = ("numpy", "numba")
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """Where worker processes come from: ``forkserver`` where the platform has it, else
+    ``spawn``. Started from this process, each worker would be a ``fork`` + ``exec`` of it,
+    and once it holds a large trace the ``fork`` alone copies its page tables: measured 0.56 s
+    a worker with the whole Claude Code trace loaded (docs/benchmarks.md, "fcctl replay").
+    Forked from the small server instead, a worker starts in milliseconds with numpy and
+    numba already imported."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(SERVER_PRELOAD))
+    return ctx
+
+
+def start_worker_server(execution: Execution | None = None) -> None:
+    """Start the processes the local workers come from (the fork server and multiprocessing's
+    resource tracker) now, before a trace is read, so that neither is forked from a process
+    holding it; a no-op where they run already, for the Dask engine and for ``jobs=1``. The
+    server starts with interrupts blocked (:func:`starting_children`), as its workers then do;
+    it ends when this process does."""
+    if execution is not None and (execution.engine != "local" or execution.jobs == 1):
+        return
+    # multiprocessing starts its resource tracker with the first worker, and unblocks SIGINT
+    # when it does: started first, it leaves the mask of starting_children alone.
+    resource_tracker.ensure_running()
+    ctx = worker_context()
+    if ctx.get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        with starting_children():
+            forkserver.ensure_running()
+
+
 class ProcessRunner:
-    """Tasks in ``jobs`` spawned processes, each given the workload once."""
+    """Tasks in ``jobs`` worker processes, each given the workload once."""
 
     def __init__(self, workload: Workload, fn: TaskFn, jobs: int) -> None:
-        ctx = multiprocessing.get_context("spawn")
+        start_worker_server()
+        ctx = worker_context()
         self._jobs = jobs
         self._shared = _SharedWorkload(workload)
         self._updates = ctx.Queue()
@@ -302,9 +343,6 @@ class ProcessRunner:
         self._batch += len(tasks)
         # Workers start in submit, with interrupts held until they have (see starting_children:
         # no traceback from a worker cut off while it starts, none from one hit by Ctrl-C).
-        # multiprocessing starts its resource tracker with the first worker, and unblocks
-        # SIGINT when it does: started before, it leaves the mask alone.
-        resource_tracker.ensure_running()
         with starting_children():
             futures = {
                 self._pool.submit(_worker_run, base + i, task): i for i, task in enumerate(tasks)
