@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from fcctl.analyzers.kvmodel.tiered import DEFAULT_BUCKET_BYTES, BucketPlacement, place_in_buckets
-from fcctl.iobench.pattern import fill_pieces, piece_keys
-from fcctl.iobench.workload import Workload
 from fcctl.layout.planner import Extent
+
+from .pattern import fill_pieces, piece_keys
+from .workload import Workload
 
 # Blocks are written in runs of about this many bytes, to bound the buffer whatever the bucket.
 _WRITE_RUN_BYTES = 32 * 2**20

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fcctl.iobench.safety import held_signals
+from .safety import held_signals
 
 MiB = 2**20
 SEQ_REQUEST_BYTES = (1 * MiB, 4 * MiB, 8 * MiB)

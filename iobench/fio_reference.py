@@ -14,11 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fcctl.iobench import fio as fio_mod
-from fcctl.iobench.config import LAYOUT_NAMES
-from fcctl.iobench.restore import SessionRestore
-from fcctl.iobench.result import FioRound, FioSummary
 from fcctl.layout.alignment import PAGE_BYTES
+
+from . import fio as fio_mod
+from .config import LAYOUT_NAMES
+from .restore import SessionRestore
+from .result import FioRound, FioSummary
 
 
 @dataclass(frozen=True)

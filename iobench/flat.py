@@ -14,11 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from fcctl.iobench.pattern import fill_pieces, piece_keys
-from fcctl.iobench.workload import Workload
 from fcctl.layout.alignment import align_up
 from fcctl.layout.session_file import SessionFile
 from fcctl.layout.session_format import DATA_START, file_bytes, fit_name
+
+from .pattern import fill_pieces, piece_keys
+from .workload import Workload
 
 
 def session_file_bytes(workload: Workload, session: int) -> int:

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from fcctl.iobench.config import IobenchConfig
-from fcctl.iobench.eviction import EvictionLayout, eviction_bytes_needed, write_eviction_layout
-from fcctl.iobench.flat import FlatLayout, flat_bytes_needed, write_flat_layout
-from fcctl.iobench.restore import SessionRestore, eviction_restores, flat_restores
-from fcctl.iobench.workload import Workload
+from .config import IobenchConfig
+from .eviction import EvictionLayout, eviction_bytes_needed, write_eviction_layout
+from .flat import FlatLayout, flat_bytes_needed, write_flat_layout
+from .restore import SessionRestore, eviction_restores, flat_restores
+from .workload import Workload
 
 
 class WrittenLayout(Protocol):

@@ -37,16 +37,17 @@ from typing import Any, cast
 
 import numpy as np
 
-from fcctl.iobench.config import RESTORE_BUFFER_BUDGET_BYTES
-from fcctl.iobench.eviction import EvictionLayout
-from fcctl.iobench.flat import FlatLayout
-from fcctl.iobench.pattern import mismatched_pieces, piece_keys
-from fcctl.iobench.workload import Workload
 from fcctl.layout.alignment import PAGE_BYTES, align_up
 from fcctl.layout.buffers import aligned_buffer
 from fcctl.layout.engines import DeferredVerifyEngine, ReadEngine, ReadResult, Verification
 from fcctl.layout.planner import ReadPlan, plan_reads
 from fcctl.layout.session_file import SessionFile
+
+from .config import RESTORE_BUFFER_BUDGET_BYTES
+from .eviction import EvictionLayout
+from .flat import FlatLayout
+from .pattern import mismatched_pieces, piece_keys
+from .workload import Workload
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fcctl.common.provenance import Provenance
-from fcctl.iobench.config import LAYOUT_NAMES
-from fcctl.iobench.errors import VerificationFailed
-from fcctl.iobench.restore import RunResult
+
+from .config import LAYOUT_NAMES
+from .errors import VerificationFailed
+from .restore import RunResult
 
 SCHEMA_VERSION = 1
 NOT_JSON = {"json": False}

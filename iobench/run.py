@@ -28,19 +28,23 @@ from typing import Protocol
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.progress import Progress
 from fcctl.common.provenance import collect_provenance, utc_now
-from fcctl.iobench import fio as fio_mod
-from fcctl.iobench.config import IobenchConfig
-from fcctl.iobench.errors import BenchFailed
-from fcctl.iobench.fio_reference import FioSetup, fio_round, fio_setup, fio_summary
-from fcctl.iobench.layouts import LAYOUTS, WrittenLayout
-from fcctl.iobench.restore import (
+from fcctl.layout.engines import ReadEngine
+from fcctl.layout.errors import LayoutError
+from fcctl.layout.geometry import model_geometry
+
+from . import fio as fio_mod
+from .config import IobenchConfig
+from .errors import BenchFailed
+from .fio_reference import FioSetup, fio_round, fio_setup, fio_summary
+from .layouts import LAYOUTS, WrittenLayout
+from .restore import (
     BufferPool,
     RunResult,
     SessionRestore,
     allocate_pool,
     run_restore,
 )
-from fcctl.iobench.result import (
+from .result import (
     SCHEMA_VERSION,
     ChecksumInfo,
     EngineInfo,
@@ -53,17 +57,14 @@ from fcctl.iobench.result import (
     compare,
     summarize,
 )
-from fcctl.iobench.safety import first_interrupt_raises, prepare_workspace
-from fcctl.iobench.sizing import (
+from .safety import first_interrupt_raises, prepare_workspace
+from .sizing import (
     IOLOG_BYTES_PER_COMMAND,
     check_fits_machine,
     check_synthetic_size,
     workload_size,
 )
-from fcctl.iobench.workload import Workload, load_trace_workload, synthetic_workload
-from fcctl.layout.engines import ReadEngine
-from fcctl.layout.errors import LayoutError
-from fcctl.layout.geometry import model_geometry
+from .workload import Workload, load_trace_workload, synthetic_workload
 
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
 

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.units import format_bytes
-from fcctl.iobench.config import IobenchConfig
-from fcctl.iobench.restore import pool_slots
-from fcctl.iobench.workload import Workload
 from fcctl.layout.alignment import PAGE_BYTES
 from fcctl.layout.geometry import KvGeometry
 from fcctl.layout.session_format import DATA_START, file_bytes
+
+from .config import IobenchConfig
+from .restore import pool_slots
+from .workload import Workload
 
 # Bytes of Python objects per item, about twice the measured figures (module docstring).
 SESSION_BYTES = 2_000  # schedule entry, restore object, per-session lists
@@ -117,7 +118,7 @@ def synthetic_size(geometry: KvGeometry, config: IobenchConfig) -> WorkloadSize:
 
 def workload_size(workload: Workload, config: IobenchConfig) -> WorkloadSize:
     """The size of a built workload (a trace's, after scaling)."""
-    from fcctl.iobench.flat import flat_bytes_needed
+    from .flat import flat_bytes_needed
 
     sessions = workload.sessions
     largest = max(sessions, key=lambda s: s.blocks, default=None)

@@ -24,7 +24,8 @@ import polars as pl
 
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
-from fcctl.reports import format as fmt
+
+from . import format as fmt
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -244,13 +245,13 @@ def render_summary(result: AnalysisResult, console: Console) -> None:
 
 def print_summary(result: AnalysisResult) -> None:
     """Render the summary on stdout; piped output loses rich's padding at the line ends."""
-    from fcctl.reports.console import print_rendered
+    from .console import print_rendered
 
     print_rendered(lambda console: render_summary(result, console))
 
 
 def _write_files(result: AnalysisResult, d: Path) -> list[str]:
-    from fcctl.reports import charts
+    from . import charts
 
     write_json_file(result, d / OUT_MARKER)
     tables = result.tables

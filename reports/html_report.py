@@ -16,8 +16,8 @@ public names, which the CLI, the API and the tests import from here.
 
 from __future__ import annotations
 
-from fcctl.reports.page.decision import decision, replay_decision
-from fcctl.reports.page.elements import (
+from .page.decision import decision, replay_decision
+from .page.elements import (
     MAX_CURVE_POINTS,
     PARQUET_COLUMNS,
     TEXT,
@@ -32,9 +32,9 @@ from fcctl.reports.page.elements import (
     table,
     thin,
 )
-from fcctl.reports.page.provenance import provenance_section
-from fcctl.reports.page.recommendation import recommendation_section, tokens
-from fcctl.reports.page.replay import (
+from .page.provenance import provenance_section
+from .page.recommendation import recommendation_section, tokens
+from .page.replay import (
     hardware_table,
     number_at,
     policies_at,
@@ -42,8 +42,8 @@ from fcctl.reports.page.replay import (
     rates_table,
     replay_section,
 )
-from fcctl.reports.page.reuse import reuse_section, sampling_legend
-from fcctl.reports.page.shell import (
+from .page.reuse import reuse_section, sampling_legend
+from .page.shell import (
     SECTION_TITLES,
     SECTIONS,
     ReportOutputError,
@@ -54,8 +54,8 @@ from fcctl.reports.page.shell import (
     make_report,
     write_page,
 )
-from fcctl.reports.page.storage import comparison_sentences, storage_section
-from fcctl.reports.page.trace import trace_section
+from .page.storage import comparison_sentences, storage_section
+from .page.trace import trace_section
 
 __all__ = [
     "MAX_CURVE_POINTS",

@@ -11,7 +11,8 @@ import polars as pl
 
 from fcctl.common.jsonio import to_jsonable, write_json, write_json_file
 from fcctl.iobench.result import Comparisons, IobenchResult
-from fcctl.reports import format as fmt
+
+from . import format as fmt
 
 JSON_NAME = "iobench.json"
 

@@ -21,8 +21,9 @@ from fcctl.analyzers.replay import sampled_label
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
 from fcctl.common.units import format_bytes
-from fcctl.reports import format as fmt
-from fcctl.reports.console import print_rendered
+
+from . import format as fmt
+from .console import print_rendered
 
 OUT_MARKER = "recommend.json"
 
@@ -185,7 +186,7 @@ def tables(result: RecommendResult) -> dict[str, pl.DataFrame]:
 def _charts(result: RecommendResult, d: Path) -> list[str]:
     import numpy as np
 
-    from fcctl.reports.charts import load_pyplot, save_figure
+    from .charts import load_pyplot, save_figure
 
     plt = load_pyplot()
     rec = result.recommendation

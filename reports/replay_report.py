@@ -14,8 +14,9 @@ from fcctl.analyzers.replay import sampled_label
 from fcctl.analyzers.replay.result import RateResult, ReplayResult
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
-from fcctl.reports import format as fmt
-from fcctl.reports.console import print_rendered
+
+from . import format as fmt
+from .console import print_rendered
 
 OUT_MARKER = "replay.json"
 
@@ -131,7 +132,7 @@ def check_replay_out_dir(out: Path, *, force: bool) -> None:
 
 
 def _charts(result: ReplayResult, d: Path) -> list[str]:
-    from fcctl.reports.charts import load_pyplot, save_figure
+    from .charts import load_pyplot, save_figure
 
     plt = load_pyplot()
     by_concurrency = result.load.get("axis") == "concurrency"

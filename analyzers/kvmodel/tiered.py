@@ -41,8 +41,9 @@ from typing import Literal
 import numpy as np
 from numba import njit
 
-from fcctl.analyzers.kvmodel.turns import TurnSchedule
 from fcctl.common.errors import FcctlInputError
+
+from .turns import TurnSchedule
 
 DEFAULT_BUCKET_BYTES = 256 * 2**20
 # The memory tier holds this fraction of the workload by default: small enough that most

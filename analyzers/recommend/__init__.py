@@ -6,8 +6,8 @@ rules (default grid, reuse across the grid, pick and ties, misplacement) are in
 :mod:`.grid` and :mod:`.sweep`; docs/recommend.md explains them with results.
 """
 
-from fcctl.analyzers.recommend.grid import default_grid, grid_from_values, parse_grid
-from fcctl.analyzers.recommend.result import (
+from .grid import default_grid, grid_from_values, parse_grid
+from .result import (
     CHANGES,
     GridCell,
     Misplacement,
@@ -15,7 +15,7 @@ from fcctl.analyzers.recommend.result import (
     RecommendResult,
     Ttft,
 )
-from fcctl.analyzers.recommend.sweep import (
+from .sweep import (
     ALL_MEMORY_TOKENS,
     OBJECTIVES,
     RecommendConfig,
@@ -23,7 +23,7 @@ from fcctl.analyzers.recommend.sweep import (
     recommend_thresholds,
     threshold_classes,
 )
-from fcctl.analyzers.recommend.thresholds import thresholds_source, thresholds_toml
+from .thresholds import thresholds_source, thresholds_toml
 
 __all__ = [
     "ALL_MEMORY_TOKENS",

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fcctl.analyzers.replay import RateResult, SessionSampling
 from fcctl.common.provenance import Provenance
+
+from ..replay import RateResult, SessionSampling
 
 SCHEMA_VERSION = 2  # 2: recommendation.matters/spread/why, trace (path, fingerprint)
 NOT_JSON = {"json": False}

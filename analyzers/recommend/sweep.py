@@ -72,20 +72,17 @@ from typing import Any
 
 import numpy as np
 
-from fcctl.analyzers.recommend.grid import check_grid, default_grid
-from fcctl.analyzers.recommend.result import (
-    CHANGES,
-    SCHEMA_VERSION,
-    GridCell,
-    Misplacement,
-    Recommendation,
-    RecommendResult,
-    RunFacts,
-    Spread,
-    TraceIdentity,
-    Ttft,
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.progress import Progress
+from fcctl.common.provenance import collect_provenance, utc_now
+from fcctl.layout.geometry import KvGeometry
+from fcctl.layout.placement import (
+    DEFAULT_AGENT_CONTEXT_TOKENS,
+    DEFAULT_SHORT_REPLY_TOKENS,
+    PlacementRule,
 )
-from fcctl.analyzers.replay import (
+
+from ..replay import (
     DEFAULT_MARGIN_PP,
     DEFAULT_RATES,
     DEFAULT_SEED,
@@ -107,17 +104,21 @@ from fcctl.analyzers.replay import (
     run_task,
     simulation_workload,
 )
-from fcctl.analyzers.traces.fingerprint import trace_fingerprint
-from fcctl.analyzers.traces.schedule import check_rates
-from fcctl.analyzers.traces.schema import Trace
-from fcctl.common.errors import FcctlInputError
-from fcctl.common.progress import Progress
-from fcctl.common.provenance import collect_provenance, utc_now
-from fcctl.layout.geometry import KvGeometry
-from fcctl.layout.placement import (
-    DEFAULT_AGENT_CONTEXT_TOKENS,
-    DEFAULT_SHORT_REPLY_TOKENS,
-    PlacementRule,
+from ..traces.fingerprint import trace_fingerprint
+from ..traces.schedule import check_rates
+from ..traces.schema import Trace
+from .grid import check_grid, default_grid
+from .result import (
+    CHANGES,
+    SCHEMA_VERSION,
+    GridCell,
+    Misplacement,
+    Recommendation,
+    RecommendResult,
+    RunFacts,
+    Spread,
+    TraceIdentity,
+    Ttft,
 )
 
 OBJECTIVES: tuple[str, ...] = ("hit", "ttft-p99")

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fcctl.analyzers.recommend.result import RecommendResult
 from fcctl.common.version import fcctl_version
+
+from .result import RecommendResult
 
 
 def thresholds_source(result: RecommendResult) -> dict[str, Any]:

@@ -16,8 +16,8 @@ and :data:`DEFAULT_SEED`; and where many simulations run (:mod:`.parallel`): :cl
 :func:`default_jobs`.
 """
 
-from fcctl.analyzers.replay.decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins
-from fcctl.analyzers.replay.hardware import (
+from .decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins
+from .hardware import (
     HOST_SCOPES,
     PRESETS,
     Hardware,
@@ -27,7 +27,7 @@ from fcctl.analyzers.replay.hardware import (
     load_hardware,
     with_values,
 )
-from fcctl.analyzers.replay.parallel import (
+from .parallel import (
     ENGINES,
     Execution,
     Runner,
@@ -38,9 +38,9 @@ from fcctl.analyzers.replay.parallel import (
     open_runner,
     worker_bytes,
 )
-from fcctl.analyzers.replay.policies import DEFAULT_POLICIES, POLICIES
-from fcctl.analyzers.replay.result import PolicyResult, RateResult, ReplayResult
-from fcctl.analyzers.replay.run import (
+from .policies import DEFAULT_POLICIES, POLICIES
+from .result import PolicyResult, RateResult, ReplayResult
+from .run import (
     DEFAULT_RATES,
     DEFAULT_SEED,
     ReplayConfig,
@@ -51,8 +51,8 @@ from fcctl.analyzers.replay.run import (
     simulation_workload,
     workers_of,
 )
-from fcctl.analyzers.replay.sampling import SessionSampling, sampled_label, session_sampling
-from fcctl.analyzers.replay.workload import Workload, build_workload
+from .sampling import SessionSampling, sampled_label, session_sampling
+from .workload import Workload, build_workload
 
 __all__ = [
     "DEFAULT_MARGIN_PP",

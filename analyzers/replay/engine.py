@@ -45,9 +45,9 @@ from typing import Any, Protocol
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.replay.hardware import Hardware
-from fcctl.analyzers.replay.load import ThinkTime
-from fcctl.analyzers.replay.timemodel import (
+from .hardware import Hardware
+from .load import ThinkTime
+from .timemodel import (
     PREFILL_BASE_MS,
     PREFILL_LINEAR_MS,
     PREFILL_QUADRATIC_MS,
@@ -55,7 +55,7 @@ from fcctl.analyzers.replay.timemodel import (
     LevelMeter,
     PsLink,
 )
-from fcctl.analyzers.replay.workload import Workload
+from .workload import Workload
 
 #: Progress callback: requests finished so far.
 ProgressFn = Callable[[int], None]

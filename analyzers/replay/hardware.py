@@ -65,12 +65,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fcctl.analyzers.kvmodel.tiered import DEFAULT_BUCKET_BYTES
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.inputfile import parse_json, read_regular_text
 from fcctl.common.paths import display_path
 from fcctl.common.units import parse_size
 from fcctl.layout.reclaim import DEFAULT_HIGH_WATERMARK, DEFAULT_LOW_WATERMARK
+
+from ..kvmodel.tiered import DEFAULT_BUCKET_BYTES
 
 GB = 10**9
 GiB = 2**30

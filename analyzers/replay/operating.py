@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.traces.schedule import central_window
+from ..traces.schedule import central_window
 
 #: A run is saturated when its central achieved rate is more than this fraction below its
 #: reference rate (module docstring). 10 %: sampling noise of Poisson session starts on the

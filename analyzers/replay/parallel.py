@@ -53,8 +53,8 @@ from fcctl.common.progress import Progress, Task
 from fcctl.common.signals import starting_children, worker_ignores_sigint
 
 if TYPE_CHECKING:
-    from fcctl.analyzers.replay.result import PolicyResult
-    from fcctl.analyzers.replay.workload import Workload
+    from .result import PolicyResult
+    from .workload import Workload
 
 ENGINES: tuple[str, ...] = ("local", "dask")
 #: A simulation worker's peak memory: a base (interpreter, numpy, polars, numba) plus bytes per
@@ -109,7 +109,7 @@ class Execution:
 
 def check_execution(execution: Execution) -> None:
     """Refuse an unknown engine, bad jobs, a scheduler without dask, dask when not installed."""
-    from fcctl.analyzers.reuse.bounded import check_engine
+    from ..reuse.bounded import check_engine
 
     check_engine(execution.engine, execution.scheduler)
     jobs = execution.jobs
@@ -141,7 +141,7 @@ def cpus() -> int:
 
 
 def budget_bytes(memory_budget_bytes: int | None) -> int:
-    from fcctl.analyzers.reuse.bounded import default_memory_budget
+    from ..reuse.bounded import default_memory_budget
 
     return default_memory_budget() if memory_budget_bytes is None else memory_budget_bytes
 
@@ -492,8 +492,8 @@ def open_runner(workload: Workload, fn: TaskFn, execution: Execution) -> Iterato
 
 @contextlib.contextmanager
 def _dask_runner(workload: Workload, fn: TaskFn, execution: Execution) -> Iterator[DaskRunner]:
-    from fcctl.analyzers.reuse.dask.failures import Stage, cluster_failure
-    from fcctl.analyzers.reuse.dask_engine import dask_client
+    from ..reuse.dask.failures import Stage, cluster_failure
+    from ..reuse.dask_engine import dask_client
 
     need = worker_bytes(workload)
     budget = budget_bytes(execution.memory_budget_bytes)

@@ -13,9 +13,10 @@ from collections import OrderedDict
 
 import numpy as np
 
-from fcctl.analyzers.replay.flatcost import ALIGN, GAP_BYTES, SegmentTable
-from fcctl.analyzers.replay.store import CODE_GPU, CODE_HOST, CODE_SSD
 from fcctl.layout.planner import Extent, plan_reads
+
+from .flatcost import ALIGN, GAP_BYTES, SegmentTable
+from .store import CODE_GPU, CODE_HOST, CODE_SSD
 
 
 class _Lru:

@@ -12,17 +12,18 @@ from typing import Any
 
 import polars as pl
 
-from fcctl.analyzers.replay.decision import Decision
-from fcctl.analyzers.replay.operating import (
+from fcctl.common.provenance import Provenance
+
+from ..summary import KvSummary, TraceSummary
+from .decision import Decision
+from .operating import (
     AchievedRate,
     MeanMax,
     QueueDepth,
     Staging,
     Utilisation,
 )
-from fcctl.analyzers.replay.sampling import SessionSampling
-from fcctl.analyzers.summary import KvSummary, TraceSummary
-from fcctl.common.provenance import Provenance
+from .sampling import SessionSampling
 
 SCHEMA_VERSION = 2  # 2: operating point per policy, decision per rate, window TTFT
 NOT_JSON = {"json": False}

@@ -11,7 +11,18 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.replay.decision import (
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.progress import Progress
+from fcctl.common.provenance import collect_provenance, utc_now
+from fcctl.layout.geometry import KvGeometry
+from fcctl.layout.placement import PlacementRule
+
+from ..reuse.bounded import default_memory_budget
+from ..summary import KvSummary, TraceSummary
+from ..traces.fingerprint import trace_fingerprint
+from ..traces.schedule import check_rate, check_rates
+from ..traces.schema import Trace
+from .decision import (
     DEFAULT_MARGIN_PP,
     DEFAULT_TTFT_MARGIN,
     Decision,
@@ -20,13 +31,13 @@ from fcctl.analyzers.replay.decision import (
     decide,
     divergence_rate,
 )
-from fcctl.analyzers.replay.engine import DEFAULT_ROUTER, ROUTERS, Simulation
-from fcctl.analyzers.replay.hardware import Hardware, hardware_document, with_values
-from fcctl.analyzers.replay.load import ThinkTime
-from fcctl.analyzers.replay.operating import Window, operating_point
-from fcctl.analyzers.replay.parallel import Execution, SimTask, SimulationDisplay, open_runner
-from fcctl.analyzers.replay.policies import DEFAULT_POLICIES, POLICIES
-from fcctl.analyzers.replay.result import (
+from .engine import DEFAULT_ROUTER, ROUTERS, Simulation
+from .hardware import Hardware, hardware_document, with_values
+from .load import ThinkTime
+from .operating import Window, operating_point
+from .parallel import Execution, SimTask, SimulationDisplay, open_runner
+from .policies import DEFAULT_POLICIES, POLICIES
+from .result import (
     SCHEMA_VERSION,
     Percentiles,
     PlacementSettings,
@@ -37,8 +48,8 @@ from fcctl.analyzers.replay.result import (
     ReplayResult,
     TtftStats,
 )
-from fcctl.analyzers.replay.store import FastStore
-from fcctl.analyzers.replay.sweep import (
+from .store import FastStore
+from .sweep import (
     MAX_DOUBLINGS,
     MAX_REFINEMENTS,
     SIZE_FIELDS,
@@ -49,17 +60,7 @@ from fcctl.analyzers.replay.sweep import (
     size_points,
     working_set_bytes,
 )
-from fcctl.analyzers.replay.workload import Workload, build_workload
-from fcctl.analyzers.reuse.bounded import default_memory_budget
-from fcctl.analyzers.summary import KvSummary, TraceSummary
-from fcctl.analyzers.traces.fingerprint import trace_fingerprint
-from fcctl.analyzers.traces.schedule import check_rate, check_rates
-from fcctl.analyzers.traces.schema import Trace
-from fcctl.common.errors import FcctlInputError
-from fcctl.common.progress import Progress
-from fcctl.common.provenance import collect_provenance, utc_now
-from fcctl.layout.geometry import KvGeometry
-from fcctl.layout.placement import PlacementRule
+from .workload import Workload, build_workload
 
 DEFAULT_RATES: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0)
 DEFAULT_SEED = 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fcctl.analyzers.traces.sampling import METHOD, SessionSample
+from ..traces.sampling import METHOD, SessionSample
 
 #: The error measured for a sampling rate, per rate, by benchmarks/sample_error.py
 #: (docs/benchmarks.md, section "Issue #19: session sampling"): the largest over the policies,

@@ -31,8 +31,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from fcctl.analyzers.kvmodel.tiered import BucketRing, ring_append
-from fcctl.analyzers.replay.flatcost import SegmentTable, read_cost
+from ..kvmodel.tiered import BucketRing, ring_append
+from .flatcost import SegmentTable, read_cost
 
 CODE_GPU = 0
 CODE_HOST = 1

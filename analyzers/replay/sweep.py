@@ -39,11 +39,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fcctl.analyzers.replay.decision import CANDIDATES
-from fcctl.analyzers.replay.result import RateResult
-from fcctl.analyzers.replay.timemodel import prefill_s
-from fcctl.analyzers.replay.workload import Workload
 from fcctl.common.errors import FcctlInputError
+
+from .decision import CANDIDATES
+from .result import RateResult
+from .timemodel import prefill_s
+from .workload import Workload
 
 GiB = 1 << 30
 #: Shares of the ideal hit share whose LRU capacities ``--host-memory auto`` adds.
@@ -71,7 +72,7 @@ class WorkingSet:
 def working_set_bytes(w: Workload, shares: Sequence[float] = WORKING_SET_SHARES) -> WorkingSet:
     """The smallest LRU capacity (whole GiB) at which the trace's hit share reaches each of
     ``shares`` of its ideal (None: the trace has no reuse)."""
-    from fcctl.analyzers.reuse.stack import Accesses, reuse_pass
+    from ..reuse.stack import Accesses, reuse_pass
 
     acc = Accesses(w.block, w.offsets, w.num_blocks)
     rp = reuse_pass(acc, w.timestamps_s)

@@ -24,17 +24,18 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.reuse.sessions import infer_sessions
-from fcctl.analyzers.reuse.stack import flatten_accesses
-from fcctl.analyzers.traces.schedule import (
+from fcctl.common.errors import FcctlInputError
+from fcctl.layout.geometry import KvGeometry
+
+from ..reuse.sessions import infer_sessions
+from ..reuse.stack import flatten_accesses
+from ..traces.schedule import (
     natural_rate_per_s,
     schedule_by_rate,
     session_ordinals,
     time_scaled,
 )
-from fcctl.analyzers.traces.schema import Trace
-from fcctl.common.errors import FcctlInputError
-from fcctl.layout.geometry import KvGeometry
+from ..traces.schema import Trace
 
 
 @dataclass(frozen=True, eq=False)

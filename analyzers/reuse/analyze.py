@@ -34,36 +34,14 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.reuse.memory_tier import (
-    DEFAULT_MEMORY_CAPACITIES_BYTES,
-    MemoryTierPoint,
-    hit_curve,
-    memory_tier,
-)
-from fcctl.analyzers.reuse.metrics import (
-    HISTOGRAM_SCHEMA,
-    Percentiles,
-    ReuseDistances,
-    ReuseMetrics,
-    reuse_metrics,
-)
-from fcctl.analyzers.reuse.sessions import SessionMetrics, session_metrics
-from fcctl.analyzers.reuse.stack import (
-    DEFAULT_CHUNK_ACCESSES,
-    LOG2_BUCKETS_DOC,
-    flatten_accesses,
-    reuse_pass,
-)
-from fcctl.analyzers.reuse.verdict import (
-    FLAT_SESSION_KV_P90_BYTES,
-    REALISTIC_MEMORY_BYTES,
-    OrderKind,
-    Verdict,
-    decide,
-)
-from fcctl.analyzers.summary import KvSummary, TraceSummary
-from fcctl.analyzers.traces.fingerprint import trace_fingerprint
-from fcctl.analyzers.traces.schedule import (
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.progress import Progress
+from fcctl.common.provenance import Provenance, collect_provenance, utc_now
+from fcctl.layout.geometry import KvGeometry
+
+from ..summary import KvSummary, TraceSummary
+from ..traces.fingerprint import trace_fingerprint
+from ..traces.schedule import (
     SessionSchedule,
     check_rate,
     interleave,
@@ -71,11 +49,34 @@ from fcctl.analyzers.traces.schedule import (
     schedule_by_rate,
     session_durations_s,
 )
-from fcctl.analyzers.traces.schema import Order, Trace
-from fcctl.common.errors import FcctlInputError
-from fcctl.common.progress import Progress
-from fcctl.common.provenance import Provenance, collect_provenance, utc_now
-from fcctl.layout.geometry import KvGeometry
+from ..traces.schema import Order, Trace
+from .memory_tier import (
+    DEFAULT_MEMORY_CAPACITIES_BYTES,
+    MemoryTierPoint,
+    hit_curve,
+    memory_tier,
+)
+from .metrics import (
+    HISTOGRAM_SCHEMA,
+    Percentiles,
+    ReuseDistances,
+    ReuseMetrics,
+    reuse_metrics,
+)
+from .sessions import SessionMetrics, session_metrics
+from .stack import (
+    DEFAULT_CHUNK_ACCESSES,
+    LOG2_BUCKETS_DOC,
+    flatten_accesses,
+    reuse_pass,
+)
+from .verdict import (
+    FLAT_SESSION_KV_P90_BYTES,
+    REALISTIC_MEMORY_BYTES,
+    OrderKind,
+    Verdict,
+    decide,
+)
 
 SCHEMA_VERSION = 1
 NO_HASHES_NOTE = (

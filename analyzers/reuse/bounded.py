@@ -54,7 +54,13 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from fcctl.analyzers.reuse.analyze import (
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.progress import Progress
+from fcctl.common.provenance import utc_now
+from fcctl.layout.geometry import KvGeometry
+
+from ..traces.dataset import Dataset
+from .analyze import (
     AnalysisResult,
     BlockFigures,
     DatasetSummary,
@@ -73,27 +79,27 @@ from fcctl.analyzers.reuse.analyze import (
     seconds_cdf_frame,
     summarize_schedule,
 )
-from fcctl.analyzers.reuse.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES, MemoryTierPoint
-from fcctl.analyzers.reuse.metrics import (
+from .memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES, MemoryTierPoint
+from .metrics import (
     HISTOGRAM_SCHEMA,
     QUANTILES,
     Percentiles,
     ReuseMetrics,
     histogram_frame,
 )
-from fcctl.analyzers.reuse.sessions import (
+from .sessions import (
     SessionMetrics,
     distinct_blocks_per_session,
     session_index_from_ids,
     session_summary,
 )
-from fcctl.analyzers.reuse.shards import (
+from .shards import (
     DEFAULT_MAX_EXACT_BLOCKS,
     DEFAULT_MIN_SAMPLED_BLOCKS,
     SampledStack,
     sampled_stack,
 )
-from fcctl.analyzers.reuse.stack import (
+from .stack import (
     Accesses,
     dense_ids,
     log2_histogram_from_counts,
@@ -101,11 +107,6 @@ from fcctl.analyzers.reuse.stack import (
     reuse_pass,
     seconds_histogram_edges,
 )
-from fcctl.analyzers.traces.dataset import Dataset
-from fcctl.common.errors import FcctlInputError
-from fcctl.common.progress import Progress
-from fcctl.common.provenance import utc_now
-from fcctl.layout.geometry import KvGeometry
 
 BYTES_PER_REQUEST = 200
 BYTES_PER_EXACT_ACCESS = 32

@@ -93,8 +93,8 @@ and the block passes), ``failures`` (a failure of the cluster as one line) and `
 
 from __future__ import annotations
 
-from fcctl.analyzers.reuse.dask.analysis import LARGE_GRAPH_WARNING, analyze_dask
-from fcctl.analyzers.reuse.dask.cluster import (
+from .dask.analysis import LARGE_GRAPH_WARNING, analyze_dask
+from .dask.cluster import (
     CONNECT_TIMEOUT_S,
     LOCAL_P2P_COMM_BUFFER_BYTES,
     LOCAL_P2P_STORAGE_BUFFER_BYTES,
@@ -104,8 +104,8 @@ from fcctl.analyzers.reuse.dask.cluster import (
     dask_setup,
     local_workers,
 )
-from fcctl.analyzers.reuse.dask.parts import Piece, plan_pieces
-from fcctl.analyzers.reuse.dask.room import (
+from .dask.parts import Piece, plan_pieces
+from .dask.room import (
     BYTES_PER_EXPLODED_ACCESS,
     BYTES_PER_SHUFFLED_ACCESS,
     BYTES_PER_WORKER_REQUEST,
@@ -118,7 +118,7 @@ from fcctl.analyzers.reuse.dask.room import (
     plan_shuffle,
     worker_room,
 )
-from fcctl.analyzers.reuse.dask.shuffle import POSITION_BITS
+from .dask.shuffle import POSITION_BITS
 
 __all__ = [
     "BYTES_PER_EXPLODED_ACCESS",

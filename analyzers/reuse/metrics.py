@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.reuse.stack import (
+from .stack import (
     ReusePass,
     log2_histogram_from_counts,
     percentiles_from_counts,

@@ -30,8 +30,8 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from fcctl.analyzers.reuse.metrics import Percentiles
-from fcctl.analyzers.reuse.stack import Accesses
+from .metrics import Percentiles
+from .stack import Accesses
 
 
 @njit(cache=True)

@@ -68,13 +68,14 @@ import polars as pl
 import pyarrow as pa
 from numba import njit
 
-from fcctl.analyzers.reuse.stack import (
+from fcctl.common.errors import FcctlInputError
+
+from .stack import (
     flatten_accesses,
     percentiles_from_counts,
     percentiles_from_weighted,
     reuse_pass,
 )
-from fcctl.common.errors import FcctlInputError
 
 HASH_SPACE = 1 << 64
 #: K defaults to the capacity at which the sample would hold this many blocks.

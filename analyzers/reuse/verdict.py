@@ -43,8 +43,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from fcctl.analyzers.reuse.memory_tier import MemoryTierPoint
 from fcctl.common.units import format_bytes
+
+from .memory_tier import MemoryTierPoint
 
 GiB = 1 << 30
 #: Largest host-memory KV budget treated as realistic for one serving node (the default

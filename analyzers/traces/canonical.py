@@ -15,13 +15,14 @@ from pathlib import Path
 
 import polars as pl
 
-from fcctl.analyzers.traces.readers import read_trace
-from fcctl.analyzers.traces.readers.parquet import PARQUET_MAGIC
-from fcctl.analyzers.traces.schema import Trace, table_columns
-from fcctl.analyzers.traces.trace_metadata import METADATA_KEY, trace_metadata
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.outdir import machine_failure, temporary_sibling_file, write_failed
 from fcctl.common.paths import display_path
+
+from .readers import read_trace
+from .readers.parquet import PARQUET_MAGIC
+from .schema import Trace, table_columns
+from .trace_metadata import METADATA_KEY, trace_metadata
 
 
 def check_output_file(

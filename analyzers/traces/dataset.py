@@ -50,18 +50,19 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fcctl.analyzers.traces.readers import TraceFormatError, check_file, fail, missing
-from fcctl.analyzers.traces.readers.parquet import (
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.paths import display_path
+from fcctl.common.progress import Progress
+
+from .readers import TraceFormatError, check_file, fail, missing
+from .readers.parquet import (
     PARQUET_MAGIC,
     ParquetReader,
     check_order,
     ignored_columns,
 )
-from fcctl.analyzers.traces.schema import Order, SourceTrace, Trace, table_columns
-from fcctl.analyzers.traces.trace_metadata import PartitionMetadata, TraceMetadata
-from fcctl.common.errors import FcctlInputError
-from fcctl.common.paths import display_path
-from fcctl.common.progress import Progress
+from .schema import Order, SourceTrace, Trace, table_columns
+from .trace_metadata import PartitionMetadata, TraceMetadata
 
 DATASET_FORMAT = "parquet-dataset"
 GLOB_CHARS = frozenset("*?[")

@@ -23,7 +23,7 @@ import hashlib
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.traces.schema import Trace
+from .schema import Trace
 
 PREFIX = "sha256:"
 

@@ -43,19 +43,20 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.traces.sampling import session_hash
-from fcctl.analyzers.traces.schema import COLUMNS, SourceTrace, Trace
-from fcctl.analyzers.traces.trace_metadata import (
-    PartitionMetadata,
-    partition_metadata,
-    trace_metadata,
-)
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.jsonio import dumps
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
 from fcctl.common.paths import display_path
 from fcctl.common.progress import Progress
 from fcctl.common.version import fcctl_version
+
+from .sampling import session_hash
+from .schema import COLUMNS, SourceTrace, Trace
+from .trace_metadata import (
+    PartitionMetadata,
+    partition_metadata,
+    trace_metadata,
+)
 
 MANIFEST = "dataset.json"
 SCHEMA_VERSION = 1

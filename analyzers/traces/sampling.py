@@ -36,12 +36,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.traces.fingerprint import trace_fingerprint
-from fcctl.analyzers.traces.schema import Trace
+from .fingerprint import trace_fingerprint
+from .schema import Trace
 
 if TYPE_CHECKING:
-    from fcctl.analyzers.traces.dataset import Dataset
     from fcctl.common.progress import Progress
+
+    from .dataset import Dataset
 from fcctl.common.errors import FcctlInputError
 
 HASH_SPACE = 1 << 64

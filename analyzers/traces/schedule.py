@@ -34,8 +34,9 @@ from typing import Literal, TypeGuard
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.traces.schema import Trace
 from fcctl.common.errors import FcctlInputError
+
+from .schema import Trace
 
 ScheduleKind = Literal["rate", "concurrency"]
 

@@ -61,16 +61,17 @@ import polars as pl
 import pyarrow as pa
 from numba import njit
 
-from fcctl.analyzers.traces.schema import COLUMNS, SCHEMA, SourceTrace, Trace
-from fcctl.analyzers.traces.trace_metadata import (
-    PartitionMetadata,
-    partition_metadata,
-    trace_metadata,
-)
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.jsonio import dumps
 from fcctl.common.outdir import atomic_out_dir
 from fcctl.common.version import fcctl_version
+
+from .schema import COLUMNS, SCHEMA, SourceTrace, Trace
+from .trace_metadata import (
+    PartitionMetadata,
+    partition_metadata,
+    trace_metadata,
+)
 
 MANIFEST = "synth.json"
 SYNTH_FORMAT = "synth"
@@ -560,7 +561,7 @@ def _check_memory(name: str, count: int, bytes_each: int, got: int, what: str) -
     """Refuse a size derived from the input that would not fit the memory budget, before the
     allocation (numpy would otherwise try it, and fail or swap, many GiB later)."""
     # Lazy: the budget lives with the bounded analysis; traces/ must not import it at load.
-    from fcctl.analyzers.reuse.bounded import default_memory_budget
+    from ..reuse.bounded import default_memory_budget
 
     budget = default_memory_budget()
     if count * bytes_each > budget:

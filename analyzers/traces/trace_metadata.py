@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import cast
 
-from fcctl.analyzers.traces.schema import Order, Trace
+from .schema import Order, Trace
 
 METADATA_KEY = "fcctl.trace"
 METADATA_VERSION = 1

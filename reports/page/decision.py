@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from html import escape
 
-from fcctl.reports import format as fmt
-from fcctl.reports.page.elements import link
-from fcctl.reports.page.recommendation import tokens
-from fcctl.reports.page.replay import number_at, policies_at
-from fcctl.reports.report_inputs import Input, Node
+from .. import format as fmt
+from ..report_inputs import Input, Node
+from .elements import link
+from .recommendation import tokens
+from .replay import number_at, policies_at
 
 
 def _policy(doc: Node, rate: float, name: str) -> Node | None:

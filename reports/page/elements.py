@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from fcctl.common.paths import display_path
-from fcctl.reports.report_inputs import Input, ReportInputError
+
+from ..report_inputs import Input, ReportInputError
 
 # Curves from --out Parquet tables are thinned to this many points: enough for a 640 px chart,
 # and a whole-trace hit curve (one point per distinct stack distance) stays a few KB.

@@ -6,8 +6,9 @@ import json
 from html import escape
 
 from fcctl.common.version import fcctl_version
-from fcctl.reports.page.elements import CellLike, para, table
-from fcctl.reports.report_inputs import Input, Node
+
+from ..report_inputs import Input, Node
+from .elements import CellLike, para, table
 
 _PROVENANCE_ROWS = (
     ("fcctl", "fcctl_version"),

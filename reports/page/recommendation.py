@@ -3,11 +3,11 @@ heat maps over the grid, the misplacement cost and the baselines at every rate."
 
 from __future__ import annotations
 
-from fcctl.reports import format as fmt
-from fcctl.reports import svg
-from fcctl.reports.page.elements import Cell, CellLike, figure, kv_table, table
-from fcctl.reports.page.replay import hardware_table, number_at, rate_charts, rates_table
-from fcctl.reports.report_inputs import Input, Node
+from .. import format as fmt
+from .. import svg
+from ..report_inputs import Input, Node
+from .elements import Cell, CellLike, figure, kv_table, table
+from .replay import hardware_table, number_at, rate_charts, rates_table
 
 
 def tokens(v: float | None) -> str:

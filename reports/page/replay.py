@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from fcctl.reports import format as fmt
-from fcctl.reports import svg
-from fcctl.reports.page.elements import Cell, CellLike, figure, para, table
-from fcctl.reports.report_inputs import Input, Node
+from .. import format as fmt
+from .. import svg
+from ..report_inputs import Input, Node
+from .elements import Cell, CellLike, figure, para, table
 
 
 def policies_at(doc: Node) -> list[tuple[float, list[tuple[str, Node]]]]:

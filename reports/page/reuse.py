@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from html import escape
 
-from fcctl.reports import format as fmt
-from fcctl.reports import svg
-from fcctl.reports.page.elements import (
+from .. import format as fmt
+from .. import svg
+from ..report_inputs import Input, Node
+from .elements import (
     Cell,
     CellLike,
     bullet_list,
@@ -18,7 +19,6 @@ from fcctl.reports.page.elements import (
     table,
     thin,
 )
-from fcctl.reports.report_inputs import Input, Node
 
 
 def _percentile_rows(

@@ -19,15 +19,16 @@ from fcctl.common.outdir import write_text_atomic
 from fcctl.common.paths import display_path
 from fcctl.common.provenance import utc_now
 from fcctl.common.version import fcctl_version
-from fcctl.reports.page.decision import decision
-from fcctl.reports.page.elements import para
-from fcctl.reports.page.provenance import provenance_section
-from fcctl.reports.page.recommendation import recommendation_section
-from fcctl.reports.page.replay import replay_section
-from fcctl.reports.page.reuse import reuse_section
-from fcctl.reports.page.storage import storage_section
-from fcctl.reports.page.trace import trace_section
-from fcctl.reports.report_inputs import Input, check_same_trace, read_inputs
+
+from ..report_inputs import Input, check_same_trace, read_inputs
+from .decision import decision
+from .elements import para
+from .provenance import provenance_section
+from .recommendation import recommendation_section
+from .replay import replay_section
+from .reuse import reuse_section
+from .storage import storage_section
+from .trace import trace_section
 
 #: Section ids in page order; the tests and the decision paragraph's links use them.
 SECTIONS = ("decision", "trace", "reuse", "storage", "replay", "recommendation", "provenance")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fcctl.reports import format as fmt
-from fcctl.reports import svg
-from fcctl.reports.page.elements import Cell, CellLike, bullet_list, figure, para, table
-from fcctl.reports.report_inputs import Input, Node
+from .. import format as fmt
+from .. import svg
+from ..report_inputs import Input, Node
+from .elements import Cell, CellLike, bullet_list, figure, para, table
 
 
 def _iobench_repeats(doc: Node) -> int:

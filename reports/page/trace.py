@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from fcctl.reports import format as fmt
-from fcctl.reports.page.elements import Cell, CellLike, kv_table
-from fcctl.reports.page.reuse import sampling_legend
-from fcctl.reports.report_inputs import Input, Node, ReportInputError
+from .. import format as fmt
+from ..report_inputs import Input, Node, ReportInputError
+from .elements import Cell, CellLike, kv_table
+from .reuse import sampling_legend
 
 
 def _schedule_text(schedule: Node) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-from fcctl.analyzers.replay.engine import PolicyFactory
+from ..engine import PolicyFactory
 
 _MODULES = ("memory_only", "tiered", "flat", "flat_fcfs")
 

@@ -30,12 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from fcctl.analyzers.replay.engine import Simulation
-from fcctl.analyzers.replay.flatcost import SegmentTable
 from fcctl.layout.placement import Medium, PlacementRule, PlacementSignals
 from fcctl.layout.reclaim import SessionReclaimer
 from fcctl.layout.scheduler import Scheduler, TwoQueueScheduler
 from fcctl.layout.session_format import DATA_START, record_bytes, segment_bytes
+
+from ..engine import Simulation
+from ..flatcost import SegmentTable
 
 NAME = "flat"
 

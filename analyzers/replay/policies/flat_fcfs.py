@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from fcctl.analyzers.replay.engine import Simulation
-from fcctl.analyzers.replay.policies.flat import Flat
 from fcctl.layout.scheduler import FcfsScheduler
+
+from ..engine import Simulation
+from .flat import Flat
 
 NAME = "flat-fcfs"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fcctl.analyzers.replay.engine import ArrivalQueue, Simulation
+from ..engine import ArrivalQueue, Simulation
 
 NAME = "memory-only"
 

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from fcctl.analyzers.replay.engine import ArrivalQueue, Simulation
-from fcctl.analyzers.replay.store import CODE_GPU, CODE_HOST, CODE_SSD
+from ..engine import ArrivalQueue, Simulation
+from ..store import CODE_GPU, CODE_HOST, CODE_SSD
 
 NAME = "tiered"
 

@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING
 
 import dask
 
-from fcctl.analyzers.reuse.analyze import (
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.progress import Progress
+from fcctl.layout.geometry import KvGeometry
+
+from ...traces.dataset import Dataset, is_dataset_spec, open_dataset
+from ..analyze import (
     AnalysisResult,
     DatasetSummary,
     Note,
@@ -22,7 +27,7 @@ from fcctl.analyzers.reuse.analyze import (
     check_geometry,
     check_schedule_args,
 )
-from fcctl.analyzers.reuse.bounded import (
+from ..bounded import (
     BYTES_PER_HEAD_BLOCK,
     MemoryPlan,
     analyze_bounded,
@@ -34,16 +39,12 @@ from fcctl.analyzers.reuse.bounded import (
     plan_memory,
     refuse_schedule,
 )
-from fcctl.analyzers.reuse.dask.cluster import ClusterFacts, dask_client
-from fcctl.analyzers.reuse.dask.failures import Stage, cluster_failure
-from fcctl.analyzers.reuse.dask.parts import map_files
-from fcctl.analyzers.reuse.dask.room import HEAD_STREAM_BYTES, plan_shuffle, worker_room
-from fcctl.analyzers.reuse.dask.shuffle import dask_passes
-from fcctl.analyzers.reuse.memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES
-from fcctl.analyzers.traces.dataset import Dataset, is_dataset_spec, open_dataset
-from fcctl.common.errors import FcctlInputError
-from fcctl.common.progress import Progress
-from fcctl.layout.geometry import KvGeometry
+from ..memory_tier import DEFAULT_MEMORY_CAPACITIES_BYTES
+from .cluster import ClusterFacts, dask_client
+from .failures import Stage, cluster_failure
+from .parts import map_files
+from .room import HEAD_STREAM_BYTES, plan_shuffle, worker_room
+from .shuffle import dask_passes
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -55,7 +56,7 @@ LARGE_GRAPH_WARNING = "64 GiB"
 
 def _check_input(spec: str | Path) -> bool:
     """Refuse what is not canonical Parquet; True when ``spec`` is one file, not a dataset."""
-    from fcctl.analyzers.traces.readers import detect_format
+    from ...traces.readers import detect_format
 
     text = str(spec)
     # "s3://b/k" reaches here as "s3:/b/k" when it went through a Path (the CLI's argument).

@@ -7,8 +7,9 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Any
 
-from fcctl.analyzers.reuse.dask.cluster import ClusterFacts, short_message
 from fcctl.common.errors import FcctlInputError, RunFailed
+
+from .cluster import ClusterFacts, short_message
 
 
 @dataclass

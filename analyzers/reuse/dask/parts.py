@@ -12,9 +12,10 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from fcctl.analyzers.reuse.dask.cluster import short_message
-from fcctl.analyzers.traces.dataset import Dataset
 from fcctl.common.errors import FcctlInputError
+
+from ...traces.dataset import Dataset
+from .cluster import short_message
 
 if TYPE_CHECKING:
     from distributed import Client, Future

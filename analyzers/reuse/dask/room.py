@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 
 import dask
 
-from fcctl.analyzers.reuse.dask.cluster import ClusterFacts
-from fcctl.analyzers.traces.dataset import Dataset
 from fcctl.common.errors import FcctlInputError
+
+from ...traces.dataset import Dataset
+from .cluster import ClusterFacts
 
 if TYPE_CHECKING:
     from distributed import Client

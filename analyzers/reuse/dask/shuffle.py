@@ -12,16 +12,17 @@ import dask
 import numpy as np
 from numba import njit
 
-from fcctl.analyzers.reuse.bounded import (
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.progress import Progress
+
+from ...traces.dataset import Dataset
+from ..bounded import (
     BlockTotals,
     BoundedPasses,
     MemoryPlan,
     seconds_values_limit,
 )
-from fcctl.analyzers.reuse.dask.failures import Stage
-from fcctl.analyzers.reuse.dask.parts import piece_blocks, plan_pieces
-from fcctl.analyzers.reuse.dask.room import ShufflePlan
-from fcctl.analyzers.reuse.shards import (
+from ..shards import (
     HASH_SPACE,
     ROW_ACCESSES,
     SampledStack,
@@ -30,9 +31,9 @@ from fcctl.analyzers.reuse.shards import (
     splitmix64,
     stack_count_of_rows,
 )
-from fcctl.analyzers.traces.dataset import Dataset
-from fcctl.common.errors import FcctlInputError
-from fcctl.common.progress import Progress
+from .failures import Stage
+from .parts import piece_blocks, plan_pieces
+from .room import ShufflePlan
 
 if TYPE_CHECKING:
     from distributed import Client, Future

@@ -13,7 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from fcctl.analyzers.traces.readers._common import (
+from fcctl.common.progress import Progress
+
+from ..schema import Trace
+from ._common import (
     DEFAULT_MAX_LINE_BYTES,
     JSONDecodeError,
     TraceFormatError,
@@ -26,17 +29,15 @@ from fcctl.analyzers.traces.readers._common import (
     read_head,
     show,
 )
-from fcctl.analyzers.traces.readers.azure import AzureReader
-from fcctl.analyzers.traces.readers.bailian import BailianReader
-from fcctl.analyzers.traces.readers.claude_code import ClaudeCodeReader
-from fcctl.analyzers.traces.readers.dynamo import DynamoReader
-from fcctl.analyzers.traces.readers.flatcake import FlatCakeReader
-from fcctl.analyzers.traces.readers.generic import GenericReader, columns_error
-from fcctl.analyzers.traces.readers.mooncake import MooncakeReader
-from fcctl.analyzers.traces.readers.parquet import ParquetReader
-from fcctl.analyzers.traces.readers.tracelab import TraceLabReader
-from fcctl.analyzers.traces.schema import Trace
-from fcctl.common.progress import Progress
+from .azure import AzureReader
+from .bailian import BailianReader
+from .claude_code import ClaudeCodeReader
+from .dynamo import DynamoReader
+from .flatcake import FlatCakeReader
+from .generic import GenericReader, columns_error
+from .mooncake import MooncakeReader
+from .parquet import ParquetReader
+from .tracelab import TraceLabReader
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",

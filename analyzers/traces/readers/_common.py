@@ -23,16 +23,17 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from fcctl.analyzers.traces.schema import (
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.inputfile import file_kind
+from fcctl.common.paths import display_path
+from fcctl.common.progress import Progress, Task
+
+from ..schema import (
     OPTIONAL_COLUMNS,
     SCHEMA,
     first_bad_timestamp,
     timestamp_rule,
 )
-from fcctl.common.errors import FcctlInputError
-from fcctl.common.inputfile import file_kind
-from fcctl.common.paths import display_path
-from fcctl.common.progress import Progress, Task
 
 # One JSON document (bytes or str) to Python values: what both parsers below accept.
 _loads: Callable[[bytes | str], Any]

@@ -13,7 +13,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.traces.readers._common import (
+from fcctl.common.progress import Progress
+
+from ..schema import Trace
+from ._common import (
     DEFAULT_MAX_LINE_BYTES,
     build_frame,
     fail,
@@ -22,8 +25,6 @@ from fcctl.analyzers.traces.readers._common import (
     show,
     stable_time_order,
 )
-from fcctl.analyzers.traces.schema import Trace
-from fcctl.common.progress import Progress
 
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 

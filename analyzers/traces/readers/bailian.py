@@ -20,7 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fcctl.analyzers.traces.readers._common import (
+from fcctl.common.progress import Progress
+
+from ..schema import Trace
+from ._common import (
     DEFAULT_MAX_LINE_BYTES,
     INT32_MAX,
     HashIdBuffer,
@@ -35,8 +38,6 @@ from fcctl.analyzers.traces.readers._common import (
     optional_text,
     stable_time_order,
 )
-from fcctl.analyzers.traces.schema import Trace
-from fcctl.common.progress import Progress
 
 BLOCK_SIZE_TOKENS = 16
 

@@ -33,7 +33,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.traces.readers._common import (
+from fcctl.common.progress import Progress
+
+from ..schema import Trace
+from ._common import (
     DEFAULT_MAX_LINE_BYTES,
     INT32_MAX,
     HashIdBuffer,
@@ -56,8 +59,6 @@ from fcctl.analyzers.traces.readers._common import (
     require,
     show,
 )
-from fcctl.analyzers.traces.schema import Trace
-from fcctl.common.progress import Progress
 
 LOCAL_ID_BITS = 40
 MAX_SESSIONS = 2 ** (64 - LOCAL_ID_BITS) - 1

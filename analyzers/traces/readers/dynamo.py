@@ -51,7 +51,10 @@ from typing import Any
 
 import numpy as np
 
-from fcctl.analyzers.traces.readers._common import (
+from fcctl.common.progress import Progress
+
+from ..schema import Trace
+from ._common import (
     DEFAULT_MAX_LINE_BYTES,
     HashIdBuffer,
     build_frame,
@@ -64,8 +67,6 @@ from fcctl.analyzers.traces.readers._common import (
     show,
     stable_time_order,
 )
-from fcctl.analyzers.traces.schema import Trace
-from fcctl.common.progress import Progress
 
 BLOCK_SIZE_TOKENS = 512
 # Keys of Dynamo's rows that plain Mooncake rows never have: any of them in the head (not only

@@ -31,7 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fcctl.analyzers.traces.readers._common import (
+from fcctl.common.progress import Progress
+
+from ..schema import Trace
+from ._common import (
     DEFAULT_MAX_LINE_BYTES,
     HashIdBuffer,
     build_frame,
@@ -46,8 +49,6 @@ from fcctl.analyzers.traces.readers._common import (
     stable_time_order,
     text,
 )
-from fcctl.analyzers.traces.schema import Trace
-from fcctl.common.progress import Progress
 
 TRACE_VERSION = 1
 

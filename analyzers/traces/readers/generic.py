@@ -56,7 +56,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from fcctl.analyzers.traces.readers._common import (
+from fcctl.common.paths import display_path
+from fcctl.common.progress import Progress
+
+from ..schema import Trace
+from ._common import (
     DEFAULT_MAX_LINE_BYTES,
     HashIdBuffer,
     JSONDecodeError,
@@ -74,10 +78,7 @@ from fcctl.analyzers.traces.readers._common import (
     show,
     stable_time_order,
 )
-from fcctl.analyzers.traces.readers.parquet import PARQUET_MAGIC
-from fcctl.analyzers.traces.schema import Trace
-from fcctl.common.paths import display_path
-from fcctl.common.progress import Progress
+from .parquet import PARQUET_MAGIC
 
 COLUMN_KEYS = ("session", "timestamp", "input", "output", "hashes", "turn", "id", "parent", "type")
 SETTING_KEYS = ("timestamp_unit", "block_size")

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fcctl.analyzers.traces.readers._common import (
+from fcctl.common.progress import Progress
+
+from ..schema import Trace
+from ._common import (
     DEFAULT_MAX_LINE_BYTES,
     HashIdBuffer,
     build_frame,
@@ -22,8 +25,6 @@ from fcctl.analyzers.traces.readers._common import (
     non_negative_int,
     stable_time_order,
 )
-from fcctl.analyzers.traces.schema import Trace
-from fcctl.common.progress import Progress
 
 BLOCK_SIZE_TOKENS = 512
 _FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")

@@ -43,16 +43,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from fcctl.analyzers.traces.readers._common import (
-    DEFAULT_MAX_LINE_BYTES,
-    TraceFormatError,
-    check_file,
-    fail,
-    reading_task,
-    show,
-    stable_time_order,
-)
-from fcctl.analyzers.traces.schema import (
+from fcctl.common.progress import Progress
+
+from ..schema import (
     OPTIONAL_COLUMNS,
     SCHEMA,
     Order,
@@ -61,7 +54,7 @@ from fcctl.analyzers.traces.schema import (
     first_bad_timestamp,
     timestamp_rule,
 )
-from fcctl.analyzers.traces.trace_metadata import (
+from ..trace_metadata import (
     METADATA_KEY,
     PARTITION_KEY,
     PartitionMetadata,
@@ -70,7 +63,15 @@ from fcctl.analyzers.traces.trace_metadata import (
     parse_partition_metadata,
     parse_trace_metadata,
 )
-from fcctl.common.progress import Progress
+from ._common import (
+    DEFAULT_MAX_LINE_BYTES,
+    TraceFormatError,
+    check_file,
+    fail,
+    reading_task,
+    show,
+    stable_time_order,
+)
 
 PARQUET_MAGIC = b"PAR1"
 _INTEGERS = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64)

@@ -51,7 +51,10 @@ from typing import Any
 
 import numpy as np
 
-from fcctl.analyzers.traces.readers._common import (
+from fcctl.common.progress import Progress
+
+from ..schema import Trace
+from ._common import (
     DEFAULT_MAX_LINE_BYTES,
     build_frame,
     fail,
@@ -65,9 +68,7 @@ from fcctl.analyzers.traces.readers._common import (
     synthesised_id_cap,
     text,
 )
-from fcctl.analyzers.traces.readers.claude_code import LOCAL_ID_BITS, MAX_SESSIONS, namespace_base
-from fcctl.analyzers.traces.schema import Trace
-from fcctl.common.progress import Progress
+from .claude_code import LOCAL_ID_BITS, MAX_SESSIONS, namespace_base
 
 BLOCK_SIZE_TOKENS = 64
 INPUT_EVENTS = frozenset({"user_message", "tool_result"})
