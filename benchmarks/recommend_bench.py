@@ -81,8 +81,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--jobs", type=int, help="worker processes [the command's default]")
-    ap.add_argument("--engine", choices=("local", "dask"), default="local",
-                    help="dask: a local Dask cluster started by the command")  # fmt: skip
+    ap.add_argument(
+        "--engine",
+        choices=("local", "dask"),
+        default="local",
+        help="dask: a local Dask cluster started by the command",
+    )
     ap.add_argument("--save", type=Path, help="also write the JSON document here")
     ap.add_argument("extra", nargs="*", help="more recommend-thresholds flags (after --)")
     args = ap.parse_args()
@@ -90,8 +94,18 @@ def main() -> int:
         print(f"trace not found: {args.trace}", file=sys.stderr)
         return 2
     jobs = [] if args.jobs is None else ["--jobs", str(args.jobs)]
-    cmd = [sys.executable, "-m", "fcctl.cli", "recommend-thresholds", str(args.trace), "--json",
-           "--engine", args.engine, *jobs, *args.extra]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "fcctl.cli",
+        "recommend-thresholds",
+        str(args.trace),
+        "--json",
+        "--engine",
+        args.engine,
+        *jobs,
+        *args.extra,
+    ]
     with tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, cwd=REPO)

@@ -486,8 +486,10 @@ def main() -> None:
     if not parquet.exists():
         subprocess.run(
             [sys.executable, "-m", "fcctl", "convert", str(CLAUDE), "-o", str(parquet)],
-            cwd=REPO, check=True, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            cwd=REPO,
+            check=True,
+            stderr=subprocess.DEVNULL,
+        )
     p = plan(args.quick)
     wanted = set(args.regimes.split(",")) if args.regimes else None
     doc: dict[str, Any] = {

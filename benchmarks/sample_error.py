@@ -186,9 +186,11 @@ def markdown(doc: dict[str, Any], summary: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--trace", action="append", required=True,
+        "--trace",
+        action="append",
+        required=True,
         help="LABEL=PATH:RATE (a trace file or dataset, and the offered rate in requests/s)",
-    )  # fmt: skip
+    )
     parser.add_argument("--sample-rates", default="0.5,0.1,0.01")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--compare-rate-scaling", action="store_true")

@@ -44,8 +44,10 @@ def main() -> int:
     w = simulation_workload(trace, geometry, node)
     del trace
     t2 = time.perf_counter()
-    print(f"read {t1 - t0:.2f} s; workload {t2 - t1:.2f} s ({w.requests:,} requests, "
-          f"{w.block_accesses:,} accesses)")  # fmt: skip
+    print(
+        f"read {t1 - t0:.2f} s; workload {t2 - t1:.2f} s ({w.requests:,} requests, "
+        f"{w.block_accesses:,} accesses)"
+    )
     config = ReplayConfig(geometry=geometry, hardware=node, policies=(args.policy,))
     for _ in range(args.repeat):
         t = time.perf_counter()

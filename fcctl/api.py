@@ -241,26 +241,42 @@ def analyze(
             from fcctl.analyzers.reuse.dask_engine import analyze_dask
 
             return analyze_dask(
-                source, geometry=kv, scheduler=scheduler, memory_budget_bytes=budget,
-                sample_rate=sample_rate, memory_capacities_bytes=capacities, progress=bar,
-                thresholds=thresholds, rate_requests_per_s=rate_requests_per_s,
-                concurrent_sessions=concurrent_sessions, seed=seed,
-            )  # fmt: skip
+                source,
+                geometry=kv,
+                scheduler=scheduler,
+                memory_budget_bytes=budget,
+                sample_rate=sample_rate,
+                memory_capacities_bytes=capacities,
+                progress=bar,
+                thresholds=thresholds,
+                rate_requests_per_s=rate_requests_per_s,
+                concurrent_sessions=concurrent_sessions,
+                seed=seed,
+            )
         if dataset_input:
             data = open_dataset(source, bar)
         else:
             data = Dataset.from_trace(
                 read_trace(
-                    source, format=format, columns=columns, max_line_bytes=line_limit,
+                    source,
+                    format=format,
+                    columns=columns,
+                    max_line_bytes=line_limit,
                     progress=bar,
                 )
-            )  # fmt: skip
+            )
         return analyze_dataset(
-            data, geometry=kv, memory_budget_bytes=budget, sample_rate=sample_rate,
-            memory_capacities_bytes=capacities, progress=bar, thresholds=thresholds,
-            rate_requests_per_s=rate_requests_per_s, concurrent_sessions=concurrent_sessions,
+            data,
+            geometry=kv,
+            memory_budget_bytes=budget,
+            sample_rate=sample_rate,
+            memory_capacities_bytes=capacities,
+            progress=bar,
+            thresholds=thresholds,
+            rate_requests_per_s=rate_requests_per_s,
+            concurrent_sessions=concurrent_sessions,
             seed=seed,
-        )  # fmt: skip
+        )
 
 
 def hardware(
@@ -330,8 +346,9 @@ def split_sizes(value: str | None, parameter: str) -> tuple[str | None, list[str
     if not sizes and not auto:
         from fcctl.common.errors import FcctlInputError
 
-        raise FcctlInputError(f"{parameter}: give a size or a list of sizes; got {value!r}",
-                              parameter=parameter)  # fmt: skip
+        raise FcctlInputError(
+            f"{parameter}: give a size or a list of sizes; got {value!r}", parameter=parameter
+        )
     return (sizes[0] if sizes else None), sizes[1:], auto
 
 
@@ -436,15 +453,25 @@ def replay(
     if agent_context_tokens is not None:
         rule_args["agent_context_tokens"] = agent_context_tokens
     config = ReplayConfig(
-        geometry=kv, hardware=_node(hardware), policies=_names(policies),
+        geometry=kv,
+        hardware=_node(hardware),
+        policies=_names(policies),
         rates=() if auto or rates is None else _numbers(rates, "rates", "0.1,0.5 or auto"),
-        auto_rates=auto and concurrency is None, operating_rate=rate,
-        slo_ttft_p99_s=slo_ttft_p99_s, size_lists=size_lists, host_memory_auto=host_memory_auto,
-        placement=PlacementRule(**rule_args), seed=seed, keep_tables=keep_tables,
-        decision_margin_pp=decision_margin_pp, decision_ttft_margin=decision_ttft_margin,
+        auto_rates=auto and concurrency is None,
+        operating_rate=rate,
+        slo_ttft_p99_s=slo_ttft_p99_s,
+        size_lists=size_lists,
+        host_memory_auto=host_memory_auto,
+        placement=PlacementRule(**rule_args),
+        seed=seed,
+        keep_tables=keep_tables,
+        decision_margin_pp=decision_margin_pp,
+        decision_ttft_margin=decision_ttft_margin,
         concurrency=None if concurrency is None else parse_concurrency(concurrency),
-        think_time=parse_think_time(think_time), cancel=cancel, router=router,
-    )  # fmt: skip
+        think_time=parse_think_time(think_time),
+        cancel=cancel,
+        router=router,
+    )
     budget = _optional_size(memory_budget_bytes, "memory_budget_bytes")
     execution = Execution(engine, jobs, scheduler, budget)
     check_execution(execution)
@@ -792,8 +819,14 @@ def plan(
     start_worker_server(execution)  # before the trace is read (parallel.worker_context)
     node = _node(hardware)
     identity = file_identity(source)
-    common = {"format": format, "model": model, "model_config": model_config, "tp": tp,
-              "kv_dtype": kv_dtype, "version": __version__}  # fmt: skip
+    common = {
+        "format": format,
+        "model": model,
+        "model_config": model_config,
+        "tp": tp,
+        "kv_dtype": kv_dtype,
+        "version": __version__,
+    }
     bar = progress if isinstance(progress, Progress) else Progress(enabled=bool(progress))
     out.mkdir(parents=True, exist_ok=True)
     docs: dict[str, Any] = {}
@@ -809,18 +842,35 @@ def plan(
 
             overall.describe("plan: analyze")
             fp = fingerprint("analyze", identity, common)
-            runner.step("analyze", fp, lambda p: write_json_file(analyze(
-                source, format=format, model=model, model_config=model_config, tp=tp,
-                kv_dtype=kv_dtype, progress=bar), p))  # fmt: skip
+            runner.step(
+                "analyze",
+                fp,
+                lambda p: write_json_file(
+                    analyze(
+                        source,
+                        format=format,
+                        model=model,
+                        model_config=model_config,
+                        tp=tp,
+                        kv_dtype=kv_dtype,
+                        progress=bar,
+                    ),
+                    p,
+                ),
+            )
             docs["analyze"] = read_document(out / FILES["analyze"])
             advance("analyze")
 
             overall.describe("plan: replay")
             replay_params = {
-                "rate": rate, "concurrency": concurrency, "think_time": think_time,
-                "hardware": dumps(node), "host_memory_sweep": list(map(str, host_memory_sweep)),
-                "host_memory_auto": host_memory_auto, "slo": slo_ttft_p99_s,
-            }  # fmt: skip
+                "rate": rate,
+                "concurrency": concurrency,
+                "think_time": think_time,
+                "hardware": dumps(node),
+                "host_memory_sweep": list(map(str, host_memory_sweep)),
+                "host_memory_auto": host_memory_auto,
+                "slo": slo_ttft_p99_s,
+            }
             if sample_sessions is not None:
                 replay_params["sample_sessions"] = sample_sessions
             fp = fingerprint("replay", identity, common, replay_params)
@@ -834,28 +884,68 @@ def plan(
             def sampled(result: Any) -> Any:
                 return _with_sampling(result, trace_cache[1] if trace_cache else None)
 
-            runner.step("replay", fp, lambda p: write_json_file(sampled(replay(
-                trace(), policies=PLAN_POLICIES,
-                rates=None if concurrency is not None else "auto", rate=rate,
-                concurrency=concurrency, think_time=think_time, hardware=node, model=model,
-                model_config=model_config, tp=tp, kv_dtype=kv_dtype,
-                host_memory_sweep=host_memory_sweep, host_memory_auto=host_memory_auto,
-                slo_ttft_p99_s=slo_ttft_p99_s, jobs=jobs, engine=engine, scheduler=scheduler,
-                progress=bar)), p))  # fmt: skip
+            runner.step(
+                "replay",
+                fp,
+                lambda p: write_json_file(
+                    sampled(
+                        replay(
+                            trace(),
+                            policies=PLAN_POLICIES,
+                            rates=None if concurrency is not None else "auto",
+                            rate=rate,
+                            concurrency=concurrency,
+                            think_time=think_time,
+                            hardware=node,
+                            model=model,
+                            model_config=model_config,
+                            tp=tp,
+                            kv_dtype=kv_dtype,
+                            host_memory_sweep=host_memory_sweep,
+                            host_memory_auto=host_memory_auto,
+                            slo_ttft_p99_s=slo_ttft_p99_s,
+                            jobs=jobs,
+                            engine=engine,
+                            scheduler=scheduler,
+                            progress=bar,
+                        )
+                    ),
+                    p,
+                ),
+            )
             docs["replay"] = read_document(out / FILES["replay"])
             advance("replay")
 
             overall.describe("plan: recommend-thresholds")
             target, target_why = target_rate(docs["replay"], rate)
-            fp = fingerprint("recommend", identity, common, replay_params["hardware"], target,
-                             *([] if sample_sessions is None else [sample_sessions]))  # fmt: skip
+            fp = fingerprint(
+                "recommend",
+                identity,
+                common,
+                replay_params["hardware"],
+                target,
+                *([] if sample_sessions is None else [sample_sessions]),
+            )
             rec_result: list[Any] = []
 
             def recommend(p: Path) -> None:
-                rec_result[:] = [sampled(recommend_thresholds(
-                    trace(), rates=(target,), model=model, model_config=model_config, tp=tp,
-                    kv_dtype=kv_dtype, hardware=node, jobs=jobs, engine=engine,
-                    scheduler=scheduler, progress=bar))]  # fmt: skip
+                rec_result[:] = [
+                    sampled(
+                        recommend_thresholds(
+                            trace(),
+                            rates=(target,),
+                            model=model,
+                            model_config=model_config,
+                            tp=tp,
+                            kv_dtype=kv_dtype,
+                            hardware=node,
+                            jobs=jobs,
+                            engine=engine,
+                            scheduler=scheduler,
+                            progress=bar,
+                        )
+                    )
+                ]
                 write_json_file(rec_result[0], p)
 
             runner.step("recommend", fp, recommend)
@@ -870,11 +960,14 @@ def plan(
                     result = rec_result[0]
                     rec = result.recommendation
                     emit_package(
-                        p, name=emit_name, short_reply_tokens=rec.short_reply_tokens,
+                        p,
+                        name=emit_name,
+                        short_reply_tokens=rec.short_reply_tokens,
                         agent_context_tokens=rec.agent_context_tokens,
-                        source=thresholds_source(result), toml_text=thresholds_toml(result),
+                        source=thresholds_source(result),
+                        toml_text=thresholds_toml(result),
                         force=True,
-                    )  # fmt: skip
+                    )
 
                 emit_fp = fingerprint("emit", fp, emit_name, __version__)
                 runner.step("emit", emit_fp, do_emit)

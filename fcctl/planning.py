@@ -173,8 +173,14 @@ def decision_of(replay_doc: Mapping[str, Any]) -> dict[str, Any]:
         best = max(set(named), key=named.count)
         loads = [load for load, b in by_load if b == best]
         why = f"{best} leads at {', '.join(loads)} of the loads swept"
-    return {"best": best, "at": None, "why": why, "margin_pp": None, "ttft_ratio": None,
-            "by_load": by_load}  # fmt: skip
+    return {
+        "best": best,
+        "at": None,
+        "why": why,
+        "margin_pp": None,
+        "ttft_ratio": None,
+        "by_load": by_load,
+    }
 
 
 def summary_lines(docs: Mapping[str, Any], decision: Mapping[str, Any]) -> list[str]:

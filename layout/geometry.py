@@ -505,12 +505,16 @@ def _read_config_bytes(p: Path, max_bytes: int) -> bytes:
         if not stat.S_ISREG(st.st_mode):
             m = st.st_mode
             kind = (
-                "a directory" if stat.S_ISDIR(m)
-                else "a FIFO" if stat.S_ISFIFO(m)
-                else "a device" if stat.S_ISCHR(m) or stat.S_ISBLK(m)
-                else "a socket" if stat.S_ISSOCK(m)
+                "a directory"
+                if stat.S_ISDIR(m)
+                else "a FIFO"
+                if stat.S_ISFIFO(m)
+                else "a device"
+                if stat.S_ISCHR(m) or stat.S_ISBLK(m)
+                else "a socket"
+                if stat.S_ISSOCK(m)
                 else "not a regular file"
-            )  # fmt: skip
+            )
             raise LayoutError(f"{_shown(p)}: model config must be a regular file; this is {kind}")
         if st.st_size > max_bytes:
             raise LayoutError(

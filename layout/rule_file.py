@@ -29,8 +29,10 @@ def rule_from_mapping(data: Mapping[str, Any], where: str) -> PlacementRule:
     """The rule of a parsed thresholds document (its ``[thresholds]`` table)."""
     table = data.get("thresholds")
     if not isinstance(table, Mapping):
-        raise InputError(f"{where}: needs a [thresholds] table; got keys {sorted(data)!r}",
-                         parameter="thresholds")  # fmt: skip
+        raise InputError(
+            f"{where}: needs a [thresholds] table; got keys {sorted(data)!r}",
+            parameter="thresholds",
+        )
     values = {}
     for name in _FIELDS:
         value = table.get(name)
@@ -49,8 +51,9 @@ def read_rule(path: str | os.PathLike[str]) -> PlacementRule:
     try:
         data = tomllib.loads(p.read_text())
     except OSError as e:
-        raise InputError(f"{p}: cannot read the thresholds file ({e.strerror})",
-                         parameter="thresholds") from None  # fmt: skip
+        raise InputError(
+            f"{p}: cannot read the thresholds file ({e.strerror})", parameter="thresholds"
+        ) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise InputError(f"{p}: not valid TOML ({e})", parameter="thresholds") from None
     return rule_from_mapping(data, str(p))

@@ -48,19 +48,67 @@ def _placement(store: FlatStore, rule: PlacementRule) -> None:
     """Every rule of :mod:`.placement` decides once."""
     short, agent = rule.short_reply_tokens, rule.agent_context_tokens
     cases = [
-        (dict(turn=1, context_tokens=8, previous_reply_tokens=0, prefix_ref_count=1,
-              new_tokens=10**12), Reason.MEMORY_FULL),
-        (dict(turn=0, context_tokens=8, previous_reply_tokens=None, prefix_ref_count=3,
-              new_tokens=16), Reason.SHARED_PREFIX),
-        (dict(turn=0, context_tokens=8, previous_reply_tokens=None, prefix_ref_count=1,
-              new_tokens=16), Reason.FIRST_TURN),
-        (dict(turn=2, context_tokens=agent + 1, previous_reply_tokens=0, prefix_ref_count=1,
-              new_tokens=16), Reason.AGENT_CONTEXT),
-        (dict(turn=2, context_tokens=agent, previous_reply_tokens=short + 1, prefix_ref_count=1,
-              new_tokens=16), Reason.LONG_REPLY),
-        (dict(turn=2, context_tokens=agent, previous_reply_tokens=short, prefix_ref_count=1,
-              new_tokens=16), Reason.SHORT_REPLY_CHAT),
-    ]  # fmt: skip
+        (
+            dict(
+                turn=1,
+                context_tokens=8,
+                previous_reply_tokens=0,
+                prefix_ref_count=1,
+                new_tokens=10**12,
+            ),
+            Reason.MEMORY_FULL,
+        ),
+        (
+            dict(
+                turn=0,
+                context_tokens=8,
+                previous_reply_tokens=None,
+                prefix_ref_count=3,
+                new_tokens=16,
+            ),
+            Reason.SHARED_PREFIX,
+        ),
+        (
+            dict(
+                turn=0,
+                context_tokens=8,
+                previous_reply_tokens=None,
+                prefix_ref_count=1,
+                new_tokens=16,
+            ),
+            Reason.FIRST_TURN,
+        ),
+        (
+            dict(
+                turn=2,
+                context_tokens=agent + 1,
+                previous_reply_tokens=0,
+                prefix_ref_count=1,
+                new_tokens=16,
+            ),
+            Reason.AGENT_CONTEXT,
+        ),
+        (
+            dict(
+                turn=2,
+                context_tokens=agent,
+                previous_reply_tokens=short + 1,
+                prefix_ref_count=1,
+                new_tokens=16,
+            ),
+            Reason.LONG_REPLY,
+        ),
+        (
+            dict(
+                turn=2,
+                context_tokens=agent,
+                previous_reply_tokens=short,
+                prefix_ref_count=1,
+                new_tokens=16,
+            ),
+            Reason.SHORT_REPLY_CHAT,
+        ),
+    ]
     for signals, reason in cases:
         got = store.place(**signals, now_s=0.0)  # type: ignore[arg-type]
         _check(got.reason == reason, f"placement {signals}: expected {reason}, got {got}")

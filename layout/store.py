@@ -560,8 +560,11 @@ class FlatStore:
                 parameter="page_ids",
             )
         starts = np.concatenate([[0], np.cumsum(blocks)]).tolist()
-        ssd_pages = [pages[starts[i] : starts[i + 1]] for i, t in enumerate(plan.turns)
-                     if t.medium == Medium.SSD]  # fmt: skip
+        ssd_pages = [
+            pages[starts[i] : starts[i + 1]]
+            for i, t in enumerate(plan.turns)
+            if t.medium == Medium.SSD
+        ]
         own_engine = None
         self.ssd.begin_read(plan.session, now_s)
         try:
@@ -586,9 +589,16 @@ class FlatStore:
                     on_layer(layer)
 
             if plan.ssd_plans:
-                restore_session(plan.ssd_plans, engine, kv_cache, torch.cat(ssd_pages),
-                                window=window, streams=streams, kv_split=kv_split,
-                                on_layer=copy_memory_turns)  # fmt: skip
+                restore_session(
+                    plan.ssd_plans,
+                    engine,
+                    kv_cache,
+                    torch.cat(ssd_pages),
+                    window=window,
+                    streams=streams,
+                    kv_split=kv_split,
+                    on_layer=copy_memory_turns,
+                )
             else:
                 for layer in range(self.geometry.layers):
                     copy_memory_turns(layer)

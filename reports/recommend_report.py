@@ -94,9 +94,15 @@ def _rates_table(result: RecommendResult) -> Table:
         t.add_column(col, justify="left" if col == "policy" else "right")
     for r in result.rates:
         for name, p in r.policies.items():
-            t.add_row(f"{r.rate:g}", name, fmt.share(p.gpu_hit_share), fmt.seconds(p.ttft_s.mean),
-                      fmt.seconds(p.ttft_s.p99), fmt.size(p.ssd_read_bytes),
-                      f"{p.cancelled_prefetches:,}")  # fmt: skip
+            t.add_row(
+                f"{r.rate:g}",
+                name,
+                fmt.share(p.gpu_hit_share),
+                fmt.seconds(p.ttft_s.mean),
+                fmt.seconds(p.ttft_s.p99),
+                fmt.size(p.ssd_read_bytes),
+                f"{p.cancelled_prefetches:,}",
+            )
     return t
 
 
@@ -131,8 +137,10 @@ def render_summary(result: RecommendResult, console: Console) -> None:
     if rec.matters:
         console.print(f"the thresholds matter: {spread}; {rec.why}")
     else:
-        console.print(f"the thresholds do not matter here: {spread}; the default pair is "
-                      "recommended (and emitted with --emit)")  # fmt: skip
+        console.print(
+            f"the thresholds do not matter here: {spread}; the default pair is "
+            "recommended (and emitted with --emit)"
+        )
     console.print("misplacement cost:")
     for m in result.misplacement:
         console.print(f"  {misplacement_sentence(result, m)}")
@@ -153,33 +161,50 @@ def tables(result: RecommendResult) -> dict[str, pl.DataFrame]:
     """The Parquet tables of ``--out``: one row per grid cell, per (rate, policy), per change."""
     grid = pl.DataFrame(
         [
-            {"short_reply_tokens": g.short_reply_tokens,
-             "agent_context_tokens": g.agent_context_tokens, "rate_per_s": g.rate,
-             "gpu_hit_share": g.gpu_hit_share, "ttft_mean_s": g.ttft_s.mean,
-             "ttft_p99_s": g.ttft_s.p99, "ssd_read_bytes": g.ssd_read_bytes}
+            {
+                "short_reply_tokens": g.short_reply_tokens,
+                "agent_context_tokens": g.agent_context_tokens,
+                "rate_per_s": g.rate,
+                "gpu_hit_share": g.gpu_hit_share,
+                "ttft_mean_s": g.ttft_s.mean,
+                "ttft_p99_s": g.ttft_s.p99,
+                "ssd_read_bytes": g.ssd_read_bytes,
+            }
             for g in result.grid
         ]
-    )  # fmt: skip
+    )
     rates = pl.DataFrame(
         [
-            {"rate_per_s": r.rate, "policy": n, "gpu_hit_share": p.gpu_hit_share,
-             "ttft_mean_s": p.ttft_s.mean, "ttft_p50_s": p.ttft_s.p50, "ttft_p99_s": p.ttft_s.p99,
-             "ssd_read_bytes": p.ssd_read_bytes, "cancelled_prefetches": p.cancelled_prefetches,
-             "recomputed_tokens": p.recomputed_tokens}
+            {
+                "rate_per_s": r.rate,
+                "policy": n,
+                "gpu_hit_share": p.gpu_hit_share,
+                "ttft_mean_s": p.ttft_s.mean,
+                "ttft_p50_s": p.ttft_s.p50,
+                "ttft_p99_s": p.ttft_s.p99,
+                "ssd_read_bytes": p.ssd_read_bytes,
+                "cancelled_prefetches": p.cancelled_prefetches,
+                "recomputed_tokens": p.recomputed_tokens,
+            }
             for r in result.rates
             for n, p in r.policies.items()
         ]
-    )  # fmt: skip
+    )
     mis = pl.DataFrame(
         [
-            {"change": m.change, "short_reply_tokens": m.short_reply_tokens,
-             "agent_context_tokens": m.agent_context_tokens,
-             "rate_per_s": result.recommendation.rate, "gpu_hit_share": m.gpu_hit_share,
-             "ttft_mean_s": m.ttft_s.mean, "ttft_p99_s": m.ttft_s.p99,
-             "ssd_read_bytes": m.ssd_read_bytes}
+            {
+                "change": m.change,
+                "short_reply_tokens": m.short_reply_tokens,
+                "agent_context_tokens": m.agent_context_tokens,
+                "rate_per_s": result.recommendation.rate,
+                "gpu_hit_share": m.gpu_hit_share,
+                "ttft_mean_s": m.ttft_s.mean,
+                "ttft_p99_s": m.ttft_s.p99,
+                "ssd_read_bytes": m.ssd_read_bytes,
+            }
             for m in result.misplacement
         ]
-    )  # fmt: skip
+    )
     return {"grid.parquet": grid, "rates.parquet": rates, "misplacement.parquet": mis}
 
 
@@ -219,10 +244,13 @@ def _charts(result: RecommendResult, d: Path) -> list[str]:
     rates = [r.rate for r in result.rates]
     names = list(result.rates[0].policies) if result.rates else []
     for fname, ylabel, value in (
-        ("hit_share.png", "GPU hit share (% of block accesses)",
-         lambda p: 100 * (p.gpu_hit_share or 0)),
+        (
+            "hit_share.png",
+            "GPU hit share (% of block accesses)",
+            lambda p: 100 * (p.gpu_hit_share or 0),
+        ),
         ("ttft_p99.png", "p99 TTFT (s)", lambda p: p.ttft_s.p99 or 0.0),
-    ):  # fmt: skip
+    ):
         fig, ax = plt.subplots(figsize=(6, 4))
         for n in names:
             ax.plot(rates, [value(r.policies[n]) for r in result.rates], marker="o", label=n)

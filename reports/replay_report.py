@@ -23,8 +23,22 @@ OUT_MARKER = "replay.json"
 
 def _table(result: ReplayResult) -> Table:
     t = Table(title="fcctl replay: reused blocks delivered to the GPU before prefill")
-    for col in ("load", "got/s", "policy", "prefill", "SSD", "GPU hit", "TTFT s", "p99",
-                "SSD read", "amp.", "prefetch s", "p99", "cancel", "recomp. tok"):  # fmt: skip
+    for col in (
+        "load",
+        "got/s",
+        "policy",
+        "prefill",
+        "SSD",
+        "GPU hit",
+        "TTFT s",
+        "p99",
+        "SSD read",
+        "amp.",
+        "prefetch s",
+        "p99",
+        "cancel",
+        "recomp. tok",
+    ):
         t.add_column(col, justify="left" if col in ("policy",) else "right")
     for rate in result.rates:
         for name, p in rate.policies.items():
@@ -141,8 +155,12 @@ def _charts(result: ReplayResult, d: Path) -> list[str]:
     names = list(result.rates[0].policies) if result.rates else []
     fig, ax = plt.subplots(figsize=(6, 4))
     for n in names:
-        ax.plot(rates, [100 * (r.policies[n].gpu_hit_share or 0) for r in result.rates],
-                marker="o", label=n)  # fmt: skip
+        ax.plot(
+            rates,
+            [100 * (r.policies[n].gpu_hit_share or 0) for r in result.rates],
+            marker="o",
+            label=n,
+        )
     if result.ideal_hit_share is not None:
         ax.axhline(100 * result.ideal_hit_share, color="grey", linestyle="--", label="ideal")
     ax.set_xlabel(xlabel)
@@ -153,8 +171,12 @@ def _charts(result: ReplayResult, d: Path) -> list[str]:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, q in zip(axes, ("p50", "p99"), strict=True):
         for n in names:
-            ax.plot(rates, [getattr(r.policies[n].ttft_s, q) or 0 for r in result.rates],
-                    marker="o", label=n)  # fmt: skip
+            ax.plot(
+                rates,
+                [getattr(r.policies[n].ttft_s, q) or 0 for r in result.rates],
+                marker="o",
+                label=n,
+            )
         ax.set_xlabel(xlabel)
         ax.set_ylabel(f"TTFT {q} (s)")
         ax.legend()

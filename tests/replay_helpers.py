@@ -45,8 +45,13 @@ def tiny_node(**blocks_or_values: Any) -> Hardware:
     }
     for key in ("gpu_kv", "host", "ssd", "staging", "bucket"):
         if key in blocks_or_values:
-            field = {"gpu_kv": "gpu_kv_bytes", "host": "host_memory_bytes", "ssd": "ssd_bytes",
-                     "staging": "staging_bytes", "bucket": "bucket_bytes"}[key]  # fmt: skip
+            field = {
+                "gpu_kv": "gpu_kv_bytes",
+                "host": "host_memory_bytes",
+                "ssd": "ssd_bytes",
+                "staging": "staging_bytes",
+                "bucket": "bucket_bytes",
+            }[key]
             values[field] = blocks_or_values.pop(key) * BLOCK_BYTES
     values.update(blocks_or_values)
     return with_values(PRESETS["h100-8x"], values, "test")

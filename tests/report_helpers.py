@@ -56,9 +56,21 @@ def make_samples(root: Path) -> Samples:
     scratch.mkdir()
     fio = ["--fio-runtime", "0.1"] if shutil.which("fio") else ["--no-fio"]
     io = fcctl(
-        "iobench", "--dir", scratch, "--sessions", "2", "--tokens", "256", "--turns", "2",
-        "--concurrency", "1,4", *fio, "--out", root / "iobench",
-    )  # fmt: skip
+        "iobench",
+        "--dir",
+        scratch,
+        "--sessions",
+        "2",
+        "--tokens",
+        "256",
+        "--turns",
+        "2",
+        "--concurrency",
+        "1,4",
+        *fio,
+        "--out",
+        root / "iobench",
+    )
     assert io.returncode == 0, io.stderr
     return Samples(root / "analyze", a.stdout, root / "iobench", io.stdout)
 

@@ -22,11 +22,18 @@ LAYERS, PAGE = 3, 256
 
 
 def _kv(tmp_path: Path, **options: object) -> SessionKV:
-    values: dict = dict(directory=str(tmp_path / "kv"), host_bytes=1 << 20, ssd_bytes=1 << 24,
-                        extent_bytes=1 << 16)  # fmt: skip
+    values: dict = dict(
+        directory=str(tmp_path / "kv"), host_bytes=1 << 20, ssd_bytes=1 << 24, extent_bytes=1 << 16
+    )
     values.update(options)
-    return SessionKV(StoreOptions(**values), engine="test", layers=LAYERS, layer_page_bytes=PAGE,
-                     tokens_per_key=16, rule=PlacementRule(100, 10_000))  # fmt: skip
+    return SessionKV(
+        StoreOptions(**values),
+        engine="test",
+        layers=LAYERS,
+        layer_page_bytes=PAGE,
+        tokens_per_key=16,
+        rule=PlacementRule(100, 10_000),
+    )
 
 
 def _pages(n: int, seed: int) -> np.ndarray:
@@ -111,14 +118,21 @@ def test_reclaimed_sessions_are_forgotten_whole(tmp_path: Path) -> None:
 def test_trace_recorder_bounded_and_appending(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     rec = TraceRecorder(path, engine="test", flush_records=2, parquet=False)
-    rec.record(timestamp_s=1.0, session_id="s", session_source="x", keys=["a", "b"],
-               block_size_tokens=16, input_tokens=40, output_tokens=None)  # fmt: skip
+    rec.record(
+        timestamp_s=1.0,
+        session_id="s",
+        session_source="x",
+        keys=["a", "b"],
+        block_size_tokens=16,
+        input_tokens=40,
+        output_tokens=None,
+    )
     assert not path.exists()  # buffered
-    rec.record(timestamp_s=2.0, session_id="s", session_source="x", keys=[b"a"],
-               block_size_tokens=16)  # fmt: skip
+    rec.record(
+        timestamp_s=2.0, session_id="s", session_source="x", keys=[b"a"], block_size_tokens=16
+    )
     assert len(path.read_text().splitlines()) == 2  # the buffer filled: flushed
-    rec.record(timestamp_s=3.0, session_id="t", session_source="x", keys=[7],
-               block_size_tokens=16)  # fmt: skip
+    rec.record(timestamp_s=3.0, session_id="t", session_source="x", keys=[7], block_size_tokens=16)
     rec.close()
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["timestamp_s"] for r in rows] == [1.0, 2.0, 3.0]
@@ -141,8 +155,9 @@ def test_trace_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_trace_parquet_parts(tmp_path: Path) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     rec = TraceRecorder(tmp_path / "t.jsonl", engine="test", flush_records=1, parquet=True)
-    rec.record(timestamp_s=1.0, session_id="s", session_source="x", keys=["a"],
-               block_size_tokens=16)  # fmt: skip
+    rec.record(
+        timestamp_s=1.0, session_id="s", session_source="x", keys=["a"], block_size_tokens=16
+    )
     rec.close()
     (part,) = tmp_path.glob("t.jsonl.part*.parquet")
     table = pq.read_table(part).to_pydict()
@@ -179,8 +194,15 @@ GEOMETRY = KvGeometry("drop-test", layers=2, kv_heads=1, head_dim=16)
 
 
 def test_store_drop_and_start_tokens(tmp_path: Path) -> None:
-    store = FlatStore.open(tmp_path / "s", GEOMETRY, block_tokens=4, host_bytes=1 << 20,
-                           ssd_bytes=1 << 24, now_s=0.0, extent_bytes=1 << 16)  # fmt: skip
+    store = FlatStore.open(
+        tmp_path / "s",
+        GEOMETRY,
+        block_tokens=4,
+        host_bytes=1 << 20,
+        ssd_bytes=1 << 24,
+        now_s=0.0,
+        extent_bytes=1 << 16,
+    )
     rng = np.random.default_rng(3)
     data = []
     for turn, (tokens, medium) in enumerate(
@@ -211,8 +233,15 @@ def test_store_drop_and_start_tokens(tmp_path: Path) -> None:
 
 def test_restore_into_per_layer_tensors(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    store = FlatStore.open(tmp_path / "s", GEOMETRY, block_tokens=4, host_bytes=1 << 20,
-                           ssd_bytes=1 << 24, now_s=0.0, extent_bytes=1 << 16)  # fmt: skip
+    store = FlatStore.open(
+        tmp_path / "s",
+        GEOMETRY,
+        block_tokens=4,
+        host_bytes=1 << 20,
+        ssd_bytes=1 << 24,
+        now_s=0.0,
+        extent_bytes=1 << 16,
+    )
     rng = np.random.default_rng(4)
     data = []
     for turn, medium in enumerate((Medium.SSD, Medium.MEMORY)):
@@ -247,8 +276,15 @@ def test_restore_into_per_layer_cuda_tensors(tmp_path: Path) -> None:
         pytest.skip("needs a CUDA GPU")
     from fcctl.layout.engines import EngineUnavailable, open_engine
 
-    store = FlatStore.open(tmp_path / "s", GEOMETRY, block_tokens=4, host_bytes=1 << 20,
-                           ssd_bytes=1 << 24, now_s=0.0, extent_bytes=1 << 16)  # fmt: skip
+    store = FlatStore.open(
+        tmp_path / "s",
+        GEOMETRY,
+        block_tokens=4,
+        host_bytes=1 << 20,
+        ssd_bytes=1 << 24,
+        now_s=0.0,
+        extent_bytes=1 << 16,
+    )
     rng = np.random.default_rng(6)
     data = []
     for turn, medium in enumerate((Medium.SSD, Medium.MEMORY, Medium.SSD)):

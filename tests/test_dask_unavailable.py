@@ -65,9 +65,14 @@ def silent_server() -> Iterator[int]:
 def run(args: list[str], *, prelude: str = "", timeout: float = 60, **env: str):
     """``fcctl ARGS`` in a fresh interpreter; ``prelude`` runs first (to break an import)."""
     code = "\n".join(
-        ["import sys", prelude, f"sys.argv = ['fcctl', *{args!r}]", "from fcctl.cli import main",
-         "main()"]
-    )  # fmt: skip
+        [
+            "import sys",
+            prelude,
+            f"sys.argv = ['fcctl', *{args!r}]",
+            "from fcctl.cli import main",
+            "main()",
+        ]
+    )
     return subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

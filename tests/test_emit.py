@@ -39,8 +39,14 @@ TOML = f"[thresholds]\nshort_reply_tokens = {SHORT}\nagent_context_tokens = {AGE
 @pytest.fixture(scope="module")
 def emitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("emit") / "pkg"
-    emit_package(out, name="flatcake_store", short_reply_tokens=SHORT, agent_context_tokens=AGENT,
-                 source=SOURCE, toml_text=TOML)  # fmt: skip
+    emit_package(
+        out,
+        name="flatcake_store",
+        short_reply_tokens=SHORT,
+        agent_context_tokens=AGENT,
+        source=SOURCE,
+        toml_text=TOML,
+    )
     return out
 
 
@@ -66,7 +72,7 @@ def test_modules_are_the_cores_bytes_and_manifest_is_right(emitted: Path) -> Non
         "scheduler.py",
         "errors.py",
     ):
-        assert name in copied  # fmt: skip
+        assert name in copied
     for rel in copied:
         assert (pkg / rel).read_bytes() == (CORE_DIR / rel).read_bytes(), rel
     lines = (pkg / MANIFEST).read_text().splitlines()
@@ -77,8 +83,14 @@ def test_modules_are_the_cores_bytes_and_manifest_is_right(emitted: Path) -> Non
     assert sorted(listed) == sorted([*copied, *GENERATED, *(f"../{f}" for f in PROJECT_FILES)])
     assert sorted(p.name for p in emitted.iterdir() if p.is_file()) == sorted(PROJECT_FILES)
     # The adapters ship in the package, and the core's __init__ never imports them.
-    for rel in ("adapters/__init__.py", "adapters/lmcache.py", "adapters/sglang.py",
-                "adapters/vllm.py", "adapters/common.py", "adapters/trace.py"):  # fmt: skip
+    for rel in (
+        "adapters/__init__.py",
+        "adapters/lmcache.py",
+        "adapters/sglang.py",
+        "adapters/vllm.py",
+        "adapters/common.py",
+        "adapters/trace.py",
+    ):
         assert rel in copied, rel
     assert "adapters" not in (pkg / "__init__.py").read_text()
     for rel, digest in listed.items():
@@ -123,7 +135,7 @@ def test_generated_thresholds(
         "host-memory tier",
         "python -m flatcake_store.smoke",
     ):
-        assert hook in readme, hook  # fmt: skip
+        assert hook in readme, hook
     assert tomllib.loads((emitted / "flatcake_store" / "thresholds.toml").read_text())
 
 
@@ -154,8 +166,14 @@ def test_smoke_passes_with_only_numpy(emitted: Path, tmp_path: Path) -> None:
         f"exec(compile({_ISOLATED!r}, 'isolated', 'exec'))"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", script], capture_output=True,
-                          text=True, env=env, cwd=tmp_path, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("smoke: ok (thresholds from thresholds.py: short reply 300")
     assert not list(tmp_path.glob("flatstore-smoke-*"))  # cleaned up
@@ -195,9 +213,16 @@ def test_simulator_decides_as_the_emitted_place(
     # A node small enough that memory fills and every rule decides on these samples (the GPU
     # KV is a 1 GiB prefix cache; running requests get a pool of their own, so none is
     # rejected for size).
-    hw = with_values(PRESETS["h200-8x"], {"gpus": 2, "gpu_kv_bytes": 2**30,
-                                          "host_memory_bytes": 4 * 2**30,
-                                          "gpu_running_kv_bytes": 2**50}, "test")  # fmt: skip
+    hw = with_values(
+        PRESETS["h200-8x"],
+        {
+            "gpus": 2,
+            "gpu_kv_bytes": 2**30,
+            "host_memory_bytes": 4 * 2**30,
+            "gpu_running_kv_bytes": 2**50,
+        },
+        "test",
+    )
     rule = RecordingRule(SHORT, AGENT)
     workload = build_workload(read_trace(SAMPLES / sample, None), geometry, 2)
     config = ReplayConfig(geometry=geometry, hardware=hw, placement=rule)

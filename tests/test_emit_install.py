@@ -30,8 +30,9 @@ SETUPTOOLS = "setuptools>=70.1"  # builds wheels itself (no separate 'wheel' pac
 
 
 def _run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600
+    )
     assert proc.returncode == 0, f"{args}: {proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
@@ -45,10 +46,23 @@ def wheel_cache() -> Path:
         if any(cache.glob(f"{name}-*.whl")):
             continue
         proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary",
-             ":all:", "-d", str(cache), spec],
-            capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                "-d",
+                str(cache),
+                spec,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if proc.returncode != 0:
             pytest.skip(f"cannot fill the wheel cache {cache} with {spec}: {proc.stderr[-300:]}")
     return cache
@@ -58,8 +72,14 @@ def wheel_cache() -> Path:
 def emitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("emit-install") / "dir"
     toml = f"[thresholds]\nshort_reply_tokens = {SHORT}\nagent_context_tokens = {AGENT}\n"
-    emit_package(out, name=NAME, short_reply_tokens=SHORT, agent_context_tokens=AGENT,
-                 source={"trace": "test"}, toml_text=toml)  # fmt: skip
+    emit_package(
+        out,
+        name=NAME,
+        short_reply_tokens=SHORT,
+        agent_context_tokens=AGENT,
+        source={"trace": "test"},
+        toml_text=toml,
+    )
     return out
 
 
@@ -91,8 +111,13 @@ def test_pip_install_and_wheel_in_a_clean_venv(
     smoke = _run(python, "-m", f"{NAME}.smoke", cwd=tmp_path, env=env)
     assert smoke.startswith(f"smoke: ok (thresholds from thresholds.py: short reply {SHORT}")
     # The installed files are the emitted ones, byte for byte.
-    where = _run(python, "-c", f"import {NAME}, os; print(os.path.dirname({NAME}.__file__))",
-                 cwd=tmp_path, env=env).strip()  # fmt: skip
+    where = _run(
+        python,
+        "-c",
+        f"import {NAME}, os; print(os.path.dirname({NAME}.__file__))",
+        cwd=tmp_path,
+        env=env,
+    ).strip()
     installed = Path(where)
     for line in (installed / MANIFEST).read_text().splitlines():
         digest, rel = line.split("  ", 1)
@@ -103,12 +128,28 @@ def test_pip_install_and_wheel_in_a_clean_venv(
     other = tmp_path / "t.toml"
     other.write_text("[thresholds]\nshort_reply_tokens = 5\nagent_context_tokens = 50\n")
     read = f"from {NAME}.thresholds import RULE; print(RULE.short_reply_tokens)"
-    assert _run(python, "-c", read, cwd=tmp_path, env={**env, "FLATCAKE_THRESHOLDS": str(other)}
-                ).strip() == "5"  # fmt: skip
+    assert (
+        _run(
+            python, "-c", read, cwd=tmp_path, env={**env, "FLATCAKE_THRESHOLDS": str(other)}
+        ).strip()
+        == "5"
+    )
     # pip wheel builds the same package.
     wheels = tmp_path / "wheels"
-    _run(python, "-m", "pip", "wheel", "-q", "--no-deps", *offline, "-w", wheels, emitted,
-         cwd=tmp_path, env=env)  # fmt: skip
+    _run(
+        python,
+        "-m",
+        "pip",
+        "wheel",
+        "-q",
+        "--no-deps",
+        *offline,
+        "-w",
+        wheels,
+        emitted,
+        cwd=tmp_path,
+        env=env,
+    )
     (wheel,) = wheels.glob(f"{NAME}-*.whl")
     assert wheel.name.startswith(f"{NAME}-{package_version(SHORT, AGENT)}-")
     with zipfile.ZipFile(wheel) as z:

@@ -19,8 +19,9 @@ BLOCK = 8
 
 
 def _store(tmp_path: Path, **options: object) -> FlatStore:
-    values: dict[str, object] = dict(block_tokens=BLOCK, host_bytes=2**20, ssd_bytes=2**24,
-                                     now_s=0.0, extent_bytes=2**16)  # fmt: skip
+    values: dict[str, object] = dict(
+        block_tokens=BLOCK, host_bytes=2**20, ssd_bytes=2**24, now_s=0.0, extent_bytes=2**16
+    )
     values.update(options)
     return FlatStore.open(tmp_path / "kv", GEOMETRY, **values)
 
@@ -97,15 +98,18 @@ def test_scheduler_calls(tmp_path: Path) -> None:
     ("call", "parameter"),
     [
         (lambda s, kv: s.write_turn("x", 1, kv, tokens=8, medium=Medium.SSD, now_s=1.0), "turn"),
-        (lambda s, kv: s.write_turn("x", 0, kv[:, :5], tokens=8, medium=Medium.SSD, now_s=1.0),
-         "kv"),
-        (lambda s, kv: s.write_turn("x" * 65, 0, kv, tokens=8, medium=Medium.SSD, now_s=1.0),
-         "session"),
-        (lambda s, kv: s.write_turn("x", 0, kv, tokens=8, medium=Medium.SSD, now_s=-1.0),
-         "now_s"),
+        (
+            lambda s, kv: s.write_turn("x", 0, kv[:, :5], tokens=8, medium=Medium.SSD, now_s=1.0),
+            "kv",
+        ),
+        (
+            lambda s, kv: s.write_turn("x" * 65, 0, kv, tokens=8, medium=Medium.SSD, now_s=1.0),
+            "session",
+        ),
+        (lambda s, kv: s.write_turn("x", 0, kv, tokens=8, medium=Medium.SSD, now_s=-1.0), "now_s"),
         (lambda s, kv: s.plan_restore("never", 8, now_s=1.0), "session"),
     ],
-)  # fmt: skip
+)
 def test_bad_input_names_the_parameter(tmp_path: Path, call: object, parameter: str) -> None:
     store = _store(tmp_path)
     kv = _kv(store, 8, 0)
@@ -120,8 +124,9 @@ def test_memory_write_over_free_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="medium: host memory has 100 bytes free"):
         store.write_turn("x", 0, _kv(store, 8, 0), tokens=8, medium=Medium.MEMORY, now_s=1.0)
     with pytest.raises(InputError, match="directory: must be an existing directory"):
-        FlatStore(tmp_path / "absent", GEOMETRY, block_tokens=BLOCK, host_bytes=0, ssd_bytes=0,
-                  now_s=0.0)  # fmt: skip
+        FlatStore(
+            tmp_path / "absent", GEOMETRY, block_tokens=BLOCK, host_bytes=0, ssd_bytes=0, now_s=0.0
+        )
 
 
 @pytest.mark.parametrize("split", [False, True])
@@ -137,8 +142,11 @@ def test_restore_to_pages_through_the_window_with_torch(tmp_path: Path, split: b
     blocks = plan.layer_bytes // store.piece_bytes
     pages = torch.randperm(blocks + 5)[:blocks]  # scattered page slots
     piece = store.piece_bytes
-    shape = ((GEOMETRY.layers, 2, blocks + 5, piece // 2) if split
-             else (GEOMETRY.layers, blocks + 5, piece))  # fmt: skip
+    shape = (
+        (GEOMETRY.layers, 2, blocks + 5, piece // 2)
+        if split
+        else (GEOMETRY.layers, blocks + 5, piece)
+    )
     kv_cache = torch.zeros(shape, dtype=torch.uint8)
     done: list[int] = []
     read = store.restore_to_pages(

@@ -61,9 +61,14 @@ def _chunk(seed: int, tokens: int = CHUNK) -> Any:
     g = torch.Generator().manual_seed(seed)
     data = torch.randn((2, 3, tokens, 32), generator=g).half()
     raw = data.reshape(-1).view(torch.uint8).clone()
-    meta = memory.MemoryObjMetadata(shape=data.shape, dtype=torch.float16, address=0,
-                                    phy_size=raw.numel(), ref_count=1,
-                                    fmt=memory.MemoryFormat.KV_2LTD)  # fmt: skip
+    meta = memory.MemoryObjMetadata(
+        shape=data.shape,
+        dtype=torch.float16,
+        address=0,
+        phy_size=raw.numel(),
+        ref_count=1,
+        fmt=memory.MemoryFormat.KV_2LTD,
+    )
     return memory.TensorMemoryObj(raw, meta, None), data
 
 
@@ -76,8 +81,9 @@ def test_plugin_over_several_turns(tmp_path: Path) -> None:
     assert plugin.batched_contains(keys) == 3
     assert plugin.contains(keys[2]) and not plugin.contains(keys[3])
     done: list[Any] = []
-    plugin.batched_submit_put_task(keys[3:], [c[0] for c in chunks[3:]],
-                                   on_complete_callback=done.append)  # fmt: skip
+    plugin.batched_submit_put_task(
+        keys[3:], [c[0] for c in chunks[3:]], on_complete_callback=done.append
+    )
     assert done == keys[3:] and plugin.batched_contains(keys) == 7
     # One session, two turns, on the medium the thresholds chose.
     assert plugin.kv is not None and {plugin.kv.index.where[k][0] for k in keys} == {"chat-3"}

@@ -25,13 +25,26 @@ PAGE_TOKENS = 4
 
 def _config(tmp_path: Path, **extra: Any) -> Any:
     return hicache.HiCacheStorageConfig(
-        tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
-        is_mla_model=False, enable_storage_metrics=False, is_page_first_layout=True,
+        tp_rank=0,
+        tp_size=1,
+        pp_rank=0,
+        pp_size=1,
+        attn_cp_rank=0,
+        attn_cp_size=1,
+        is_mla_model=False,
+        enable_storage_metrics=False,
+        is_page_first_layout=True,
         model_name="test-model",
-        extra_config={"backend_name": "flatcake", "module_path": adapter.__name__,
-                      "class_name": "FlatCakeHiCacheStorage", "directory": str(tmp_path / "kv"),
-                      "page_size": PAGE_TOKENS, "extent_bytes": 1 << 16, **extra},
-    )  # fmt: skip
+        extra_config={
+            "backend_name": "flatcake",
+            "module_path": adapter.__name__,
+            "class_name": "FlatCakeHiCacheStorage",
+            "directory": str(tmp_path / "kv"),
+            "page_size": PAGE_TOKENS,
+            "extent_bytes": 1 << 16,
+            **extra,
+        },
+    )
 
 
 def _pages(n: int, seed: int) -> list[Any]:
@@ -110,14 +123,29 @@ def test_zero_copy_v1_with_sglangs_host_pool(tmp_path: Path) -> None:
         torch.zeros(size + PAGE_TOKENS, heads, dim, dtype=torch.float16) for _ in range(layers)
     )
     ptrs = lambda ts: torch.tensor([t.data_ptr() for t in ts], dtype=torch.uint64)  # noqa: E731
-    buffers = info_mod.KVBuffers(k=k, v=v, k_data_ptrs=ptrs(k), v_data_ptrs=ptrs(v),
-                                 layout=info_mod.KVBufferLayout.NHD)  # fmt: skip
-    buffer_info = info_mod.MHABufferInfo(buffers=buffers, page_size=PAGE_TOKENS, head_num=heads,
-                                         head_dim=dim, v_head_dim=dim, dtype=torch.float16,
-                                         device=torch.device("cpu"))  # fmt: skip
-    host = mha.MHATokenToKVPoolHost(buffer_info, 2, 0, PAGE_TOKENS, "page_first",
-                                    pin_memory=False, device_capacity_tokens=size,
-                                    start_layer=0, end_layer=layers)  # fmt: skip
+    buffers = info_mod.KVBuffers(
+        k=k, v=v, k_data_ptrs=ptrs(k), v_data_ptrs=ptrs(v), layout=info_mod.KVBufferLayout.NHD
+    )
+    buffer_info = info_mod.MHABufferInfo(
+        buffers=buffers,
+        page_size=PAGE_TOKENS,
+        head_num=heads,
+        head_dim=dim,
+        v_head_dim=dim,
+        dtype=torch.float16,
+        device=torch.device("cpu"),
+    )
+    host = mha.MHATokenToKVPoolHost(
+        buffer_info,
+        2,
+        0,
+        PAGE_TOKENS,
+        "page_first",
+        pin_memory=False,
+        device_capacity_tokens=size,
+        start_layer=0,
+        end_layer=layers,
+    )
     backend = adapter.FlatCakeHiCacheStorage(_config(tmp_path, interface_v1=1), None)
     backend.register_mem_pool_host(host)
     keys = [f"{i:064x}" for i in range(4)]

@@ -32,19 +32,38 @@ LAYERS, PAGE, BLOCKS, TOKENS = 3, 512, 64, 16
 
 def _spec(tmp_path: Path, **extra: Any) -> Any:
     config = cfg.OffloadingConfig(
-        groups=(cfg.OffloadingGroupConfig(tokens_per_block=TOKENS,
-                                          layer_names=tuple(f"l{i}" for i in range(LAYERS)),
-                                          group_id=0),),
-        worker_kv_bytes_per_block=LAYERS * PAGE, enable_kv_cache_events=True,
-        extra_config={"spec_name": "FlatCakeOffloadingSpec", "spec_module_path": adapter.__name__,
-                      "directory": str(tmp_path / "kv"), "extent_bytes": 1 << 16, **extra},
-        engine_id="test", model=cfg.OffloadingModelConfig("test-model", "float16"),
+        groups=(
+            cfg.OffloadingGroupConfig(
+                tokens_per_block=TOKENS,
+                layer_names=tuple(f"l{i}" for i in range(LAYERS)),
+                group_id=0,
+            ),
+        ),
+        worker_kv_bytes_per_block=LAYERS * PAGE,
+        enable_kv_cache_events=True,
+        extra_config={
+            "spec_name": "FlatCakeOffloadingSpec",
+            "spec_module_path": adapter.__name__,
+            "directory": str(tmp_path / "kv"),
+            "extent_bytes": 1 << 16,
+            **extra,
+        },
+        engine_id="test",
+        model=cfg.OffloadingModelConfig("test-model", "float16"),
         cache=cfg.OffloadingCacheConfig(tokens_per_hash=TOKENS, blocks_per_chunk=1),
-        parallel=cfg.OffloadingParallelConfig(rank=0, world_size=1, tp_size=1, pp_size=1,
-                                              pcp_size=1, dcp_size=1, data_parallel_index=0,
-                                              data_parallel_size=1, data_parallel_rank_local=None,
-                                              is_parallelism_agnostic=False),
-    )  # fmt: skip
+        parallel=cfg.OffloadingParallelConfig(
+            rank=0,
+            world_size=1,
+            tp_size=1,
+            pp_size=1,
+            pcp_size=1,
+            dcp_size=1,
+            data_parallel_index=0,
+            data_parallel_size=1,
+            data_parallel_rank_local=None,
+            is_parallelism_agnostic=False,
+        ),
+    )
     spec = factory.OffloadingSpecFactory.create_spec(config)
     assert isinstance(spec, adapter.FlatCakeOffloadingSpec)
     assert isinstance(spec, base.OffloadingSpec)
@@ -54,8 +73,10 @@ def _spec(tmp_path: Path, **extra: Any) -> Any:
 def _caches(device: str, seed: int) -> tuple[Any, list[Any]]:
     g = torch.Generator().manual_seed(seed)
     # Padded rows, as vLLM pads pages: the page is the first PAGE bytes of each row.
-    tensors = [torch.randint(-128, 127, (BLOCKS, PAGE + 64), dtype=torch.int8, generator=g)
-               .to(device) for _ in range(LAYERS)]  # fmt: skip
+    tensors = [
+        torch.randint(-128, 127, (BLOCKS, PAGE + 64), dtype=torch.int8, generator=g).to(device)
+        for _ in range(LAYERS)
+    ]
     caches = base.CanonicalKVCaches(
         tensors=[base.CanonicalKVCacheTensor(t, PAGE + 64) for t in tensors],
         group_data_refs=[[base.CanonicalKVCacheRef(i, PAGE) for i in range(LAYERS)]],
@@ -84,8 +105,14 @@ class Engine:
         self.worker = spec.get_worker(caches)
         self.caches, self.tensors, self.job = caches, tensors, 0
 
-    def request(self, rid: str, keys: list[bytes], params: dict, store_ids: list[int],
-                load_ids: list[int] | None = None) -> tuple[int, Any]:  # fmt: skip
+    def request(
+        self,
+        rid: str,
+        keys: list[bytes],
+        params: dict,
+        store_ids: list[int],
+        load_ids: list[int] | None = None,
+    ) -> tuple[int, Any]:
         ctx = base.ReqContext(rid, kv_transfer_params=params)
         self.manager.on_new_request(ctx)
         hits = 0
@@ -125,8 +152,9 @@ def _chat(tmp_path: Path, device: str, trace: Path | None = None) -> Engine:
     hits, loaded = engine.request("r2", keys[:8], params, [20, 21, 22, 23], [30, 31, 32, 33])
     assert hits == 4 and torch.equal(loaded, turn1)
     turn2 = _blocks(tensors, [20, 21, 22, 23])
-    hits, loaded = engine.request("r3", keys[:12], params, [40, 41, 42, 43],
-                                  [50, 51, 52, 53, 54, 55, 56, 57])  # fmt: skip
+    hits, loaded = engine.request(
+        "r3", keys[:12], params, [40, 41, 42, 43], [50, 51, 52, 53, 54, 55, 56, 57]
+    )
     assert hits == 8 and torch.equal(loaded, torch.cat([turn1, turn2], dim=1))
     return engine
 
@@ -172,8 +200,7 @@ def test_a_chat_stored_and_loaded_byte_for_byte(tmp_path: Path) -> None:
 def test_watermark_reclaims_whole_sessions_and_fallback_sessions(tmp_path: Path) -> None:
     caches, tensors = _caches("cpu", 2)
     # Room for about three 2-block sessions on SSD (the manager's accounting).
-    engine = Engine(_spec(tmp_path, ssd_bytes=3 * 2 * LAYERS * PAGE, host_bytes=0),
-                    caches, tensors)  # fmt: skip
+    engine = Engine(_spec(tmp_path, ssd_bytes=3 * 2 * LAYERS * PAGE, host_bytes=0), caches, tensors)
     for s in range(5):
         # No session id: the fallback names each new chain's session by its first key.
         engine.request(f"r{s}", _keys(2, f"s{s}-"), {}, [2 * s, 2 * s + 1])

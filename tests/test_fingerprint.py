@@ -63,6 +63,9 @@ def test_every_command_states_the_fingerprint() -> None:
     runner = CliRunner()
     fp = trace_fingerprint(read_trace(MOONCAKE))
     a = json.loads(runner.invoke(app, ["analyze", str(MOONCAKE), "--json"]).stdout)
-    r = json.loads(runner.invoke(app, ["replay", str(MOONCAKE), "--rates", "1", "--policies",
-                                       "flat", "--json"]).stdout)  # fmt: skip
+    r = json.loads(
+        runner.invoke(
+            app, ["replay", str(MOONCAKE), "--rates", "1", "--policies", "flat", "--json"]
+        ).stdout
+    )
     assert a["trace"]["fingerprint"] == r["trace"]["fingerprint"] == fp

@@ -27,15 +27,26 @@ REPLIES = [20, 30, 40]
 def _serve(tmp_path: Path, trace: Path, session_id: str | None) -> None:
     """Serve the chat as an engine adapter does: look up, load the stored prefix, store the
     rest; each request recorded with its prompt and reply tokens."""
-    kv = SessionKV(StoreOptions(str(tmp_path / "kv"), host_bytes=1 << 20, ssd_bytes=1 << 24,
-                                extent_bytes=1 << 16),
-                   engine="test", layers=2, layer_page_bytes=128, tokens_per_key=PAGE_TOKENS,
-                   trace=trace)  # fmt: skip
+    kv = SessionKV(
+        StoreOptions(
+            str(tmp_path / "kv"), host_bytes=1 << 20, ssd_bytes=1 << 24, extent_bytes=1 << 16
+        ),
+        engine="test",
+        layers=2,
+        layer_page_bytes=128,
+        tokens_per_key=PAGE_TOKENS,
+        trace=trace,
+    )
     rng = np.random.default_rng(5)
     written: dict[str, np.ndarray] = {}
     for chain, reply in zip(CHAINS, REPLIES, strict=True):
-        kv.record(chain, session_id=session_id, source="test",
-                  input_tokens=len(chain) * PAGE_TOKENS, output_tokens=reply)  # fmt: skip
+        kv.record(
+            chain,
+            session_id=session_id,
+            source="test",
+            input_tokens=len(chain) * PAGE_TOKENS,
+            output_tokens=reply,
+        )
         hits = kv.lookup(chain)
         if hits:
             got = kv.read(chain[:hits])
@@ -91,8 +102,15 @@ def test_cli_reads_a_capture(tmp_path: Path) -> None:
 
 
 def _line(**fields: object) -> str:
-    row = {"flatcake_trace": 1, "timestamp_s": 1.0, "session_id": "s", "hash_ids": [1, 2],
-           "block_size_tokens": 16, "input_tokens": None, "output_tokens": None}  # fmt: skip
+    row = {
+        "flatcake_trace": 1,
+        "timestamp_s": 1.0,
+        "session_id": "s",
+        "hash_ids": [1, 2],
+        "block_size_tokens": 16,
+        "input_tokens": None,
+        "output_tokens": None,
+    }
     row.update(fields)
     return json.dumps(row) + "\n"
 

@@ -87,8 +87,18 @@ def test_replay_out_on_a_full_disk(tiny_fs, tmp_path):
 
 def test_recommend_out_and_emit_on_a_full_disk(tiny_fs, tmp_path):
     fs = tiny_fs("64k")
-    args = ["recommend-thresholds", MOONCAKE, "--rates", "0.5", "--short-reply", "256",
-            "--agent-context", "8192", "--jobs", "1"]  # fmt: skip
+    args = [
+        "recommend-thresholds",
+        MOONCAKE,
+        "--rates",
+        "0.5",
+        "--short-reply",
+        "256",
+        "--agent-context",
+        "8192",
+        "--jobs",
+        "1",
+    ]
     done = fcctl(*args, "--out", fs / "r", cwd=tmp_path)
     assert_run_failed(done, f"--out {fs / 'r'}")
     assert list(fs.iterdir()) == []
@@ -100,8 +110,18 @@ def test_recommend_out_and_emit_on_a_full_disk(tiny_fs, tmp_path):
 
 def test_synth_parts_on_a_full_disk(tiny_fs, tmp_path):
     fs = tiny_fs("256k")
-    done = fcctl("synth", "--requests", "20000", "--sessions", "2000", "--partition-rows",
-                 "2000", "-o", fs / "s", cwd=tmp_path)  # fmt: skip
+    done = fcctl(
+        "synth",
+        "--requests",
+        "20000",
+        "--sessions",
+        "2000",
+        "--partition-rows",
+        "2000",
+        "-o",
+        fs / "s",
+        cwd=tmp_path,
+    )
     line = assert_run_failed(done, f"-o {fs / 's'}")
     assert "part-" in line, line
     assert list(fs.iterdir()) == []

@@ -12,8 +12,13 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FOLDERS = {"fcctl": "fcctl", "analyzers": "fcctl/analyzers", "iobench": "fcctl/iobench",
-           "layout": "fcctl/layout", "reports": "fcctl/reports"}  # fmt: skip
+FOLDERS = {
+    "fcctl": "fcctl",
+    "analyzers": "fcctl/analyzers",
+    "iobench": "fcctl/iobench",
+    "layout": "fcctl/layout",
+    "reports": "fcctl/reports",
+}
 
 
 def test_wheel_holds_only_fcctl_and_every_module(tmp_path: Path) -> None:

@@ -32,13 +32,19 @@ def planned(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_plan_writes_every_step_and_starts_with_the_decision(planned: Path) -> None:
     names = sorted(p.name for p in planned.iterdir())
-    assert names == ["analyze.json", "emit", "plan.json", "recommend.json", "replay.json",
-                     "report.html", "stdout.txt"]  # fmt: skip
+    assert names == [
+        "analyze.json",
+        "emit",
+        "plan.json",
+        "recommend.json",
+        "replay.json",
+        "report.html",
+        "stdout.txt",
+    ]
     out = (planned / "stdout.txt").read_text()
     assert out.startswith("decision at 2 req/s: ")
     doc = read_plan(planned)
-    assert [s["name"] for s in doc["steps"]] == ["analyze", "replay", "recommend", "emit",
-                                                 "report"]  # fmt: skip
+    assert [s["name"] for s in doc["steps"]] == ["analyze", "replay", "recommend", "emit", "report"]
     assert all(s["status"] == "ran" for s in doc["steps"])
     replay = json.loads((planned / "replay.json").read_text())
     # The user's point is the replay's operating point, decided first; the sweep ran too.
@@ -83,11 +89,18 @@ def test_plan_refuses_what_it_would_damage(tmp_path: Path) -> None:
 
 def test_target_rate_rule() -> None:
     def point(rate: float, best: str, sat: bool) -> dict:  # type: ignore[type-arg]
-        return {"rate": rate, "concurrency": None, "decision": {"best": best},
-                "policies": {"flat": {"saturated": sat}}}  # fmt: skip
+        return {
+            "rate": rate,
+            "concurrency": None,
+            "decision": {"best": best},
+            "policies": {"flat": {"saturated": sat}},
+        }
 
-    doc = {"rates": [point(1, "none", False), point(2, "flat", False), point(4, "flat", True)],
-           "divergence_rate": 2.0, "operating_point": None}  # fmt: skip
+    doc = {
+        "rates": [point(1, "none", False), point(2, "flat", False), point(4, "flat", True)],
+        "divergence_rate": 2.0,
+        "operating_point": None,
+    }
     assert target_rate(doc, 3.0) == (3.0, "your operating point")
     assert target_rate(doc, None)[0] == 2.0
     doc["divergence_rate"] = None

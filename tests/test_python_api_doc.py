@@ -23,8 +23,13 @@ def test_the_page_has_the_example() -> None:
     blocks = _blocks()
     assert len(blocks) >= 5
     joined = "\n".join(blocks)
-    for call in ("fcctl.read_trace", "fcctl.analyze", "fcctl.replay", "fcctl.recommend_thresholds",
-                 "fcctl.plan"):  # fmt: skip
+    for call in (
+        "fcctl.read_trace",
+        "fcctl.analyze",
+        "fcctl.replay",
+        "fcctl.recommend_thresholds",
+        "fcctl.plan",
+    ):
         assert call in joined
 
 

@@ -252,23 +252,56 @@ def test_tracelab_duplicate_round_and_cli_exit_2(tmp_path: Path) -> None:
 def dynamo_rows() -> list[dict]:
     return [
         # 1: session a starts at 1 s
-        {"session_id": "a", "request_id": "a0", "timestamp": 1000, "input_length": 1024,
-         "output_length": 10, "hash_ids": [1, 2]},
+        {
+            "session_id": "a",
+            "request_id": "a0",
+            "timestamp": 1000,
+            "input_length": 1024,
+            "output_length": 10,
+            "hash_ids": [1, 2],
+        },
         # 2: session b at 1.5 s, shares block 1
-        {"session_id": "b", "request_id": "b0", "timestamp": 1500, "input_length": 512,
-         "output_length": 5, "hash_ids": [1]},
+        {
+            "session_id": "b",
+            "request_id": "b0",
+            "timestamp": 1500,
+            "input_length": 512,
+            "output_length": 5,
+            "hash_ids": [1],
+        },
         # 3: a's next turn has only a delay: 1000 + 500 ms
-        {"session_id": "a", "request_id": "a1", "delay": 500, "input_length": 1536,
-         "output_length": 7, "hash_ids": [1, 2, 3]},
+        {
+            "session_id": "a",
+            "request_id": "a1",
+            "delay": 500,
+            "input_length": 1536,
+            "output_length": 7,
+            "hash_ids": [1, 2, 3],
+        },
         # 4: waits for a1 (1500) and b0 (1500), then delay 100 + tool_wait_ms 400: 2000 ms
-        {"session_id": "a", "request_id": "a2", "wait_for": ["a1", "b0"], "delay": 100,
-         "tool_wait_ms": 400, "input_tokens": 2048, "output_tokens": 1, "hash_ids": [1, 2, 3, 4]},
+        {
+            "session_id": "a",
+            "request_id": "a2",
+            "wait_for": ["a1", "b0"],
+            "delay": 100,
+            "tool_wait_ms": 400,
+            "input_tokens": 2048,
+            "output_tokens": 1,
+            "hash_ids": [1, 2, 3, 4],
+        },
         # 5: b's second row resets its prefix: no parent
-        {"session_id": "b", "request_id": "b1", "created_time": 1200, "prefix_reset": True,
-         "input_length": 100, "output_length": 0, "hash_ids": [9]},
+        {
+            "session_id": "b",
+            "request_id": "b1",
+            "created_time": 1200,
+            "prefix_reset": True,
+            "input_length": 100,
+            "output_length": 0,
+            "hash_ids": [9],
+        },
         # 6: no session: a session of its own
         {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [7]},
-    ]  # fmt: skip
+    ]
 
 
 def test_dynamo_hand_made_sessions_and_delays(tmp_path: Path) -> None:
@@ -304,62 +337,134 @@ DYNAMO_BAD = {
         "line 1: field 'timestamp' is missing, and the row has no wait_for",
     ),
     "unknown_wait": (
-        [{"request_id": "x", "wait_for": ["zz"], "input_length": 1, "output_length": 1,
-          "hash_ids": []}],
+        [
+            {
+                "request_id": "x",
+                "wait_for": ["zz"],
+                "input_length": 1,
+                "output_length": 1,
+                "hash_ids": [],
+            }
+        ],
         "line 1: field 'wait_for' names request_id 'zz', which no row has",
     ),
     "cycle": (
-        [{"request_id": "x", "wait_for": ["y"], "input_length": 1, "output_length": 1,
-          "hash_ids": []},
-         {"request_id": "y", "wait_for": ["x"], "input_length": 1, "output_length": 1,
-          "hash_ids": []}],
+        [
+            {
+                "request_id": "x",
+                "wait_for": ["y"],
+                "input_length": 1,
+                "output_length": 1,
+                "hash_ids": [],
+            },
+            {
+                "request_id": "y",
+                "wait_for": ["x"],
+                "input_length": 1,
+                "output_length": 1,
+                "hash_ids": [],
+            },
+        ],
         "must not form a cycle",
     ),
     "self_wait": (
-        [{"request_id": "x", "wait_for": ["x"], "input_length": 1, "output_length": 1,
-          "hash_ids": []}],
+        [
+            {
+                "request_id": "x",
+                "wait_for": ["x"],
+                "input_length": 1,
+                "output_length": 1,
+                "hash_ids": [],
+            }
+        ],
         "field 'wait_for' names the row itself",
     ),
     "negative_delay": (
-        [{"session_id": "a", "timestamp": 0, "delay": -1, "input_length": 1, "output_length": 1,
-          "hash_ids": []}],
+        [
+            {
+                "session_id": "a",
+                "timestamp": 0,
+                "delay": -1,
+                "input_length": 1,
+                "output_length": 1,
+                "hash_ids": [],
+            }
+        ],
         "line 1: field 'delay' must be a finite number >= 0 (ms); got -1",
     ),
     "bool_time": (
-        [{"session_id": "a", "timestamp": True, "input_length": 1, "output_length": 1,
-          "hash_ids": []}],
+        [
+            {
+                "session_id": "a",
+                "timestamp": True,
+                "input_length": 1,
+                "output_length": 1,
+                "hash_ids": [],
+            }
+        ],
         "field 'timestamp' must be a finite number >= 0 (ms); got True",
     ),
     "text_wait": (
-        [{"session_id": "a", "timestamp": 0, "tool_wait_ms": "5", "input_length": 1,
-          "output_length": 1, "hash_ids": []}],
+        [
+            {
+                "session_id": "a",
+                "timestamp": 0,
+                "tool_wait_ms": "5",
+                "input_length": 1,
+                "output_length": 1,
+                "hash_ids": [],
+            }
+        ],
         "field 'tool_wait_ms' must be a finite number >= 0 (ms); got '5'",
     ),
     "both_names": (
-        [{"session_id": "a", "timestamp": 0, "input_length": 1, "input_tokens": 1,
-          "output_length": 1, "hash_ids": []}],
+        [
+            {
+                "session_id": "a",
+                "timestamp": 0,
+                "input_length": 1,
+                "input_tokens": 1,
+                "output_length": 1,
+                "hash_ids": [],
+            }
+        ],
         "fields 'input_length' and 'input_tokens' are the same field",
     ),
     "duplicate_id": (
-        [{"session_id": "a", "request_id": "r", "timestamp": 0, "input_length": 1,
-          "output_length": 1, "hash_ids": []}] * 2,
+        [
+            {
+                "session_id": "a",
+                "request_id": "r",
+                "timestamp": 0,
+                "input_length": 1,
+                "output_length": 1,
+                "hash_ids": [],
+            }
+        ]
+        * 2,
         "line 2: field 'request_id' must be unique; got 'r' again (first at line 1)",
     ),
     "session_type": (
-        [{"session_id": 3, "timestamp": 0, "input_length": 1, "output_length": 1,
-          "hash_ids": []}],
+        [{"session_id": 3, "timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": []}],
         "field 'session_id' must be a string or null; got 3",
     ),
     "bad_block_id": (
-        [{"session_id": "a", "timestamp": 0, "input_length": 1, "output_length": 1,
-          "hash_ids": [1, True]}],
+        [
+            {
+                "session_id": "a",
+                "timestamp": 0,
+                "input_length": 1,
+                "output_length": 1,
+                "hash_ids": [1, True],
+            }
+        ],
         "hash_ids[1] must be an integer in [0, 2**64); got True",
     ),
     "missing_output": (
         [{"session_id": "a", "timestamp": 0, "input_length": 1, "hash_ids": []}],
         "missing field 'output_length'",
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("rows, fragment", DYNAMO_BAD.values(), ids=list(DYNAMO_BAD))
@@ -418,8 +523,9 @@ def test_bailian_without_type_field_has_no_type_column(tmp_path: Path) -> None:
 
 
 def test_qwen_bad_type(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "q.jsonl", [qwen_row(1, -1, 0.0, "coder", [0]),
-                                              qwen_row(2, -1, 1.0, 7, [0])])  # fmt: skip
+    path = write_jsonl(
+        tmp_path / "q.jsonl", [qwen_row(1, -1, 0.0, "coder", [0]), qwen_row(2, -1, 1.0, 7, [0])]
+    )
     assert "q.jsonl: line 2: field 'type' must be a string or null; got 7" in error_of(path)
     assert "line 2: field 'type'" in cli_error("analyze", str(path))
 
@@ -463,8 +569,14 @@ def test_generic_jsonl_ms_and_mapping_dict(tmp_path: Path) -> None:
         {"user": 7, "t": 1000, "p": 20, "c": 2, "turn": 2},
     ]
     path = write_jsonl(tmp_path / "log.jsonl", rows)
-    mapping = {"session": "user", "timestamp": "t", "timestamp_unit": "ms", "input": "p",
-               "output": "c", "turn": "turn"}  # fmt: skip
+    mapping = {
+        "session": "user",
+        "timestamp": "t",
+        "timestamp_unit": "ms",
+        "input": "p",
+        "output": "c",
+        "turn": "turn",
+    }
     trace = read_trace(path, columns=mapping)
     assert column(trace, "timestamp_s") == [0.0, 1.5]
     assert column(trace, "session_id") == ["7", "7"] and column(trace, "turn") == [2, 3]
@@ -542,8 +654,16 @@ def test_generic_absent_column_of_jsonl_and_missing_field(tmp_path: Path) -> Non
 def test_generic_columns_only_for_generic(tmp_path: Path) -> None:
     path = tmp_path / "log.csv"
     path.write_text(CSV_LOG)
-    line = cli_error("convert", str(path), "-o", str(tmp_path / "o.parquet"), "--format",
-                     "mooncake", "--columns", CSV_MAP)  # fmt: skip
+    line = cli_error(
+        "convert",
+        str(path),
+        "-o",
+        str(tmp_path / "o.parquet"),
+        "--format",
+        "mooncake",
+        "--columns",
+        CSV_MAP,
+    )
     assert "--columns: " in line and "only by the generic format; got format 'mooncake'" in line
     line = cli_error("analyze", str(path), "--format", "generic")
     assert "--columns: " in line and "needs a column mapping" in line

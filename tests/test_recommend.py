@@ -86,18 +86,23 @@ def test_known_right_thresholds_win() -> None:
     # Margins 0: on this small trace the right pairs are only 0.15 % faster (mean TTFT), which
     # the default margins call "does not matter" (test_thresholds_that_do_not_matter).
     config = RecommendConfig(
-        geometry=TINY, hardware=tiny_node(host=120), rates=(0.5, 2.0),
-        short_reply_grid=(100, *GOOD_SHORT), agent_context_grid=(128, *GOOD_AGENT),
-        decision_margin_pp=0.0, decision_ttft_margin=0.0,
-    )  # fmt: skip
+        geometry=TINY,
+        hardware=tiny_node(host=120),
+        rates=(0.5, 2.0),
+        short_reply_grid=(100, *GOOD_SHORT),
+        agent_context_grid=(128, *GOOD_AGENT),
+        decision_margin_pp=0.0,
+        decision_ttft_margin=0.0,
+    )
     result = recommend_thresholds(chats_and_agents(), config)
     rec = result.recommendation
     assert rec.rate == 2.0  # the highest rate
     assert rec.short_reply_tokens in GOOD_SHORT and rec.agent_context_tokens in GOOD_AGENT
     # The tie rule among equal results: the smallest thresholds.
     assert (rec.short_reply_tokens, rec.agent_context_tokens) == (400, 1000)
-    at_target = {(g.short_reply_tokens, g.agent_context_tokens): g for g in result.grid
-                 if g.rate == rec.rate}  # fmt: skip
+    at_target = {
+        (g.short_reply_tokens, g.agent_context_tokens): g for g in result.grid if g.rate == rec.rate
+    }
     good = [at_target[(s, a)] for s in GOOD_SHORT for a in GOOD_AGENT]
     assert len({(g.gpu_hit_share, g.ttft_s, g.ssd_read_bytes) for g in good}) == 1
 
@@ -117,8 +122,9 @@ def test_known_right_thresholds_win() -> None:
     assert result.facts.simulations_reused > 0  # pairs with equal threshold classes
 
 
-def _cell(short: int, agent: int, hit: float, p99: float, mean: float = 1.0,
-          ssd: int = 0) -> GridCell:  # fmt: skip
+def _cell(
+    short: int, agent: int, hit: float, p99: float, mean: float = 1.0, ssd: int = 0
+) -> GridCell:
     return GridCell(short, agent, 1.0, hit, Ttft(mean, p99), ssd)
 
 
@@ -218,9 +224,12 @@ def test_threshold_classes_are_what_the_placement_rule_decides(
 
 def test_worker_processes_give_the_same_result() -> None:
     config = RecommendConfig(
-        geometry=TINY, hardware=tiny_node(host=120), rates=(1.0,),
-        short_reply_grid=(100, 400), agent_context_grid=(128, 1000),
-    )  # fmt: skip
+        geometry=TINY,
+        hardware=tiny_node(host=120),
+        rates=(1.0,),
+        short_reply_grid=(100, 400),
+        agent_context_grid=(128, 1000),
+    )
     one = recommend_thresholds(chats_and_agents(), config)
     two = recommend_thresholds(
         chats_and_agents(), RecommendConfig(**{**config.__dict__, "jobs": 2})
@@ -231,10 +240,16 @@ def test_worker_processes_give_the_same_result() -> None:
 
 def test_target_rate_and_objective() -> None:
     config = RecommendConfig(
-        geometry=TINY, hardware=tiny_node(host=120), rates=(2.0,), target_rate=0.5,
-        short_reply_grid=(100, 400), agent_context_grid=(128, 1000), objective="ttft-p99",
-        decision_margin_pp=0.0, decision_ttft_margin=0.0,
-    )  # fmt: skip
+        geometry=TINY,
+        hardware=tiny_node(host=120),
+        rates=(2.0,),
+        target_rate=0.5,
+        short_reply_grid=(100, 400),
+        agent_context_grid=(128, 1000),
+        objective="ttft-p99",
+        decision_margin_pp=0.0,
+        decision_ttft_margin=0.0,
+    )
     result = recommend_thresholds(chats_and_agents(), config)
     assert [r.rate for r in result.rates] == [0.5, 2.0]  # the target rate is added
     rec = result.recommendation
@@ -293,8 +308,9 @@ def test_spread_and_matters_by_the_margins() -> None:
     assert matters(spread_of([cell(0.5, 1.0), cell(0.5, 1.11)], 1.0, 0.1))
     assert not matters(spread_of([cell(0.5, 1.0)], 0.0, 0.0))  # one pair: nothing to choose
     # A pair without figures cannot be shown equal: it matters (the pick rule decides).
-    assert matters(spread_of([cell(0.5, 1.0), GridCell(2, 2, 1.0, None, Ttft(None, None), 0)],
-                             1.0, 0.1))  # fmt: skip
+    assert matters(
+        spread_of([cell(0.5, 1.0), GridCell(2, 2, 1.0, None, Ttft(None, None), 0)], 1.0, 0.1)
+    )
 
 
 def test_extend_axis_rule() -> None:
@@ -310,9 +326,12 @@ def test_default_grid_extends_when_the_pick_sits_on_its_edge() -> None:
     largest values, so each gains the next power of two; the final pick is measured on the grid
     as extended and the notes say what was added."""
     config = RecommendConfig(
-        geometry=TINY, hardware=tiny_node(host=400), rates=(0.5, 2.0),
-        decision_margin_pp=0.0, decision_ttft_margin=0.0,
-    )  # fmt: skip
+        geometry=TINY,
+        hardware=tiny_node(host=400),
+        rates=(0.5, 2.0),
+        decision_margin_pp=0.0,
+        decision_ttft_margin=0.0,
+    )
     trace = chats_and_agents()
     w = build_workload(trace, TINY, 1)
     shorts0, agents0 = default_grid(w.input_tokens, w.output_tokens, w.prev_request)
@@ -328,8 +347,9 @@ def test_default_grid_extends_when_the_pick_sits_on_its_edge() -> None:
     assert len(result.grid) == len(shorts) * len(agents) * 2
     at = [g for g in result.grid if g.rate == rec.rate]
     assert rec.matters and (rec.short_reply_tokens, rec.agent_context_tokens) == (
-        pick(at, "hit").short_reply_tokens, pick(at, "hit").agent_context_tokens,
-    )  # fmt: skip
+        pick(at, "hit").short_reply_tokens,
+        pick(at, "hit").agent_context_tokens,
+    )
     notes = " ".join(result.facts.notes)
     assert f"short-reply grid was extended by {added_s[0]:,}" in notes
     assert f"agent-context grid was extended by {added_a[0]:,}" in notes

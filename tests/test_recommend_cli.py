@@ -20,9 +20,24 @@ MOONCAKE = str(SAMPLES / "mooncake_conversation_2k.jsonl")
 # A small node on the 2,000-request sample; a 2x2 grid, two rates. The pairs differ by less than
 # the default margins (0.2 pp, 0.4 % TTFT: test_thresholds_that_do_not_matter), so these tests
 # compare exactly (margins 0): the pick among measured differences, and the grid as given.
-NODE = ["--gpus", "2", "--gpu-kv", "2GiB", "--host-memory", "4GiB", "--ssd", "64GiB",
-        "--rates", "0.5,2", "--short-reply", "128,512", "--agent-context", "4096,16384",
-        "--jobs", "1"]  # fmt: skip
+NODE = [
+    "--gpus",
+    "2",
+    "--gpu-kv",
+    "2GiB",
+    "--host-memory",
+    "4GiB",
+    "--ssd",
+    "64GiB",
+    "--rates",
+    "0.5,2",
+    "--short-reply",
+    "128,512",
+    "--agent-context",
+    "4096,16384",
+    "--jobs",
+    "1",
+]
 SMALL = [*NODE, "--decision-margin-pp", "0", "--decision-ttft-margin", "0"]
 
 
@@ -38,22 +53,50 @@ def doc() -> dict[str, Any]:
 
 
 def test_json_keys_exactly_as_issue_9(doc: dict[str, Any]) -> None:
-    assert list(doc) == ["schema_version", "recommendation", "ideal_hit_share", "rates", "grid",
-                         "misplacement", "hardware", "trace", "provenance",
-                         "sampling"]  # fmt: skip
+    assert list(doc) == [
+        "schema_version",
+        "recommendation",
+        "ideal_hit_share",
+        "rates",
+        "grid",
+        "misplacement",
+        "hardware",
+        "trace",
+        "provenance",
+        "sampling",
+    ]
     assert doc["sampling"] is None  # issue #19: only a run on sampled sessions has one
     assert doc["schema_version"] == 2
     rec = doc["recommendation"]
-    assert list(rec) == ["short_reply_tokens", "agent_context_tokens", "rate", "gpu_hit_share",
-                         "ttft_s", "matters", "spread", "why"]  # fmt: skip
-    assert list(rec["spread"]) == ["pairs", "hit_share_pp", "ttft_mean_ratio", "margin_pp",
-                                   "ttft_margin"]  # fmt: skip
+    assert list(rec) == [
+        "short_reply_tokens",
+        "agent_context_tokens",
+        "rate",
+        "gpu_hit_share",
+        "ttft_s",
+        "matters",
+        "spread",
+        "why",
+    ]
+    assert list(rec["spread"]) == [
+        "pairs",
+        "hit_share_pp",
+        "ttft_mean_ratio",
+        "margin_pp",
+        "ttft_margin",
+    ]
     assert rec["matters"] is True and rec["spread"]["pairs"] == 4
     assert list(rec["ttft_s"]) == ["mean", "p99"] and rec["rate"] == 2.0
     assert len(doc["grid"]) == 2 * 2 * 2
     for g in doc["grid"]:
-        assert list(g) == ["short_reply_tokens", "agent_context_tokens", "rate", "gpu_hit_share",
-                           "ttft_s", "ssd_read_bytes"]  # fmt: skip
+        assert list(g) == [
+            "short_reply_tokens",
+            "agent_context_tokens",
+            "rate",
+            "gpu_hit_share",
+            "ttft_s",
+            "ssd_read_bytes",
+        ]
     for m in doc["misplacement"]:
         assert list(m) == ["change", "gpu_hit_share", "ttft_s", "ssd_read_bytes"]
     assert [r["rate"] for r in doc["rates"]] == [0.5, 2.0]
@@ -111,14 +154,26 @@ def test_out_and_emit(tmp_path: Path, doc: dict[str, Any]) -> None:
     result = _run(MOONCAKE, *SMALL, "--out", str(out), "--emit", str(emit), "--emit-name", "fcs")
     assert result.exit_code == 0, result.output
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(["recommend.json", "thresholds.toml", "grid.parquet", "rates.parquet",
-                            "misplacement.parquet", "grid_hit_share.png", "grid_ttft_p99.png",
-                            "hit_share.png", "ttft_p99.png"])  # fmt: skip
+    assert names == sorted(
+        [
+            "recommend.json",
+            "thresholds.toml",
+            "grid.parquet",
+            "rates.parquet",
+            "misplacement.parquet",
+            "grid_hit_share.png",
+            "grid_ttft_p99.png",
+            "hit_share.png",
+            "ttft_p99.png",
+        ]
+    )
     rec = json.loads((out / "recommend.json").read_text())["recommendation"]
     assert rec == doc["recommendation"]  # same seed, same run
     toml = tomllib.loads((out / "thresholds.toml").read_text())
-    assert toml["thresholds"] == {"short_reply_tokens": rec["short_reply_tokens"],
-                                  "agent_context_tokens": rec["agent_context_tokens"]}  # fmt: skip
+    assert toml["thresholds"] == {
+        "short_reply_tokens": rec["short_reply_tokens"],
+        "agent_context_tokens": rec["agent_context_tokens"],
+    }
     assert toml["source"]["rate_per_s"] == 2.0 and toml["source"]["trace"] == MOONCAKE
     assert pl.read_parquet(out / "grid.parquet").height == 8  # a given grid is not extended
     assert pl.read_parquet(out / "misplacement.parquet").height == 6

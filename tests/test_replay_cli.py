@@ -23,15 +23,40 @@ runner = CliRunner()
 GOLDEN = Path(__file__).parent / "golden"
 CLAUDE = str(SAMPLES / "claude_code_sample.jsonl.gz")
 # Small enough that every tier is used on the five-session sample.
-TIGHT = ["--gpu-kv", "8GiB", "--host-memory", "16GiB", "--ssd", "64GiB", "--staging", "8GiB",
-         "--gpus", "2"]  # fmt: skip
+TIGHT = [
+    "--gpu-kv",
+    "8GiB",
+    "--host-memory",
+    "16GiB",
+    "--ssd",
+    "64GiB",
+    "--staging",
+    "8GiB",
+    "--gpus",
+    "2",
+]
 POLICY_KEYS = {
-    "gpu_hit_share", "ideal_hit_share", "ttft_s", "ssd_read_bytes", "read_amplification",
-    "prefetch_s", "cancelled_prefetches", "recomputed_tokens", "peak_host_memory_bytes",
-    "peak_staging_bytes", "peak_ssd_bytes", "offered_rate", "achieved_rate", "saturated",
+    "gpu_hit_share",
+    "ideal_hit_share",
+    "ttft_s",
+    "ssd_read_bytes",
+    "read_amplification",
+    "prefetch_s",
+    "cancelled_prefetches",
+    "recomputed_tokens",
+    "peak_host_memory_bytes",
+    "peak_staging_bytes",
+    "peak_ssd_bytes",
+    "offered_rate",
+    "achieved_rate",
+    "saturated",
     "saturated_by",
-    "concurrency", "utilisation", "staging", "sessions_active", "queue_depth",
-}  # fmt: skip
+    "concurrency",
+    "utilisation",
+    "staging",
+    "sessions_active",
+    "queue_depth",
+}
 
 
 def _run(*args: str) -> Any:
@@ -43,21 +68,42 @@ def test_json_document_and_golden() -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)  # exactly one document
     assert doc["schema_version"] == 2
-    assert {"trace", "kv", "hardware", "ideal_hit_share", "rates", "divergence_rate",
-            "decision_margins", "provenance"} <= set(doc)  # fmt: skip
+    assert {
+        "trace",
+        "kv",
+        "hardware",
+        "ideal_hit_share",
+        "rates",
+        "divergence_rate",
+        "decision_margins",
+        "provenance",
+    } <= set(doc)
     assert [r["rate"] for r in doc["rates"]] == [0.5, 2.0]
     for r in doc["rates"]:
         assert list(r["policies"]) == ["memory-only", "tiered", "flat", "flat-fcfs"]
         assert list(r["decision"]) == ["best", "margin_pp", "ttft_ratio", "ssd_read_ratio", "why"]
         for p in r["policies"].values():
             assert POLICY_KEYS <= set(p)
-            assert list(p["ttft_s"]) == ["mean", "p50", "p99", "ssd", "no_ssd", "window_s",
-                                         "requests"]  # fmt: skip
+            assert list(p["ttft_s"]) == [
+                "mean",
+                "p50",
+                "p99",
+                "ssd",
+                "no_ssd",
+                "window_s",
+                "requests",
+            ]
             assert list(p["prefetch_s"]) == ["mean", "wait_mean", "read_mean", "p99"]
             assert p["offered_rate"] == r["rate"]
             assert list(p["achieved_rate"]) == ["whole", "central", "unloaded"]
-            assert list(p["utilisation"]) == ["prefill_mean", "prefill_max", "decode_mean",
-                                              "ssd_read", "ssd_write", "pcie"]  # fmt: skip
+            assert list(p["utilisation"]) == [
+                "prefill_mean",
+                "prefill_max",
+                "decode_mean",
+                "ssd_read",
+                "ssd_write",
+                "pcie",
+            ]
             assert list(p["staging"]) == ["bytes", "peak_bytes", "mean_bytes"]
             assert list(p["sessions_active"]) == ["mean", "max"]
             assert p["ideal_hit_share"] == doc["ideal_hit_share"]
@@ -91,8 +137,13 @@ def test_out_dir(tmp_path: Path) -> None:
     result = _run(CLAUDE, "--rates", "1", "--policies", "tiered,flat", *TIGHT, "--out", str(out))
     assert result.exit_code == 0, result.output
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["hit_share.png", "replay.json", "requests-flat-rate1.parquet",
-                     "requests-tiered-rate1.parquet", "ttft.png"]  # fmt: skip
+    assert names == [
+        "hit_share.png",
+        "replay.json",
+        "requests-flat-rate1.parquet",
+        "requests-tiered-rate1.parquet",
+        "ttft.png",
+    ]
     table = pl.read_parquet(out / "requests-flat-rate1.parquet")
     assert table.height == 264 and "ttft_s" in table.columns
     assert json.loads((out / "replay.json").read_text())["schema_version"] == 2
@@ -103,12 +154,15 @@ def test_out_dir(tmp_path: Path) -> None:
 def test_out_dir_with_a_size_list_keeps_every_points_table(tmp_path: Path) -> None:
     """Two staging sizes at one rate are two load points: two tables, named by the size."""
     out = tmp_path / "r"
-    result = _run(CLAUDE, "--rates", "1", "--policies", "tiered", "--staging", "16GiB,1TiB",
-                  "--out", str(out))  # fmt: skip
+    result = _run(
+        CLAUDE, "--rates", "1", "--policies", "tiered", "--staging", "16GiB,1TiB", "--out", str(out)
+    )
     assert result.exit_code == 0, result.output
     names = sorted(p.name for p in out.iterdir() if p.suffix == ".parquet")
-    assert names == ["requests-tiered-rate1-staging16GiB.parquet",
-                     "requests-tiered-rate1-staging1TiB.parquet"]  # fmt: skip
+    assert names == [
+        "requests-tiered-rate1-staging16GiB.parquet",
+        "requests-tiered-rate1-staging1TiB.parquet",
+    ]
     doc = json.loads((out / "replay.json").read_text())
     staged = [p["sizes"]["staging_bytes"] for p in doc["rates"]]
     assert staged == [16 << 30, 1 << 40]
@@ -170,11 +224,17 @@ def test_io_profile_derives_ssd_figures(tmp_path: Path) -> None:
         "fio": {"available": True, "seq_read_bytes_per_s": 2.0e9},
         "layouts": {
             "flat": [{"concurrency": 16, "restore_bytes_per_s": 1.8e9}],
-            "eviction": [{"concurrency": 16, "restore_bytes_per_s": 1.0e9,
-                          "bytes_requested": 2**31, "bytes_read": 2**31,
-                          "read_commands": 32768}],
+            "eviction": [
+                {
+                    "concurrency": 16,
+                    "restore_bytes_per_s": 1.0e9,
+                    "bytes_requested": 2**31,
+                    "bytes_read": 2**31,
+                    "read_commands": 32768,
+                }
+            ],
         },
-    }  # fmt: skip
+    }
     path = tmp_path / "io.json"
     path.write_text(json.dumps(doc))
     result = _run(CLAUDE, "--rates", "1", "--io-profile", str(path), "--json")

@@ -13,8 +13,14 @@ GB = 10**9
 
 
 def _signals(**kw: object) -> PlacementSignals:
-    base = dict(turn=3, context_tokens=1000, previous_reply_tokens=100, prefix_ref_count=1,
-                memory_free_bytes=10**12, bytes_to_write=10**6)  # fmt: skip
+    base = dict(
+        turn=3,
+        context_tokens=1000,
+        previous_reply_tokens=100,
+        prefix_ref_count=1,
+        memory_free_bytes=10**12,
+        bytes_to_write=10**6,
+    )
     base.update(kw)
     return PlacementSignals(**base)  # type: ignore[arg-type]
 

@@ -20,8 +20,10 @@ CLAUDE = str(SAMPLES / "claude_code_sample.jsonl.gz")
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("ds") / "parts"
-    r = runner.invoke(app, ["convert", CLAUDE, "-o", str(out), "--partition-by", "session-hash",
-                            "--partitions", "3"])  # fmt: skip
+    r = runner.invoke(
+        app,
+        ["convert", CLAUDE, "-o", str(out), "--partition-by", "session-hash", "--partitions", "3"],
+    )
     assert r.exit_code == 0, r.output
     assert len(list(out.rglob("*.parquet"))) >= 2
     return out
@@ -44,8 +46,16 @@ def test_replay_of_a_dataset_equals_the_file(dataset: Path) -> None:
 
 
 def test_recommend_of_a_dataset_equals_the_file(dataset: Path) -> None:
-    args = ["--rates", "1", "--short-reply", "128,512", "--agent-context", "4096,65536",
-            "--jobs", "1"]  # fmt: skip
+    args = [
+        "--rates",
+        "1",
+        "--short-reply",
+        "128,512",
+        "--agent-context",
+        "4096,65536",
+        "--jobs",
+        "1",
+    ]
     a = _doc("recommend-thresholds", CLAUDE, *args)
     b = _doc("recommend-thresholds", str(dataset), *args)
     assert a["trace"]["fingerprint"] == b["trace"]["fingerprint"]

@@ -15,8 +15,10 @@ from fcctl.layout.geometry import model_geometry
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
-@pytest.mark.parametrize("key", ["prefill_tokens_per_s", "ssd_read_bytes_per_s",
-                                 "host_to_gpu_efficiency", "hbm_bytes_per_s"])  # fmt: skip
+@pytest.mark.parametrize(
+    "key",
+    ["prefill_tokens_per_s", "ssd_read_bytes_per_s", "host_to_gpu_efficiency", "hbm_bytes_per_s"],
+)
 def test_non_finite_hardware_value_names_its_source(key: str, value: float) -> None:
     with pytest.raises(FcctlInputError, match=rf"^--flag: field '{key}': must be a finite"):
         with_values(load_hardware(None), {key: value}, "--flag")
@@ -57,8 +59,11 @@ def test_emit_name_ordinary_is_accepted() -> None:
 
 
 def test_out_and_emit_must_not_overlap(tmp_path: Path) -> None:
-    for out, emit in [(tmp_path / "x", tmp_path / "x"), (tmp_path / "x", tmp_path / "x" / "p"),
-                      (tmp_path / "x" / "p", tmp_path / "x")]:  # fmt: skip
+    for out, emit in [
+        (tmp_path / "x", tmp_path / "x"),
+        (tmp_path / "x", tmp_path / "x" / "p"),
+        (tmp_path / "x" / "p", tmp_path / "x"),
+    ]:
         with pytest.raises(FcctlInputError, match=r"^--out, --emit: must be separate"):
             check_distinct_outputs(out, emit)
     check_distinct_outputs(tmp_path / "a", tmp_path / "b")
@@ -74,14 +79,24 @@ def test_arrivals_overflowing_after_time_scaling_one_line_exit_2(tmp_path: Path)
     from fcctl.cli import app
 
     trace = tmp_path / "t.jsonl"
-    trace.write_text("".join(
-        json.dumps({"timestamp": i, "input_length": 100, "output_length": 10,
-                    "hash_ids": [1, 2, i + 3]}) + "\n"
-        for i in range(5)
-    ))  # fmt: skip
+    trace.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "timestamp": i,
+                    "input_length": 100,
+                    "output_length": 10,
+                    "hash_ids": [1, 2, i + 3],
+                }
+            )
+            + "\n"
+            for i in range(5)
+        )
+    )
     for command in (["replay"], ["recommend-thresholds", "--jobs", "1"]):
-        r = CliRunner().invoke(app, [*command, str(trace), "--format", "mooncake",
-                                     "--rates", "1e-308"])  # fmt: skip
+        r = CliRunner().invoke(
+            app, [*command, str(trace), "--format", "mooncake", "--rates", "1e-308"]
+        )
         assert r.exit_code == 2, r.output
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and "--rates 1e-308 must be finite after time scaling" in lines[0]
@@ -90,9 +105,11 @@ def test_arrivals_overflowing_after_time_scaling_one_line_exit_2(tmp_path: Path)
 @pytest.mark.parametrize("command", ["replay", "recommend-thresholds", "plan"])
 @pytest.mark.parametrize(
     "flag,value,field",
-    [("--max-batched-tokens", "0", "max_batched_tokens"),
-     ("--prefill-chunk-tokens", "-5", "prefill_chunk_tokens")],
-)  # fmt: skip
+    [
+        ("--max-batched-tokens", "0", "max_batched_tokens"),
+        ("--prefill-chunk-tokens", "-5", "prefill_chunk_tokens"),
+    ],
+)
 def test_batching_flags_are_checked_in_one_line(
     tmp_path: Path, command: str, flag: str, value: str, field: str
 ) -> None:

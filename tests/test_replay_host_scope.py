@@ -32,9 +32,16 @@ def _blocks(*ids: int) -> np.ndarray:
 
 def _store(name: str, *, pools: int, host_blocks: int, ssd_blocks: int = 0) -> Any:
     return STORES[name](
-        num_blocks=16, max_request_blocks=16, workers=2, gpu_blocks=0, host_blocks=host_blocks,
-        host_pools=pools, ssd_blocks=ssd_blocks, blocks_per_bucket=1, total_accesses=64,
-    )  # fmt: skip
+        num_blocks=16,
+        max_request_blocks=16,
+        workers=2,
+        gpu_blocks=0,
+        host_blocks=host_blocks,
+        host_pools=pools,
+        ssd_blocks=ssd_blocks,
+        blocks_per_bucket=1,
+        total_accesses=64,
+    )
 
 
 @pytest.mark.parametrize("name", list(STORES))
@@ -169,8 +176,11 @@ def test_the_scope_is_checked_and_recorded(tmp_path: Path) -> None:
     hw = fcctl.hardware(host_scope="worker")
     assert hw.host_scope == "worker" and hw.sources["host_scope"] == "host_scope"
     assert fcctl.hardware().host_scope == "node"
-    with pytest.raises(FcctlInputError, match=r"^host_scope: field 'host_scope': must be one of "
-                       r"node, worker; got 'rack'$"):  # fmt: skip
+    with pytest.raises(
+        FcctlInputError,
+        match=r"^host_scope: field 'host_scope': must be one of "
+        r"node, worker; got 'rack'$",
+    ):
         fcctl.hardware(host_scope="rack")
     toml = tmp_path / "hw.toml"
     toml.write_text('host_scope = "worker"\n')
@@ -186,8 +196,20 @@ def test_the_scope_is_checked_and_recorded(tmp_path: Path) -> None:
 
 
 def test_the_json_reports_the_scope() -> None:
-    args = [CLAUDE, "--gpus", "2", "--gpu-kv", "8GiB", "--host-memory", "16GiB", "--ssd", "64GiB",
-            "--rates", "1", "--json"]  # fmt: skip
+    args = [
+        CLAUDE,
+        "--gpus",
+        "2",
+        "--gpu-kv",
+        "8GiB",
+        "--host-memory",
+        "16GiB",
+        "--ssd",
+        "64GiB",
+        "--rates",
+        "1",
+        "--json",
+    ]
     runner = CliRunner()
     worker = runner.invoke(app, ["replay", *args, "--host-scope", "worker"])
     assert worker.exit_code == 0, worker.output

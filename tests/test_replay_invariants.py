@@ -100,9 +100,16 @@ def test_cancellation_by_hand() -> None:
     # 3 whole blocks (in prefix order) are delivered and the other 7 recomputed; with discard
     # (the default) what was read is thrown away and all 10 are recomputed.
     trace = trace_of([list(range(10)), list(range(12))], sessions=["s", "s"], timestamps=[0, 10])
-    hw = tiny_node(gpu_kv=0, host=0, ssd=1000, ssd_read_bytes_per_s=1e6, ssd_command_s=0.0,
-                   prefetch_timeout_base_s=0.05, prefetch_timeout_per_1k_tokens_s=0.0,
-                   ssd_stream_bytes_per_s=None)  # fmt: skip
+    hw = tiny_node(
+        gpu_kv=0,
+        host=0,
+        ssd=1000,
+        ssd_read_bytes_per_s=1e6,
+        ssd_command_s=0.0,
+        prefetch_timeout_base_s=0.05,
+        prefetch_timeout_per_1k_tokens_s=0.0,
+        ssd_stream_bytes_per_s=None,
+    )
     r = _run(trace, hw, "tiered", 1.0, cancel="credit")
     row = r.table.row(1, named=True)
     assert row["cancelled"] and r.cancelled_prefetches == 1
@@ -135,8 +142,10 @@ def test_per_session_reclamation_by_hand() -> None:
     ids = {k: list(range(i * 100, i * 100 + 10)) for i, k in enumerate("abc")}
     trace = trace_of(
         [ids["a"], ids["b"], ids["c"], ids["b"] + [901], ids["a"] + [900]],
-        sessions=["a", "b", "c", "b", "a"], timestamps=[0, 1, 2, 3, 4], order="time",
-    )  # fmt: skip
+        sessions=["a", "b", "c", "b", "a"],
+        timestamps=[0, 1, 2, 3, 4],
+        order="time",
+    )
     hw = tiny_node(gpu_kv=0, host=0, ssd=0, ssd_bytes=450000)
     r = _run(trace, hw, "flat", 5 / 4)  # the trace's own rate: times unchanged
     t = r.table
@@ -157,9 +166,16 @@ def test_bucket_fifo_matches_the_tiered_model() -> None:
     placement = place_in_buckets(schedule, block_bytes=1, bucket_bytes=8, memory_tier_bytes=10)
     first = np.cumsum([0, *[s.blocks for s in schedule.sessions]])
     ssd = 60
-    store = FastStore(num_blocks=int(first[-1]), max_request_blocks=1, workers=1, gpu_blocks=0,
-                      host_blocks=0, ssd_blocks=ssd, blocks_per_bucket=8,
-                      total_accesses=int(first[-1]))  # fmt: skip
+    store = FastStore(
+        num_blocks=int(first[-1]),
+        max_request_blocks=1,
+        workers=1,
+        gpu_blocks=0,
+        host_blocks=0,
+        ssd_blocks=ssd,
+        blocks_per_bucket=8,
+        total_accesses=int(first[-1]),
+    )
     for session, block in order.tolist():
         store.host_insert(np.array([first[session] + block], dtype=np.int32), True)
     recycled = store.ssd.recycled_buckets
@@ -184,9 +200,16 @@ def test_replay_host_lru_evicts_in_the_tiered_librarys_tail_first_order(store_na
     first = np.cumsum([0, *[s.blocks for s in schedule.sessions]])
     total = int(first[-1])
     factory = FastStore if store_name == "fast" else ReferenceStore
-    store = factory(num_blocks=total, max_request_blocks=total, workers=1, gpu_blocks=0,
-                    host_blocks=10, ssd_blocks=10 * total, blocks_per_bucket=4,
-                    total_accesses=total)  # fmt: skip
+    store = factory(
+        num_blocks=total,
+        max_request_blocks=total,
+        workers=1,
+        gpu_blocks=0,
+        host_blocks=10,
+        ssd_blocks=10 * total,
+        blocks_per_bucket=4,
+        total_accesses=total,
+    )
     written: list[int] = []
     seen = [0] * len(schedule.sessions)
     for session, turn in schedule.arrivals:

@@ -103,8 +103,14 @@ def test_staging_waits_show_in_prefetch_wait() -> None:
     # Each session: a first turn, then the same prompt again once everything left the GPU/host.
     rows = hashes + [[*h, 999_000 + i] for i, h in enumerate(hashes)]
     trace = trace_of(rows, timestamps=[0.001 * i for i in range(6)] + [5.0] * 6)
-    hw = tiny_node(gpu_kv=2, host=2, ssd=400, staging=12, prefetch_timeout_max_s=100.0,
-                   prefetch_timeout_base_s=100.0)  # fmt: skip
+    hw = tiny_node(
+        gpu_kv=2,
+        host=2,
+        ssd=400,
+        staging=12,
+        prefetch_timeout_max_s=100.0,
+        prefetch_timeout_base_s=100.0,
+    )
     config = ReplayConfig(geometry=TINY, hardware=hw, keep_tables=True)
     p = simulate(build_workload(trace, TINY, 2), config, "tiered", 1.0)
     assert p.cancelled_prefetches == 0
@@ -231,8 +237,9 @@ def test_think_time_none_and_capped() -> None:
     trace = trace_of(rows, sessions=["s"] * 3, timestamps=[0.0, 50.0, 100.0])
     w = build_workload(trace, TINY, 2)
     for think, expect_gap in ((ThinkTime("none"), None), (ThinkTime("capped", 5.0), 5.0)):
-        config = ReplayConfig(geometry=TINY, hardware=tiny_node(), keep_tables=True,
-                              think_time=think)  # fmt: skip
+        config = ReplayConfig(
+            geometry=TINY, hardware=tiny_node(), keep_tables=True, think_time=think
+        )
         p = simulate(w, config, "memory-only", None, concurrency=1)
         t = p.table.sort("arrival_s")
         arrival, end = t["arrival_s"].to_numpy(), t["end_s"].to_numpy()
@@ -241,8 +248,9 @@ def test_think_time_none_and_capped() -> None:
         else:
             assert np.allclose(arrival[1:], np.maximum(arrival[:-1] + expect_gap, end[:-1]))
     # At a rate, a per-session trace's think time applies the same way.
-    config = ReplayConfig(geometry=TINY, hardware=tiny_node(), keep_tables=True,
-                          think_time=ThinkTime("scale", 0.0))  # fmt: skip
+    config = ReplayConfig(
+        geometry=TINY, hardware=tiny_node(), keep_tables=True, think_time=ThinkTime("scale", 0.0)
+    )
     p = simulate(w, config, "memory-only", 1.0)
     t = p.table.sort("arrival_s")
     assert np.array_equal(t["arrival_s"].to_numpy()[1:], t["end_s"].to_numpy()[:-1])
@@ -273,8 +281,20 @@ def test_replay_concurrency_cli(tmp_path) -> None:  # type: ignore[no-untyped-de
 
     runner = CliRunner()
     claude = str(SAMPLES / "claude_code_sample.jsonl.gz")
-    r = runner.invoke(app, ["replay", claude, "--concurrency", "2,all", "--think-time",
-                            "capped:60", "--policies", "memory-only,flat", "--json"])  # fmt: skip
+    r = runner.invoke(
+        app,
+        [
+            "replay",
+            claude,
+            "--concurrency",
+            "2,all",
+            "--think-time",
+            "capped:60",
+            "--policies",
+            "memory-only,flat",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["load"]["axis"] == "concurrency" and doc["load"]["think_time"] == "capped:60"
@@ -289,8 +309,9 @@ def test_replay_concurrency_cli(tmp_path) -> None:  # type: ignore[no-untyped-de
     one_clock = runner.invoke(app, ["replay", mooncake, "--think-time", "none", "--rates", "1"])
     assert one_clock.exit_code == 2 and "only 'original' applies" in one_clock.stderr
     out = tmp_path / "o"
-    r = runner.invoke(app, ["replay", claude, "--concurrency", "2", "--policies", "flat",
-                            "--out", str(out)])  # fmt: skip
+    r = runner.invoke(
+        app, ["replay", claude, "--concurrency", "2", "--policies", "flat", "--out", str(out)]
+    )
     assert r.exit_code == 0, r.output
     assert (out / "requests-flat-c2.parquet").is_file()
 
@@ -351,9 +372,18 @@ def test_read_amplification_counts_discarded_cancelled_reads_exactly() -> None:
         sessions=["a", "b", "a", "b"],
         timestamps=[0.0, 0.0, 10.0, 10.0],
     )
-    hw = tiny_node(gpu_kv=0, host=0, ssd=1000, ssd_read_bytes_per_s=1e6, ssd_command_s=0.0,
-                   staging=10, prefetch_timeout_base_s=0.3, prefetch_timeout_per_1k_tokens_s=0.0,
-                   ssd_stream_bytes_per_s=None, ssd_write_bytes_per_s=1e12)  # fmt: skip
+    hw = tiny_node(
+        gpu_kv=0,
+        host=0,
+        ssd=1000,
+        ssd_read_bytes_per_s=1e6,
+        ssd_command_s=0.0,
+        staging=10,
+        prefetch_timeout_base_s=0.3,
+        prefetch_timeout_per_1k_tokens_s=0.0,
+        ssd_stream_bytes_per_s=None,
+        ssd_write_bytes_per_s=1e12,
+    )
     config = ReplayConfig(geometry=TINY, hardware=hw, keep_tables=True)
     w = build_workload(trace, TINY, 1)
     p = simulate(w, config, "tiered", None, concurrency=2)
@@ -477,9 +507,16 @@ def test_mla_tp8_reads_the_same_bytes_in_tiered_and_flat() -> None:
     got = {}
     for tp in (1, 8):
         geo = model_geometry("deepseek-v3", tp=tp)
-        hw = tiny_node(gpus=tp, gpu_kv=0, host=0, ssd=10_000, staging=10_000,
-                       prefetch_timeout_base_s=1e6, prefetch_timeout_max_s=1e6,
-                       gpu_running_kv_bytes=1 << 50)  # fmt: skip
+        hw = tiny_node(
+            gpus=tp,
+            gpu_kv=0,
+            host=0,
+            ssd=10_000,
+            staging=10_000,
+            prefetch_timeout_base_s=1e6,
+            prefetch_timeout_max_s=1e6,
+            gpu_running_kv_bytes=1 << 50,
+        )
         config = ReplayConfig(geometry=geo, hardware=hw, keep_tables=True)
         w = build_workload(trace, geo, 1)
         for policy in ("tiered", "flat"):
@@ -508,8 +545,9 @@ def test_round_robin_routes_in_arrival_order_and_caches_copies_per_worker() -> N
     # 0, 1, 0, 1; each worker keeps its own copy, so the third and fourth hit their own GPU.
     rows = [list(range(6))] * 4
     trace = trace_of(rows, timestamps=[0.0, 10.0, 20.0, 30.0])
-    config = ReplayConfig(geometry=TINY, hardware=tiny_node(gpu_kv=20), keep_tables=True,
-                          router="round-robin")  # fmt: skip
+    config = ReplayConfig(
+        geometry=TINY, hardware=tiny_node(gpu_kv=20), keep_tables=True, router="round-robin"
+    )
     p = simulate(build_workload(trace, TINY, 2), config, "memory-only", 1.0)
     t = p.table.sort("arrival_s")
     assert t["worker"].to_list() == [0, 1, 0, 1]
@@ -643,9 +681,12 @@ def test_staging_of_the_peak_restore_bytes_cancels_nothing_for_staging(seed: int
 
     def run(staging_blocks: int, ssd_bytes_per_s: float):  # type: ignore[no-untyped-def]
         hw = tiny_node(
-            host=4, ssd=400, staging=staging_blocks, ssd_read_bytes_per_s=ssd_bytes_per_s,
+            host=4,
+            ssd=400,
+            staging=staging_blocks,
+            ssd_read_bytes_per_s=ssd_bytes_per_s,
             ssd_stream_bytes_per_s=None,
-        )  # fmt: skip
+        )
         return simulate(w, ReplayConfig(geometry=TINY, hardware=hw), "tiered", 200.0)
 
     for ssd_rate in (20e6, 2e9):

@@ -54,8 +54,12 @@ def mooncake() -> Any:
 
 def test_replay_jobs_2_equals_jobs_1(mooncake: Any) -> None:
     """Load points and size points in two processes: the same document as in this one."""
-    kwargs: dict[str, Any] = {"rates": "1,4", "rate": 2.0, "host_memory_sweep": ["64GiB"],
-                              "policies": "memory-only,flat"}  # fmt: skip
+    kwargs: dict[str, Any] = {
+        "rates": "1,4",
+        "rate": 2.0,
+        "host_memory_sweep": ["64GiB"],
+        "policies": "memory-only,flat",
+    }
     one = fcctl.replay(mooncake, jobs=1, **kwargs)
     two = fcctl.replay(mooncake, jobs=2, **kwargs)
     assert _figures(one) == _figures(two)
@@ -154,8 +158,9 @@ def scheduler() -> Iterator[str]:
 
 def test_recommend_on_dask_equals_local(claude: Any, scheduler: str) -> None:
     local = fcctl.recommend_thresholds(claude, rates=[1.0], jobs=1, **GRID)
-    dask = fcctl.recommend_thresholds(claude, rates=[1.0], engine="dask", scheduler=scheduler,
-                                      **GRID)  # fmt: skip
+    dask = fcctl.recommend_thresholds(
+        claude, rates=[1.0], engine="dask", scheduler=scheduler, **GRID
+    )
     assert _figures(dask) == _figures(local)
     engine = to_jsonable(dask)["provenance"]["engine"]
     assert engine["name"] == "dask" and engine["workers"] == 2 and dask.facts.jobs == 2
@@ -164,8 +169,11 @@ def test_recommend_on_dask_equals_local(claude: Any, scheduler: str) -> None:
 def test_replay_auto_rates_and_sizes_on_dask_equal_local(mooncake: Any, scheduler: str) -> None:
     """The adaptive sweep (rounds sequential, each round's points and policies as tasks) and a
     size sweep, on the cluster and here."""
-    kwargs: dict[str, Any] = {"rate": 2.0, "host_memory_sweep": ["64GiB"],
-                              "policies": "memory-only,flat"}  # fmt: skip
+    kwargs: dict[str, Any] = {
+        "rate": 2.0,
+        "host_memory_sweep": ["64GiB"],
+        "policies": "memory-only,flat",
+    }
     local = fcctl.replay(mooncake, jobs=1, **kwargs)
     dask = fcctl.replay(mooncake, engine="dask", scheduler=scheduler, **kwargs)
     assert _figures(dask) == _figures(local)
@@ -173,8 +181,17 @@ def test_replay_auto_rates_and_sizes_on_dask_equal_local(mooncake: Any, schedule
 
 
 def test_cli_recommend_on_dask_equals_local(scheduler: str) -> None:
-    args = ["recommend-thresholds", str(CLAUDE), "--rates", "1", "--short-reply", "256,1024",
-            "--agent-context", "8192", "--json"]  # fmt: skip
+    args = [
+        "recommend-thresholds",
+        str(CLAUDE),
+        "--rates",
+        "1",
+        "--short-reply",
+        "256,1024",
+        "--agent-context",
+        "8192",
+        "--json",
+    ]
     runner = CliRunner()
     local = runner.invoke(app, [*args, "--jobs", "1"])
     dask = runner.invoke(app, [*args, "--engine", "dask", "--scheduler", scheduler])
@@ -221,9 +238,18 @@ def test_dask_refuses_jobs_and_a_scheduler_it_cannot_reach(claude: Any) -> None:
     with pytest.raises(FcctlInputError, match=r"^jobs: local worker processes"):
         fcctl.recommend_thresholds(claude, rates=[1.0], engine="dask", jobs=2, **GRID)
     result = CliRunner().invoke(
-        app, ["replay", str(CLAUDE), "--rates", "1", "--engine", "dask", "--scheduler",
-              "tcp://127.0.0.1:9"],
-    )  # fmt: skip
+        app,
+        [
+            "replay",
+            str(CLAUDE),
+            "--rates",
+            "1",
+            "--engine",
+            "dask",
+            "--scheduler",
+            "tcp://127.0.0.1:9",
+        ],
+    )
     assert result.exit_code == 2
     assert "--scheduler: cannot reach a Dask scheduler" in result.output
 

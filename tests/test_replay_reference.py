@@ -30,9 +30,12 @@ NODES = {
 def _fast_equals_reference(seed: int, hw: Hardware, policy: str, router: str) -> None:
     trace = random_session_trace(seed) if seed % 2 == 0 else random_time_trace(seed)
     config = ReplayConfig(
-        geometry=TINY, hardware=hw, keep_tables=True, router=router,
+        geometry=TINY,
+        hardware=hw,
+        keep_tables=True,
+        router=router,
         placement=PlacementRule(short_reply_tokens=200, agent_context_tokens=64),
-    )  # fmt: skip
+    )
     workload = build_workload(trace, TINY, hw.gpus)
     for rate in (5.0, 40.0):
         fast = simulate(workload, config, policy, rate, store_factory=FastStore)

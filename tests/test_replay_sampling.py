@@ -35,8 +35,20 @@ FAST = ["--rates", "1", "--policies", "memory-only,flat"]
 def synth(tmp_path_factory: pytest.TempPathFactory) -> Trace:
     """A small synthetic trace with many sessions (multi-part dataset, read whole)."""
     out = tmp_path_factory.mktemp("synth") / "s"
-    r = runner.invoke(app, ["synth", "--requests", "600", "--sessions", "80", "-o", str(out),
-                            "--partition-rows", "200"])  # fmt: skip
+    r = runner.invoke(
+        app,
+        [
+            "synth",
+            "--requests",
+            "600",
+            "--sessions",
+            "80",
+            "-o",
+            str(out),
+            "--partition-rows",
+            "200",
+        ],
+    )
     assert r.exit_code == 0, r.output
     return read_dataset(out)
 
@@ -44,8 +56,10 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Trace:
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("ds") / "parts"
-    r = runner.invoke(app, ["convert", CLAUDE, "-o", str(out), "--partition-by", "session-hash",
-                            "--partitions", "3"])  # fmt: skip
+    r = runner.invoke(
+        app,
+        ["convert", CLAUDE, "-o", str(out), "--partition-by", "session-hash", "--partitions", "3"],
+    )
     assert r.exit_code == 0, r.output
     return out
 
@@ -139,8 +153,18 @@ def test_the_memory_budget_counts_the_kept_part_only(dataset: Path) -> None:
 
 
 def test_the_load_per_node_is_kept() -> None:
-    doc = _doc("replay", CLAUDE, "--rates", "0.7", "--rate", "0.3", "--policies", "flat",
-               "--sample-sessions", "0.5")  # fmt: skip
+    doc = _doc(
+        "replay",
+        CLAUDE,
+        "--rates",
+        "0.7",
+        "--rate",
+        "0.3",
+        "--policies",
+        "flat",
+        "--sample-sessions",
+        "0.5",
+    )
     scaling = doc["sampling"]["load_scaling"]
     assert scaling["method"] == "same-node-load" and scaling["rate_factor"] == 1.0
     offered = [r["policies"]["flat"]["offered_rate"] for r in doc["rates"]]
@@ -149,8 +173,9 @@ def test_the_load_per_node_is_kept() -> None:
     for r in doc["rates"]:
         achieved = r["policies"]["flat"]["achieved_rate"]["whole"]
         assert 0 < achieved <= r["rate"] * 1.1
-    closed = _doc("replay", CLAUDE, "--concurrency", "2", "--policies", "flat",
-                  "--sample-sessions", "0.5")  # fmt: skip
+    closed = _doc(
+        "replay", CLAUDE, "--concurrency", "2", "--policies", "flat", "--sample-sessions", "0.5"
+    )
     assert [r["concurrency"] for r in closed["rates"]] == [2]
 
 
@@ -169,12 +194,37 @@ def test_terminal_output_and_the_stated_error() -> None:
 
 
 def test_recommend_and_plan_are_sampled(tmp_path: Path) -> None:
-    doc = _doc("recommend-thresholds", CLAUDE, "--rates", "1", "--short-reply", "128,512",
-               "--agent-context", "65536", "--jobs", "1", "--sample-sessions", "0.5")  # fmt: skip
+    doc = _doc(
+        "recommend-thresholds",
+        CLAUDE,
+        "--rates",
+        "1",
+        "--short-reply",
+        "128,512",
+        "--agent-context",
+        "65536",
+        "--jobs",
+        "1",
+        "--sample-sessions",
+        "0.5",
+    )
     assert doc["sampling"]["sessions"] == {"kept": 1, "total": 5}
     out = tmp_path / "p"
-    r = runner.invoke(app, ["plan", MOONCAKE, "-o", str(out), "--jobs", "1", "--rate", "2",
-                            "--sample-sessions", "0.5"])  # fmt: skip
+    r = runner.invoke(
+        app,
+        [
+            "plan",
+            MOONCAKE,
+            "-o",
+            str(out),
+            "--jobs",
+            "1",
+            "--rate",
+            "2",
+            "--sample-sessions",
+            "0.5",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "sampled: 50 % of sessions" in r.stdout
     replay = json.loads((out / "replay.json").read_text())

@@ -69,8 +69,9 @@ def test_capacity_estimate_by_hand() -> None:
 def test_auto_rates_double_from_light_load_and_say_why_they_stop() -> None:
     trace = random_time_trace(9, requests=150)
     hw = tiny_node(prefill_tokens_per_s=400.0)
-    config = ReplayConfig(geometry=TINY, hardware=hw, auto_rates=True, rates=(),
-                          policies=("memory-only", "flat"))  # fmt: skip
+    config = ReplayConfig(
+        geometry=TINY, hardware=hw, auto_rates=True, rates=(), policies=("memory-only", "flat")
+    )
     result = replay_trace(trace, config)
     rates = [p.rate for p in result.rates]
     w = build_workload(trace, TINY, hw.gpus)
@@ -96,17 +97,21 @@ def test_operating_rate_first_and_sizes_swept() -> None:
     trace = random_session_trace(2, sessions=8, turns=4)
     hw = tiny_node(host=10)
     config = ReplayConfig(
-        geometry=TINY, hardware=hw, rates=(1.0, 4.0), operating_rate=2.0,
+        geometry=TINY,
+        hardware=hw,
+        rates=(1.0, 4.0),
+        operating_rate=2.0,
         size_lists={"host_memory_bytes": (hw.host_memory_bytes * 4,)},
         policies=("memory-only", "tiered", "flat"),
-    )  # fmt: skip
+    )
     result = replay_trace(trace, config)
     assert result.operating_point is result.rates[0] and result.rates[0].rate == 2.0
     hosts = [p.sizes["host_memory_bytes"] for p in result.rates]
     assert hosts == [hw.host_memory_bytes] * 3 + [4 * hw.host_memory_bytes] * 3
     assert [d["sizes"]["host_memory_bytes"] for d in result.divergence] == [
-        hw.host_memory_bytes, 4 * hw.host_memory_bytes,
-    ]  # fmt: skip
+        hw.host_memory_bytes,
+        4 * hw.host_memory_bytes,
+    ]
     assert result.divergence_rate == result.divergence[0]["rate"]
     # The bigger host tier serves memory-only at least as well.
     small = result.rates[0].policies["memory-only"].gpu_hit_share
@@ -117,8 +122,20 @@ def test_operating_rate_first_and_sizes_swept() -> None:
 def test_cli_sizes_auto_and_errors() -> None:
     runner = CliRunner()
     moon = str(SAMPLES / "mooncake_conversation_2k.jsonl")
-    r = runner.invoke(app, ["replay", moon, "--rates", "1", "--host-memory", "1TiB,auto",
-                            "--policies", "memory-only,flat", "--json"])  # fmt: skip
+    r = runner.invoke(
+        app,
+        [
+            "replay",
+            moon,
+            "--rates",
+            "1",
+            "--host-memory",
+            "1TiB,auto",
+            "--policies",
+            "memory-only,flat",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     hosts = sorted({p["sizes"]["host_memory_bytes"] for p in doc["rates"]})
@@ -137,8 +154,14 @@ def test_auto_rates_stop_at_the_ttft_slo() -> None:
     point and says the SLO stopped it."""
     trace = random_time_trace(9, requests=150)
     hw = tiny_node(prefill_tokens_per_s=400.0)
-    config = ReplayConfig(geometry=TINY, hardware=hw, auto_rates=True, rates=(),
-                          policies=("memory-only", "flat"), slo_ttft_p99_s=1e-9)  # fmt: skip
+    config = ReplayConfig(
+        geometry=TINY,
+        hardware=hw,
+        auto_rates=True,
+        rates=(),
+        policies=("memory-only", "flat"),
+        slo_ttft_p99_s=1e-9,
+    )
     result = replay_trace(trace, config)
     assert len(result.rates) == 1
     note = next(n for n in result.notes if n.startswith("rates auto"))

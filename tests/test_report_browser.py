@@ -67,9 +67,15 @@ def page_file(report_samples: Samples, tmp_path_factory: pytest.TempPathFactory)
     s = report_samples
     root = s.analyze_dir.parent  # relative names: the page (and docs/report.png) shows them
     r = fcctl(
-        "report", "analyze", "iobench", REPLAY_DOC, RECOMMEND_DOC,
-        "-o", out, cwd=root,
-    )  # fmt: skip
+        "report",
+        "analyze",
+        "iobench",
+        REPLAY_DOC,
+        RECOMMEND_DOC,
+        "-o",
+        out,
+        cwd=root,
+    )
     assert r.returncode == 0, r.stderr
     return out
 

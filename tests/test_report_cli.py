@@ -103,8 +103,16 @@ def test_page_and_terminal_agree_digit_for_digit(tmp_path: Path, report_samples:
         for row in rows:
             assert " ".join(c for c in row if c) in analyze_lines, (table_id, row)
     for k, v in page.tables["trace-table"]:
-        if k in ("requests", "sessions", "block size", "block accesses", "distinct blocks",
-                 "longest session", "model", "order"):  # fmt: skip
+        if k in (
+            "requests",
+            "sessions",
+            "block size",
+            "block accesses",
+            "distinct blocks",
+            "longest session",
+            "model",
+            "order",
+        ):
             assert f"{k} {v}" in analyze_lines, (k, v)
     io_lines = terminal_rows(s.iobench_stdout)
     runs = page.tables["storage-runs"][1:]

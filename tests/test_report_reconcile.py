@@ -66,13 +66,23 @@ def _decision(html: str) -> str:
 
 def test_mixing_traces_is_refused_naming_both(docs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "r.html"
-    r = runner.invoke(app, ["report", str(docs["analyze"]), str(docs["replay_claude"]),
-                            "-o", str(out)])  # fmt: skip
+    r = runner.invoke(
+        app, ["report", str(docs["analyze"]), str(docs["replay_claude"]), "-o", str(out)]
+    )
     assert r.exit_code == 2 and not out.exists()
     assert "different traces" in r.stderr
     assert "mooncake_conversation_2k.jsonl" in r.stderr and "claude_code_sample" in r.stderr
-    r = runner.invoke(app, ["report", str(docs["analyze"]), str(docs["replay_claude"]),
-                            "-o", str(out), "--allow-mixed"])  # fmt: skip
+    r = runner.invoke(
+        app,
+        [
+            "report",
+            str(docs["analyze"]),
+            str(docs["replay_claude"]),
+            "-o",
+            str(out),
+            "--allow-mixed",
+        ],
+    )
     assert r.exit_code == 0, r.output
     html = out.read_text()
     assert "Trace of this section: " in html

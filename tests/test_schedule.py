@@ -66,8 +66,13 @@ def test_concurrency_two_interleaves_and_remaps_parents() -> None:
     out = interleave(_trace(THREE), s).requests
     # time order; a tie at 0 s and at 5 s keeps trace order (a before b, b before c).
     assert list(zip(out["session_id"], out["timestamp_s"], strict=True)) == [
-        ("a", 0.0), ("b", 0.0), ("b", 5.0), ("c", 5.0), ("a", 10.0), ("a", 20.0)
-    ]  # fmt: skip
+        ("a", 0.0),
+        ("b", 0.0),
+        ("b", 5.0),
+        ("c", 5.0),
+        ("a", 10.0),
+        ("a", 20.0),
+    ]
     assert out["request_index"].to_list() == list(range(6))
     # a's second request (now index 4) continues a's first (index 0); b's second b's first.
     assert out["parent_request"].to_list() == [None, None, 1, None, 0, 4]

@@ -120,8 +120,20 @@ class Case:
 def synth_trace(tmp_path_factory) -> Path:
     """A 20 000-request chat trace as one canonical Parquet file."""
     d = tmp_path_factory.mktemp("synth")
-    fcctl("synth", "--requests", "20000", "--sessions", "2000", "--profile", "chat",
-          "--partition-rows", "100000", "-o", d / "t", cwd=d)  # fmt: skip
+    fcctl(
+        "synth",
+        "--requests",
+        "20000",
+        "--sessions",
+        "2000",
+        "--profile",
+        "chat",
+        "--partition-rows",
+        "100000",
+        "-o",
+        d / "t",
+        cwd=d,
+    )
     return d / "t" / "part-00000.parquet"
 
 
@@ -149,39 +161,98 @@ def _case(command: str, tmp: Path, synth_trace: Path, analysis_json: Path) -> Ca
     out = tmp / "out"
     out.mkdir()
     if command == "analyze":
-        return Case(["analyze", MOONCAKE, "--out", out / "a"], _has_temporary(out), out,
-                    [out / "a"])  # fmt: skip
+        return Case(
+            ["analyze", MOONCAKE, "--out", out / "a"], _has_temporary(out), out, [out / "a"]
+        )
     if command == "convert":
-        return Case(["convert", synth_trace, "-o", out / "t.parquet"], _has_temporary(out),
-                    out, [out / "t.parquet"])  # fmt: skip
+        return Case(
+            ["convert", synth_trace, "-o", out / "t.parquet"],
+            _has_temporary(out),
+            out,
+            [out / "t.parquet"],
+        )
     if command == "convert-partitioned":
-        args = ["convert", synth_trace, "-o", out / "ds", "--partition-by", "session-hash",
-                "--partitions", "4096"]  # fmt: skip
+        args = [
+            "convert",
+            synth_trace,
+            "-o",
+            out / "ds",
+            "--partition-by",
+            "session-hash",
+            "--partitions",
+            "4096",
+        ]
         return Case(args, _has_temporary(out, "part-*.parquet"), out, [out / "ds"])
     if command == "synth":
-        args = ["synth", "--requests", "2000000", "--sessions", "50000", "--profile", "chat",
-                "--partition-rows", "2000", "-o", out / "s"]  # fmt: skip
+        args = [
+            "synth",
+            "--requests",
+            "2000000",
+            "--sessions",
+            "50000",
+            "--profile",
+            "chat",
+            "--partition-rows",
+            "2000",
+            "-o",
+            out / "s",
+        ]
         return Case(args, _has_temporary(out, "part-*.parquet"), out, [out / "s"])
     if command == "replay":
-        return Case(["replay", MOONCAKE, "--rates", "0.5", "--out", out / "r"],
-                    _has_temporary(out), out, [out / "r"])  # fmt: skip
+        return Case(
+            ["replay", MOONCAKE, "--rates", "0.5", "--out", out / "r"],
+            _has_temporary(out),
+            out,
+            [out / "r"],
+        )
     if command == "recommend-thresholds":
         # Signalled during the sweep, once both worker processes run.
-        args = ["recommend-thresholds", synth_trace, "--jobs", "2", "--out", out / "r",
-                "--emit", out / "e"]  # fmt: skip
-        return Case(args, lambda pid: len(spawned_workers(pid)) >= 2, out,
-                    [out / "r", out / "e"])  # fmt: skip
+        args = [
+            "recommend-thresholds",
+            synth_trace,
+            "--jobs",
+            "2",
+            "--out",
+            out / "r",
+            "--emit",
+            out / "e",
+        ]
+        return Case(args, lambda pid: len(spawned_workers(pid)) >= 2, out, [out / "r", out / "e"])
     if command == "report":
         # The page is built in well under a second: signalled as soon as the body runs.
-        return Case(["report", analysis_json, "-o", out / "page.html"], lambda pid: True, out,
-                    [out / "page.html"], wait_for_handler=True)  # fmt: skip
+        return Case(
+            ["report", analysis_json, "-o", out / "page.html"],
+            lambda pid: True,
+            out,
+            [out / "page.html"],
+            wait_for_handler=True,
+        )
     if command == "iobench":
         bench = out / "bench"
         bench.mkdir()
         cfg = tiny_model_config(tmp / "tiny.json", layers=32)
-        args = ["iobench", "--model-config", cfg, "--no-fio", "--sessions", "800", "--tokens",
-                "32", "--turns", "2", "--layout", "flat", "--concurrency", "1", "--repeat",
-                "500", "--free-margin", "0", "--dir", bench]  # fmt: skip
+        args = [
+            "iobench",
+            "--model-config",
+            cfg,
+            "--no-fio",
+            "--sessions",
+            "800",
+            "--tokens",
+            "32",
+            "--turns",
+            "2",
+            "--layout",
+            "flat",
+            "--concurrency",
+            "1",
+            "--repeat",
+            "500",
+            "--free-margin",
+            "0",
+            "--dir",
+            bench,
+        ]
 
         def ready(pid: int) -> bool:
             return any(bench.glob("fcctl-iobench-*/*"))
@@ -190,8 +261,16 @@ def _case(command: str, tmp: Path, synth_trace: Path, analysis_json: Path) -> Ca
     raise AssertionError(command)
 
 
-COMMANDS = ["analyze", "convert", "convert-partitioned", "synth", "replay",
-            "recommend-thresholds", "report", "iobench"]  # fmt: skip
+COMMANDS = [
+    "analyze",
+    "convert",
+    "convert-partitioned",
+    "synth",
+    "replay",
+    "recommend-thresholds",
+    "report",
+    "iobench",
+]
 
 
 def interrupt_mid_run(case: Case, sig: signal.Signals, attempts: int = 3):
@@ -275,8 +354,9 @@ def test_recommend_workers_are_gone_after_sigterm_and_ctrl_c_while_they_start(
     assert "Traceback" not in err, err
 
     # Ctrl-C the moment the first worker process exists: it is still starting (importing).
-    starting = Case(case.args, lambda pid: len(spawned_workers(pid)) >= 1, case.workdir,
-                    case.absent)  # fmt: skip
+    starting = Case(
+        case.args, lambda pid: len(spawned_workers(pid)) >= 1, case.workdir, case.absent
+    )
     proc, err, descendants, _ = interrupt_mid_run(starting, signal.SIGINT)
     assert proc.returncode == 130, err
     assert "Traceback" not in err, err
@@ -312,8 +392,10 @@ def test_an_interrupt_wrapped_by_a_c_extension_is_still_an_interrupt(tmp_path):
     def other() -> None:
         pass
 
-    for args, status, line in (([], 130, "fcctl: interrupted"),
-                               (["--term"], 143, "fcctl: interrupted by SIGTERM")):  # fmt: skip
+    for args, status, line in (
+        ([], 130, "fcctl: interrupted"),
+        (["--term"], 143, "fcctl: interrupted by SIGTERM"),
+    ):
         done = CliRunner().invoke(demo, ["demo", *args])
         assert done.exit_code == status, done.output
         assert done.output.strip() == line

@@ -30,8 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _store(directory: Path, **options: object) -> FlatStore:
-    values: dict[str, object] = dict(block_tokens=BLOCK, host_bytes=2**20, ssd_bytes=2**26,
-                                     now_s=0.0, extent_bytes=2**16)  # fmt: skip
+    values: dict[str, object] = dict(
+        block_tokens=BLOCK, host_bytes=2**20, ssd_bytes=2**26, now_s=0.0, extent_bytes=2**16
+    )
     values.update(options)
     return FlatStore.open(directory, GEOMETRY, **values)
 
@@ -104,9 +105,14 @@ def test_ranks_and_nodes_share_a_directory_with_their_own_files(tmp_path: Path) 
 
 @pytest.mark.parametrize(
     ("options", "parameter"),
-    [({"rank": -1}, "rank"), ({"rank": 1.0}, "rank"), ({"rank": True}, "rank"),
-     ({"node": 4096}, "node"), ({"node": -1}, "node")],
-)  # fmt: skip
+    [
+        ({"rank": -1}, "rank"),
+        ({"rank": 1.0}, "rank"),
+        ({"rank": True}, "rank"),
+        ({"node": 4096}, "node"),
+        ({"node": -1}, "node"),
+    ],
+)
 def test_bad_node_or_rank_names_the_parameter(
     tmp_path: Path, options: dict[str, object], parameter: str
 ) -> None:

@@ -183,8 +183,9 @@ def test_huge_counts_refused_against_the_memory_budget_before_allocation(tmp_pat
     runner = CliRunner()
     for requests, sessions, flag in [(10**11, 10**11, "--sessions"), (10**11, 10, "--requests")]:
         out = tmp_path / flag.strip("-")
-        r = runner.invoke(app, ["synth", "--requests", str(requests), "--sessions", str(sessions),
-                                "-o", str(out)])  # fmt: skip
+        r = runner.invoke(
+            app, ["synth", "--requests", str(requests), "--sessions", str(sessions), "-o", str(out)]
+        )
         assert r.exit_code == 2, r.output
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"fcctl: error: {flag}: "), r.stderr

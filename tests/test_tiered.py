@@ -152,8 +152,9 @@ def test_bucket_ring_recycles_whole_buckets_first_in_first_out():
     from fcctl.analyzers.kvmodel.tiered import BucketRing
 
     # 4 blocks of SSD, buckets of 2, high mark 3 blocks, low mark 2.
-    ring = BucketRing(num_keys=6, blocks_per_bucket=2, capacity_blocks=4,
-                      high_watermark=0.75, low_watermark=0.5)  # fmt: skip
+    ring = BucketRing(
+        num_keys=6, blocks_per_bucket=2, capacity_blocks=4, high_watermark=0.75, low_watermark=0.5
+    )
     ring.append(np.array([0, 1, 2]))
     assert ring.holds(np.arange(3)).all() and ring.recycled_blocks == 0
     ring.append(np.array([3]))  # 4 > 3: bucket 0 (keys 0, 1) goes, 2 left

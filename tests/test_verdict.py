@@ -87,8 +87,10 @@ def test_flat_when_sessions_reach_gbs() -> None:
     )
     assert v.layout == "flat"
     assert [c.name for c in v.checks] == [
-        CHECK_SHARE_OF_IDEAL, CHECK_SERVES_IDEAL, CHECK_SESSION_KV_P90
-    ]  # fmt: skip
+        CHECK_SHARE_OF_IDEAL,
+        CHECK_SERVES_IDEAL,
+        CHECK_SESSION_KV_P90,
+    ]
     assert [c.passed for c in v.checks] == [True, False, False]
     s = _check(v, CHECK_SESSION_KV_P90)
     assert s.value == 3 * GiB and s.threshold == GiB and s.unit == "bytes"

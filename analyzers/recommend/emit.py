@@ -163,8 +163,9 @@ def check_distinct_outputs(out: Path | None, emit: Path | None) -> None:
         )
 
 
-def thresholds_module(short_reply_tokens: int, agent_context_tokens: int,
-                      source: Mapping[str, Any]) -> str:  # fmt: skip
+def thresholds_module(
+    short_reply_tokens: int, agent_context_tokens: int, source: Mapping[str, Any]
+) -> str:
     """The generated ``thresholds.py``: the thresholds stay data, read at import from
     ``thresholds.toml`` (or the file ``$FLATCAKE_THRESHOLDS`` names)."""
     lines = [
@@ -269,8 +270,9 @@ def emit_package(
     check_name(name)
     copied = core_modules()
     marker = f"{name}/{MANIFEST}"
-    with atomic_out_dir(directory, force=force, marker=marker, command="--emit",
-                        flag="--emit") as tmp:  # fmt: skip
+    with atomic_out_dir(
+        directory, force=force, marker=marker, command="--emit", flag="--emit"
+    ) as tmp:
         pkg = tmp / name
         for rel in copied:
             dest = pkg / rel

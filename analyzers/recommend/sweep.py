@@ -240,9 +240,13 @@ class _Runner:
         c = self._config
         rule = PlacementRule(cell.short_reply_tokens, cell.agent_context_tokens)
         config = ReplayConfig(
-            geometry=c.geometry, hardware=c.hardware, policies=(cell.policy,), rates=(cell.rate,),
-            placement=rule, seed=c.seed,
-        )  # fmt: skip
+            geometry=c.geometry,
+            hardware=c.hardware,
+            policies=(cell.policy,),
+            rates=(cell.rate,),
+            placement=rule,
+            seed=c.seed,
+        )
         return SimTask(config, cell.policy, cell.rate)
 
     def run(self, cells: Iterable[Cell]) -> None:
@@ -274,8 +278,9 @@ class _Runner:
 
 
 def _grid_cell(short: int, agent: int, rate: float, p: PolicyResult) -> GridCell:
-    return GridCell(short, agent, rate, p.gpu_hit_share, Ttft(p.ttft_s.mean, p.ttft_s.p99),
-                    p.ssd_read_bytes)  # fmt: skip
+    return GridCell(
+        short, agent, rate, p.gpu_hit_share, Ttft(p.ttft_s.mean, p.ttft_s.p99), p.ssd_read_bytes
+    )
 
 
 def _num(x: float | None, missing: float) -> float:
@@ -297,8 +302,14 @@ def pick(cells: Sequence[GridCell], objective: str) -> GridCell:
         p99 = _num(c.ttft_s.p99, inf)
         p99 = round(p99, 3) if math.isfinite(p99) else p99
         first, second = (hit, p99) if objective == "hit" else (p99, hit)
-        return (first, second, _num(c.ttft_s.mean, inf), c.ssd_read_bytes,
-                c.short_reply_tokens, c.agent_context_tokens)  # fmt: skip
+        return (
+            first,
+            second,
+            _num(c.ttft_s.mean, inf),
+            c.ssd_read_bytes,
+            c.short_reply_tokens,
+            c.agent_context_tokens,
+        )
 
     return min(cells, key=key)
 
@@ -437,8 +448,14 @@ def _choose(
             for cs in shorts
             for ca in agents
         )
-    return best, spread, grid, shorts, agents, _grid_notes(best, spread, shorts, agents, added,
-                                                           extendable, added_default)  # fmt: skip
+    return (
+        best,
+        spread,
+        grid,
+        shorts,
+        agents,
+        _grid_notes(best, spread, shorts, agents, added, extendable, added_default),
+    )
 
 
 def _grid_notes(
@@ -452,8 +469,10 @@ def _grid_notes(
 ) -> tuple[str, ...]:
     notes = []
     if added_default:
-        notes.append("the grid gained the placement's default pair, the recommendation when the "
-                     "thresholds do not matter")  # fmt: skip
+        notes.append(
+            "the grid gained the placement's default pair, the recommendation when the "
+            "thresholds do not matter"
+        )
     for name, axis, value in (
         ("short-reply", shorts, best.short_reply_tokens),
         ("agent-context", agents, best.agent_context_tokens),
@@ -466,11 +485,15 @@ def _grid_notes(
             )
         if matters(spread) and extend_axis(axis, value) is not None:
             if not extendable[name]:
-                notes.append(f"the {name} threshold picked ({value:,}) is on the edge of the "
-                             "given grid (a given grid is not extended)")  # fmt: skip
+                notes.append(
+                    f"the {name} threshold picked ({value:,}) is on the edge of the "
+                    "given grid (a given grid is not extended)"
+                )
             else:
-                notes.append(f"the {name} threshold picked ({value:,}) is still on the grid's "
-                             f"edge after {MAX_GRID_EXTENSIONS} extensions")  # fmt: skip
+                notes.append(
+                    f"the {name} threshold picked ({value:,}) is still on the grid's "
+                    f"edge after {MAX_GRID_EXTENSIONS} extensions"
+                )
     return tuple(notes)
 
 
@@ -485,8 +508,7 @@ def recommend_thresholds(
         )
     if config.jobs is not None and (not isinstance(config.jobs, int) or config.jobs < 1):
         raise FcctlInputError(f"--jobs: must be an integer >= 1; got {config.jobs!r}")
-    execution = Execution(config.engine, config.jobs, config.scheduler,
-                          config.memory_budget_bytes)  # fmt: skip
+    execution = Execution(config.engine, config.jobs, config.scheduler, config.memory_budget_bytes)
     check_execution(execution)
     check_margins(config.decision_margin_pp, config.decision_ttft_margin)
     rates = check_rates(config.rates, "--rates")
@@ -501,10 +523,16 @@ def recommend_thresholds(
     default_short, default_agent = default_grid(
         signals.input_tokens, signals.output_tokens, signals.prev_request
     )
-    shorts = (check_grid(config.short_reply_grid, "short_reply_grid")
-              if config.short_reply_grid is not None else default_short)  # fmt: skip
-    agents = (check_grid(config.agent_context_grid, "agent_context_grid")
-              if config.agent_context_grid is not None else default_agent)  # fmt: skip
+    shorts = (
+        check_grid(config.short_reply_grid, "short_reply_grid")
+        if config.short_reply_grid is not None
+        else default_short
+    )
+    agents = (
+        check_grid(config.agent_context_grid, "agent_context_grid")
+        if config.agent_context_grid is not None
+        else default_agent
+    )
     ideal = workload.ideal_hit_share
     if config.short_reply_grid is None and config.agent_context_grid is None:
         grid_rule = "default (trace percentiles)"
@@ -513,13 +541,23 @@ def recommend_thresholds(
     else:
         grid_rule = "partly given, partly default (trace percentiles)"
     facts = RunFacts(
-        trace_path=trace.path, trace_format=trace.format, requests=workload.requests,
-        sessions=workload.sessions, sessions_inferred=workload.sessions_inferred,
-        later_turns=int((workload.prev_request >= 0).sum()), model=config.geometry.name,
-        hardware_name=config.hardware.name, objective=config.objective, target_rate=target,
-        seed=config.seed, grid_rule=grid_rule, simulations_run=0, simulations_reused=0,
-        jobs=1, notes=_notes(workload),
-    )  # fmt: skip
+        trace_path=trace.path,
+        trace_format=trace.format,
+        requests=workload.requests,
+        sessions=workload.sessions,
+        sessions_inferred=workload.sessions_inferred,
+        later_turns=int((workload.prev_request >= 0).sum()),
+        model=config.geometry.name,
+        hardware_name=config.hardware.name,
+        objective=config.objective,
+        target_rate=target,
+        seed=config.seed,
+        grid_rule=grid_rule,
+        simulations_run=0,
+        simulations_reused=0,
+        jobs=1,
+        notes=_notes(workload),
+    )
     grid_cells = [Cell("flat", r, s, a) for r in rates for s in shorts for a in agents]
     base_cells = [Cell(p, r, 0, 0) for r in rates for p in _THRESHOLD_FREE]
     total = len(grid_cells) + len(base_cells) + len(rates) + len(CHANGES)

@@ -166,8 +166,11 @@ def decide(
             )
         else:
             # Name the layouts that tie at the top: those no other candidate leads.
-            top = [a for a in names if not any(leads(fig[b], fig[a], margin_pp, ttft_margin)
-                                               for b in names if b != a)]  # fmt: skip
+            top = [
+                a
+                for a in names
+                if not any(leads(fig[b], fig[a], margin_pp, ttft_margin) for b in names if b != a)
+            ]
             trail = [n for n in names if n not in top]
             within = f"{margin_pp:g} pp of GPU hit share or {100.0 * ttft_margin:g} % of mean TTFT"
             if trail:

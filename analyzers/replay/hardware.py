@@ -160,8 +160,15 @@ HOST_SCOPES: tuple[str, ...] = ("node", "worker")
 _CHOICES: dict[str, tuple[str, ...]] = {"host_scope": HOST_SCOPES}
 _NUMERIC = {f.name for f in dataclasses.fields(Hardware)} - {"name", "sources", *_CHOICES}
 _FIELDS = _NUMERIC | set(_CHOICES)
-_SIZES = {"hbm_bytes", "gpu_kv_bytes", "host_memory_bytes", "ssd_bytes", "staging_bytes",
-          "bucket_bytes", "gpu_running_kv_bytes"}  # fmt: skip
+_SIZES = {
+    "hbm_bytes",
+    "gpu_kv_bytes",
+    "host_memory_bytes",
+    "ssd_bytes",
+    "staging_bytes",
+    "bucket_bytes",
+    "gpu_running_kv_bytes",
+}
 _INTS = _SIZES | {"gpus", "window_streams", "max_batched_tokens", "prefill_chunk_tokens"}
 
 _COMMON_SOURCES = {
@@ -263,9 +270,17 @@ def _coerce(where: str, key: str, value: Any) -> Any:
 
 
 def _check(hw: Hardware, where: str) -> Hardware:
-    positive = ("gpus", "host_to_gpu_bytes_per_s", "host_to_gpu_efficiency",
-                "ssd_read_bytes_per_s", "window_streams", "hbm_bytes_per_s",
-                "bucket_bytes", "max_batched_tokens", "prefill_chunk_tokens")  # fmt: skip
+    positive = (
+        "gpus",
+        "host_to_gpu_bytes_per_s",
+        "host_to_gpu_efficiency",
+        "ssd_read_bytes_per_s",
+        "window_streams",
+        "hbm_bytes_per_s",
+        "bucket_bytes",
+        "max_batched_tokens",
+        "prefill_chunk_tokens",
+    )
     for key in positive:
         if not getattr(hw, key) > 0:
             raise HardwareError(f"{where}: field {key!r}: must be > 0; got {getattr(hw, key)!r}")

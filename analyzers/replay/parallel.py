@@ -329,9 +329,11 @@ class ProcessRunner:
         self._shared = _SharedWorkload(workload)
         self._updates = ctx.Queue()
         self._pool: ProcessPoolExecutor | None = ProcessPoolExecutor(
-            max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+            max_workers=jobs,
+            mp_context=ctx,
+            initializer=_init_worker,
             initargs=(self._shared, fn, self._updates),
-        )  # fmt: skip
+        )
         self._batch = 0
         self.facts: dict[str, Any] = {"name": "local", "jobs": jobs}
 
@@ -436,9 +438,15 @@ class DaskRunner:
         futures = {}
         for i, task in enumerate(tasks):
             future = self._client.submit(
-                _dask_run, self._fn, self._workload, self._topic, base + i, task, pure=False,
+                _dask_run,
+                self._fn,
+                self._workload,
+                self._topic,
+                base + i,
+                task,
+                pure=False,
                 key=f"simulation-{uuid.uuid4().hex}",
-            )  # fmt: skip
+            )
             futures[future] = i
             future.add_done_callback(finished.put)
         left = len(futures)
@@ -568,16 +576,18 @@ class SimulationDisplay:
             if i not in self._lines:
                 stack = contextlib.ExitStack()
                 line = stack.enter_context(
-                    self._progress.task(f"  {self._labels[i]}", total=self._requests,
-                                        unit="requests")
-                )  # fmt: skip
+                    self._progress.task(
+                        f"  {self._labels[i]}", total=self._requests, unit="requests"
+                    )
+                )
                 self._lines[i] = (stack, line)
             self._lines[i][1].update(requests)
 
     def done(self, i: int) -> None:
         before = self._seen.pop(i, 0)
-        self._overall.advance((self._requests - min(before, self._requests)) * self._per
-                              / self._requests)  # fmt: skip
+        self._overall.advance(
+            (self._requests - min(before, self._requests)) * self._per / self._requests
+        )
         self._seen[i] = self._requests
         line = self._lines.pop(i, None)
         if line is not None:

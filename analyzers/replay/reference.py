@@ -258,9 +258,11 @@ class ReferenceStore:
             extents = []
             for seg, first, n in runs.tolist():
                 offset = (
-                    int(segs.offset[seg]) + record_bytes + layer * int(segs.stride[seg])
+                    int(segs.offset[seg])
+                    + record_bytes
+                    + layer * int(segs.stride[seg])
                     + first * piece_bytes
-                )  # fmt: skip
+                )
                 extents.append(Extent(f"file-{int(segs.file[seg])}", offset, n * piece_bytes))
             if extents:
                 plan = plan_reads(extents, gap_bytes=GAP_BYTES, align=ALIGN)

@@ -300,8 +300,15 @@ def run_task(
 ) -> PolicyResult:
     """One :class:`~.parallel.SimTask` on ``workload`` (what a runner's workers call): a
     simulation that frees its own cycles, since a worker runs many."""
-    return simulate(workload, task.config, task.policy, task.rate,
-                    concurrency=task.concurrency, progress=progress, release=True)  # fmt: skip
+    return simulate(
+        workload,
+        task.config,
+        task.policy,
+        task.rate,
+        concurrency=task.concurrency,
+        progress=progress,
+        release=True,
+    )
 
 
 #: Simulator state per serving instance, bytes (an upper estimate: heap, store rows, flags and
@@ -367,8 +374,9 @@ def _size_points(
             raise FcctlInputError(f"size_lists: not a size field: {name!r}", parameter=name)
         for v in values:
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise FcctlInputError(f"{name}: sizes must be whole bytes >= 0; got {v!r}",
-                                      parameter=name)  # fmt: skip
+                raise FcctlInputError(
+                    f"{name}: sizes must be whole bytes >= 0; got {v!r}", parameter=name
+                )
     if config.host_memory_auto:
         ws = working_set_bytes(workload)
         found = [c for c in ws.capacity_bytes if c is not None]
@@ -534,16 +542,21 @@ def replay_trace(
             else:
                 for i, t in enumerate(tasks):
                     result = simulate(
-                        workload, t.config, t.policy, t.rate, concurrency=t.concurrency,
+                        workload,
+                        t.config,
+                        t.policy,
+                        t.rate,
+                        concurrency=t.concurrency,
                         store_factory=store_factory,
-                    )  # fmt: skip
+                    )
                     done(i, result)
             display.finish()
             out = []
             for j, (k, r, c) in enumerate(wanted):
                 per_policy = {name: found[j * len(policies) + n] for n, name in enumerate(policies)}
-                out.append(RateResult(r, per_policy, decision_of(per_policy, *margins), c,
-                                      dict(sizes[k])))  # fmt: skip
+                out.append(
+                    RateResult(r, per_policy, decision_of(per_policy, *margins), c, dict(sizes[k]))
+                )
             return out
 
         fixed = run_points([(k, r, c) for k in range(len(sizes)) for r, c in points])
@@ -575,9 +588,12 @@ def replay_trace(
             if capacity:
                 points_swept, why = swept[k]
                 if k == 0:
-                    paced = " (the sessions' own think times pace the load: --concurrency or " \
-                        "--think-time push it further)" if workload.closed_loop and \
-                        "stopped growing" in why else ""  # fmt: skip
+                    paced = (
+                        " (the sessions' own think times pace the load: --concurrency or "
+                        "--think-time push it further)"
+                        if workload.closed_loop and "stopped growing" in why
+                        else ""
+                    )
                     notes.append(
                         f"rates auto: from {capacity * START_FRACTION:.3g} req/s (1/16 of the "
                         f"{capacity:.3g} req/s the workers prefill with every reused block "

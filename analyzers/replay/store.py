@@ -513,10 +513,22 @@ class FastStore:
         hits."""
         hp = worker if self.host_pools > 1 else 0
         return _lookup_lru(
-            blk, worker, self.g_in[worker], self.g_prev[worker], self.g_next[worker], self.g_lst,
-            self.h_in[hp], self.h_prev[hp], self.h_next[hp], self.h_lst, hp, use_ssd, self.s_seq,
-            self.codes, self.out,
-        )  # fmt: skip
+            blk,
+            worker,
+            self.g_in[worker],
+            self.g_prev[worker],
+            self.g_next[worker],
+            self.g_lst,
+            self.h_in[hp],
+            self.h_prev[hp],
+            self.h_next[hp],
+            self.h_lst,
+            hp,
+            use_ssd,
+            self.s_seq,
+            self.codes,
+            self.out,
+        )
 
     def prefix_codes(self, p: int) -> np.ndarray:
         """Where each of the last lookup's first ``p`` blocks was (CODE_GPU/HOST/SSD)."""
@@ -555,9 +567,18 @@ class FastStore:
         """Write ``blk`` to ``worker``'s host pool (LRU; tiered: its evictions go to SSD)."""
         hp = worker if self.host_pools > 1 else 0
         _host_insert(
-            blk, self.h_in[hp], self.h_prev[hp], self.h_next[hp], self.h_lst, hp,
-            self.host_blocks, tiered, self.ssd.seq_of, self.ssd.ring, self.ssd.meta,
-        )  # fmt: skip
+            blk,
+            self.h_in[hp],
+            self.h_prev[hp],
+            self.h_next[hp],
+            self.h_lst,
+            hp,
+            self.host_blocks,
+            tiered,
+            self.ssd.seq_of,
+            self.ssd.ring,
+            self.ssd.meta,
+        )
         used = self.h_lst[0, 2] if self.host_pools == 1 else self.h_lst[:, 2].sum()
         self.h_peak = max(self.h_peak, int(used))
 
@@ -593,10 +614,21 @@ class FastStore:
         first, len))."""
         m_seg = self.m_seg[worker if self.host_pools > 1 else 0]
         p, n_g, n_m, n_s, runs = _lookup_flat(
-            blk, worker, self.g_in[worker], self.g_prev[worker], self.g_next[worker], self.g_lst,
-            m_seg, self.s_seg, self.s_idx, self.codes, self.run_seg, self.run_first,
-            self.run_len, self.out,
-        )  # fmt: skip
+            blk,
+            worker,
+            self.g_in[worker],
+            self.g_prev[worker],
+            self.g_next[worker],
+            self.g_lst,
+            m_seg,
+            self.s_seg,
+            self.s_idx,
+            self.codes,
+            self.run_seg,
+            self.run_first,
+            self.run_len,
+            self.out,
+        )
         if runs == 0:
             return p, n_g, n_m, n_s, _NO_RUNS
         rows = np.stack(

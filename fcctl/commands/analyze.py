@@ -171,14 +171,26 @@ def register(app: typer.Typer) -> None:
             if out is not None:
                 check_analyze_out_dir(out, force=force)
             result = api.analyze(
-                trace, format=format, columns=columns, max_line_bytes=max_line_bytes,
-                model=model, model_config=model_config, tp=tp, kv_dtype=kv_dtype,
-                memory_capacities_bytes=memory, rate_requests_per_s=rate,
-                concurrent_sessions=concurrent_sessions, seed=seed,
-                flat_session_kv_bytes=flat_session_kv, reference_capacity_bytes=reference_capacity,
-                memory_budget_bytes=memory_budget, sample_rate=sample_rate, engine=engine,
-                scheduler=scheduler, progress=True,
-            )  # fmt: skip
+                trace,
+                format=format,
+                columns=columns,
+                max_line_bytes=max_line_bytes,
+                model=model,
+                model_config=model_config,
+                tp=tp,
+                kv_dtype=kv_dtype,
+                memory_capacities_bytes=memory,
+                rate_requests_per_s=rate,
+                concurrent_sessions=concurrent_sessions,
+                seed=seed,
+                flat_session_kv_bytes=flat_session_kv,
+                reference_capacity_bytes=reference_capacity,
+                memory_budget_bytes=memory_budget,
+                sample_rate=sample_rate,
+                engine=engine,
+                scheduler=scheduler,
+                progress=True,
+            )
             if out is not None:
                 names = write_out_dir(result, out, force=force)
                 print(f"wrote {display_path(out)}: {', '.join(names)}", file=sys.stderr)

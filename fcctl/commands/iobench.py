@@ -137,15 +137,37 @@ def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
         if out is not None:  # refused before the run, not after minutes of it
             check_out_dir(out, force=force, marker=OUT_MARKER, command="iobench")
         result = api.iobench(
-            dir, force=force, keep=keep, layout=layout, trace=trace, trace_format=trace_format,
-            scale=scale, size_limit_bytes=size_limit, sessions=sessions, tokens=tokens,
-            turns=turns, model=model, model_config=model_config, tp=tp, kv_dtype=kv_dtype,
-            block_tokens=block_tokens, bucket_bytes=bucket_size, memory_tier_bytes=memory_tier,
-            concurrency=concurrency, repeat=repeat, engine=engine, engine_threads=threads,
-            max_command_bytes=max_command, buffers=buffers, fio=not no_fio,
-            fio_runtime_s=fio_runtime, verify_checksums=verify_checksums,
-            free_margin_bytes=free_margin, progress=True, hooks=hooks,
-        )  # fmt: skip
+            dir,
+            force=force,
+            keep=keep,
+            layout=layout,
+            trace=trace,
+            trace_format=trace_format,
+            scale=scale,
+            size_limit_bytes=size_limit,
+            sessions=sessions,
+            tokens=tokens,
+            turns=turns,
+            model=model,
+            model_config=model_config,
+            tp=tp,
+            kv_dtype=kv_dtype,
+            block_tokens=block_tokens,
+            bucket_bytes=bucket_size,
+            memory_tier_bytes=memory_tier,
+            concurrency=concurrency,
+            repeat=repeat,
+            engine=engine,
+            engine_threads=threads,
+            max_command_bytes=max_command,
+            buffers=buffers,
+            fio=not no_fio,
+            fio_runtime_s=fio_runtime,
+            verify_checksums=verify_checksums,
+            free_margin_bytes=free_margin,
+            progress=True,
+            hooks=hooks,
+        )
         if keep:
             print(f"iobench: kept the files in {result.directory}", file=sys.stderr)
 

@@ -96,26 +96,51 @@ def register(app: typer.Typer) -> None:
 
         host_memory, host_more, host_auto = api.split_sizes(host_memory, "host_memory_bytes")
         node = api.hardware(
-            hardware, io_profile=io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv,
-            host_memory_bytes=host_memory, ssd_bytes=ssd, staging_bytes=staging,
-            prefill_tokens_per_s=prefill_tokens_per_s, max_batched_tokens=max_batched_tokens,
-            prefill_chunk_tokens=prefill_chunk_tokens, host_scope=host_scope,
+            hardware,
+            io_profile=io_profile,
+            gpus=gpus,
+            gpu_kv_bytes=gpu_kv,
+            host_memory_bytes=host_memory,
+            ssd_bytes=ssd,
+            staging_bytes=staging,
+            prefill_tokens_per_s=prefill_tokens_per_s,
+            max_batched_tokens=max_batched_tokens,
+            prefill_chunk_tokens=prefill_chunk_tokens,
+            host_scope=host_scope,
             source_of=flag_for,
-        )  # fmt: skip
+        )
         result = run_plan(
-            trace, out, format=format, rate=rate, concurrency=concurrency,
-            think_time=think_time, hardware=node, host_memory_sweep=host_more,
-            host_memory_auto=host_auto, model=model, model_config=model_config, tp=tp,
-            kv_dtype=kv_dtype, slo_ttft_p99_s=slo_ttft_p99, emit=emit, emit_name=emit_name,
-            jobs=jobs, engine=engine, scheduler=scheduler, resume=resume, force=force,
+            trace,
+            out,
+            format=format,
+            rate=rate,
+            concurrency=concurrency,
+            think_time=think_time,
+            hardware=node,
+            host_memory_sweep=host_more,
+            host_memory_auto=host_auto,
+            model=model,
+            model_config=model_config,
+            tp=tp,
+            kv_dtype=kv_dtype,
+            slo_ttft_p99_s=slo_ttft_p99,
+            emit=emit,
+            emit_name=emit_name,
+            jobs=jobs,
+            engine=engine,
+            scheduler=scheduler,
+            resume=resume,
+            force=force,
             sample_sessions=sample_sessions,
             progress=True,
-        )  # fmt: skip
+        )
         if as_json:
             write_json(result, sys.stdout)
             return
         for line in result.summary:
             print(line)
-        ran = ", ".join(f"{s.name} {s.status}{f' {s.seconds:.1f} s' if s.status == 'ran' else ''}"
-                        for s in result.steps)  # fmt: skip
+        ran = ", ".join(
+            f"{s.name} {s.status}{f' {s.seconds:.1f} s' if s.status == 'ran' else ''}"
+            for s in result.steps
+        )
         print(f"wrote {out}: {ran}", file=sys.stderr)

@@ -134,39 +134,64 @@ def register(app: typer.Typer) -> None:
         )
 
         node = api.hardware(
-            hardware, io_profile=io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv,
-            host_memory_bytes=host_memory, ssd_bytes=ssd, staging_bytes=staging,
-            prefill_tokens_per_s=prefill_tokens_per_s, max_batched_tokens=max_batched_tokens,
-            prefill_chunk_tokens=prefill_chunk_tokens, host_scope=host_scope,
+            hardware,
+            io_profile=io_profile,
+            gpus=gpus,
+            gpu_kv_bytes=gpu_kv,
+            host_memory_bytes=host_memory,
+            ssd_bytes=ssd,
+            staging_bytes=staging,
+            prefill_tokens_per_s=prefill_tokens_per_s,
+            max_batched_tokens=max_batched_tokens,
+            prefill_chunk_tokens=prefill_chunk_tokens,
+            host_scope=host_scope,
             source_of=flag_for,
-        )  # fmt: skip
+        )
         # Every output path is checked before the sweep, so a bad one costs nothing.
         check_distinct_outputs(out, emit)
         if out is not None:
             check_recommend_out_dir(out, force=force)
         if emit is not None:
             check_name(emit_name)
-            check_out_dir(emit, force=force, marker=f"{emit_name}/{MANIFEST}",
-                          command="--emit", flag="--emit")  # fmt: skip
+            check_out_dir(
+                emit, force=force, marker=f"{emit_name}/{MANIFEST}", command="--emit", flag="--emit"
+            )
         result = api.recommend_thresholds(
-            trace, format=format, rates=rates, short_reply_grid=short_reply,
-            agent_context_grid=agent_context, objective=objective, target_rate=target_rate,
-            model=model, model_config=model_config, tp=tp, kv_dtype=kv_dtype, hardware=node,
-            seed=seed, jobs=jobs, engine=engine, scheduler=scheduler,
+            trace,
+            format=format,
+            rates=rates,
+            short_reply_grid=short_reply,
+            agent_context_grid=agent_context,
+            objective=objective,
+            target_rate=target_rate,
+            model=model,
+            model_config=model_config,
+            tp=tp,
+            kv_dtype=kv_dtype,
+            hardware=node,
+            seed=seed,
+            jobs=jobs,
+            engine=engine,
+            scheduler=scheduler,
             decision_margin_pp=decision_margin_pp,
-            decision_ttft_margin=decision_ttft_margin, sample_sessions=sample_sessions,
+            decision_ttft_margin=decision_ttft_margin,
+            sample_sessions=sample_sessions,
             progress=True,
-        )  # fmt: skip
+        )
         if out is not None:
             written = write_out_dir(result, out, force=force)
             print(f"wrote {out}: {', '.join(written)}", file=sys.stderr)
         if emit is not None:
             rec = result.recommendation
             emitted = emit_package(
-                emit, name=emit_name, short_reply_tokens=rec.short_reply_tokens,
-                agent_context_tokens=rec.agent_context_tokens, source=thresholds_source(result),
-                toml_text=thresholds_toml(result), force=force,
-            )  # fmt: skip
+                emit,
+                name=emit_name,
+                short_reply_tokens=rec.short_reply_tokens,
+                agent_context_tokens=rec.agent_context_tokens,
+                source=thresholds_source(result),
+                toml_text=thresholds_toml(result),
+                force=force,
+            )
             print(
                 f"wrote {emitted.package_dir}: {len(emitted.copied)} core modules, "
                 f"{', '.join(emitted.generated)}, {MANIFEST}; {emit}/pyproject.toml "

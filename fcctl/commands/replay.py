@@ -136,29 +136,56 @@ def register(app: typer.Typer) -> None:
         host_memory, host_more, host_auto = api.split_sizes(host_memory, "host_memory_bytes")
         staging, staging_more, _ = api.split_sizes(staging, "staging_bytes")
         node = api.hardware(
-            hardware, io_profile=io_profile, gpus=gpus, gpu_kv_bytes=gpu_kv,
-            host_memory_bytes=host_memory, ssd_bytes=ssd, staging_bytes=staging,
-            prefill_tokens_per_s=prefill_tokens_per_s, max_batched_tokens=max_batched_tokens,
-            prefill_chunk_tokens=prefill_chunk_tokens, host_scope=host_scope,
+            hardware,
+            io_profile=io_profile,
+            gpus=gpus,
+            gpu_kv_bytes=gpu_kv,
+            host_memory_bytes=host_memory,
+            ssd_bytes=ssd,
+            staging_bytes=staging,
+            prefill_tokens_per_s=prefill_tokens_per_s,
+            max_batched_tokens=max_batched_tokens,
+            prefill_chunk_tokens=prefill_chunk_tokens,
+            host_scope=host_scope,
             source_of=flag_for,
-        )  # fmt: skip
+        )
         if concurrency is not None and rates == "auto":
             rates = None  # type: ignore[assignment]  # the load axis is the concurrency
         if out is not None:
             check_replay_out_dir(out, force=force)
         result = api.replay(
-            trace, format=format, policies=policies, rates=rates, rate=rate,
-            slo_ttft_p99_s=slo_ttft_p99, gpu_kv_sweep=gpu_kv_more, host_memory_sweep=host_more,
-            staging_sweep=staging_more, host_memory_auto=host_auto, concurrency=concurrency,
+            trace,
+            format=format,
+            policies=policies,
+            rates=rates,
+            rate=rate,
+            slo_ttft_p99_s=slo_ttft_p99,
+            gpu_kv_sweep=gpu_kv_more,
+            host_memory_sweep=host_more,
+            staging_sweep=staging_more,
+            host_memory_auto=host_auto,
+            concurrency=concurrency,
             memory_budget_bytes=memory_budget,
-            think_time=think_time, cancel=cancel, router=router,
+            think_time=think_time,
+            cancel=cancel,
+            router=router,
             decision_margin_pp=decision_margin_pp,
-            decision_ttft_margin=decision_ttft_margin, model=model,
-            model_config=model_config, tp=tp, kv_dtype=kv_dtype, hardware=node,
-            short_reply_tokens=short_reply, agent_context_tokens=agent_context, seed=seed,
-            keep_tables=out is not None, jobs=jobs, engine=engine, scheduler=scheduler,
-            sample_sessions=sample_sessions, progress=True,
-        )  # fmt: skip
+            decision_ttft_margin=decision_ttft_margin,
+            model=model,
+            model_config=model_config,
+            tp=tp,
+            kv_dtype=kv_dtype,
+            hardware=node,
+            short_reply_tokens=short_reply,
+            agent_context_tokens=agent_context,
+            seed=seed,
+            keep_tables=out is not None,
+            jobs=jobs,
+            engine=engine,
+            scheduler=scheduler,
+            sample_sessions=sample_sessions,
+            progress=True,
+        )
         if out is not None:
             written = write_out_dir(result, out, force=force)
             print(f"wrote {out}: {', '.join(written)}", file=sys.stderr)

@@ -194,8 +194,9 @@ class StoreOptions:
 
 def page_geometry(name: str, layers: int, layer_page_bytes: int) -> KvGeometry:
     """A geometry whose one "token" is one engine page: ``layer_page_bytes`` per layer."""
-    return KvGeometry(name, layers=layers, kv_heads=1, head_dim=1, dtype_bytes=1,
-                      latent_dim=layer_page_bytes)  # fmt: skip
+    return KvGeometry(
+        name, layers=layers, kv_heads=1, head_dim=1, dtype_bytes=1, latent_dim=layer_page_bytes
+    )
 
 
 class SessionKV:
@@ -228,10 +229,17 @@ class SessionKV:
         self.clock = Clock()
         extra = {} if options.extent_bytes is None else {"extent_bytes": options.extent_bytes}
         self.store = FlatStore.open(
-            Path(options.directory), page_geometry(engine, layers, layer_page_bytes),
-            block_tokens=1, host_bytes=options.host_bytes, ssd_bytes=options.ssd_bytes,
-            rule=self.rule, now_s=self.clock(), node=options.node, rank=options.rank, **extra,
-        )  # fmt: skip
+            Path(options.directory),
+            page_geometry(engine, layers, layer_page_bytes),
+            block_tokens=1,
+            host_bytes=options.host_bytes,
+            ssd_bytes=options.ssd_bytes,
+            rule=self.rule,
+            now_s=self.clock(),
+            node=options.node,
+            rank=options.rank,
+            **extra,
+        )
         self.index = KeyIndex()
         self.recorder = TraceRecorder.from_environment(trace, engine=engine)
         self.lock = threading.RLock()
@@ -283,8 +291,9 @@ class SessionKV:
             )
             # Layer-ordered: layer l holds every new page's layer-l bytes, in key order.
             kv = np.ascontiguousarray(data[new].transpose(1, 0, 2)).reshape(self.layers, -1)
-            stored = self.store.write_turn(session, turn, kv, tokens=len(new_keys),
-                                           medium=placement.medium, now_s=now)  # fmt: skip
+            stored = self.store.write_turn(
+                session, turn, kv, tokens=len(new_keys), medium=placement.medium, now_s=now
+            )
             self.index.add(session, new_keys)
             self.placements.append(placement)
             self._reclaim(now)
@@ -369,10 +378,15 @@ class SessionKV:
             else:
                 name, chained = self.index.session_for(keys[:hits], keys[hits:], session_id)
                 how = chained or source
-        self.recorder.record(timestamp_s=self.clock(), session_id=name, session_source=how,
-                             keys=keys if trace_keys is None else trace_keys,
-                             block_size_tokens=self.tokens_per_key,
-                             input_tokens=input_tokens, output_tokens=output_tokens)  # fmt: skip
+        self.recorder.record(
+            timestamp_s=self.clock(),
+            session_id=name,
+            session_source=how,
+            keys=keys if trace_keys is None else trace_keys,
+            block_size_tokens=self.tokens_per_key,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+        )
 
     def close(self, *, remove: bool = False) -> None:
         if self.recorder is not None:

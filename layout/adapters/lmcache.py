@@ -97,8 +97,13 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
         rule: PlacementRule | str | os.PathLike[str] | None = None,
         trace: str | os.PathLike[str] | None = None,
     ) -> None:
-        super().__init__(dst_device=dst_device, config=config, metadata=metadata,
-                         local_cpu_backend=local_cpu_backend, loop=loop)  # fmt: skip
+        super().__init__(
+            dst_device=dst_device,
+            config=config,
+            metadata=metadata,
+            local_cpu_backend=local_cpu_backend,
+            loop=loop,
+        )
         extra = dict(getattr(config, "extra_config", None) or {})
         ours = {k[len(CONFIG_PREFIX) :]: v for k, v in extra.items() if k.startswith(CONFIG_PREFIX)}
         rank = int(getattr(metadata, "worker_id", 0) or 0)
@@ -119,8 +124,14 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
     def _open(self, page_bytes: int) -> SessionKV:
         if self.kv is None:
             self.page_bytes = page_bytes
-            self.kv = SessionKV(self.options, engine=ENGINE, layers=1, layer_page_bytes=page_bytes,
-                                tokens_per_key=self.chunk_tokens, rule=self.rule)  # fmt: skip
+            self.kv = SessionKV(
+                self.options,
+                engine=ENGINE,
+                layers=1,
+                layer_page_bytes=page_bytes,
+                tokens_per_key=self.chunk_tokens,
+                rule=self.rule,
+            )
             self.kv.recorder = self.recorder
             self.kv.clock = self.clock  # started earlier: never behind the store's
         return self.kv
@@ -148,8 +159,13 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
             return
         session, tokens = _session_of(keys[0]), len(keys) * self.chunk_tokens
         if self.kv is not None:
-            self.kv.record(keys, session_id=session, source=SESSION_SOURCE, input_tokens=tokens,
-                           trace_keys=[k.chunk_hash for k in keys])  # fmt: skip
+            self.kv.record(
+                keys,
+                session_id=session,
+                source=SESSION_SOURCE,
+                input_tokens=tokens,
+                trace_keys=[k.chunk_hash for k in keys],
+            )
             return
         named = session is not None and str(session)
         self.recorder.record(
@@ -235,8 +251,9 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
             obj = self.local_cpu_backend.allocate(shape, dtype, fmt)
         if obj is None:
             raw = torch.empty(size, dtype=torch.uint8)
-            meta = MemoryObjMetadata(shape=shape, dtype=dtype, address=0, phy_size=size,
-                                     ref_count=1, fmt=fmt)  # fmt: skip
+            meta = MemoryObjMetadata(
+                shape=shape, dtype=dtype, address=0, phy_size=size, ref_count=1, fmt=fmt
+            )
             obj = TensorMemoryObj(raw, meta, None)
         obj.tensor.contiguous().view(-1).view(torch.uint8).copy_(torch.from_numpy(page[:size]))
         return obj

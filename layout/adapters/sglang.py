@@ -122,10 +122,14 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
     def _open(self, page_bytes: int) -> SessionKV:
         with self._open_lock:
             if self.kv is None:
-                self.kv = SessionKV(self.options, engine=ENGINE, layers=1,
-                                    layer_page_bytes=page_bytes,
-                                    tokens_per_key=self.page_tokens or 1,
-                                    rule=self.rule)  # fmt: skip
+                self.kv = SessionKV(
+                    self.options,
+                    engine=ENGINE,
+                    layers=1,
+                    layer_page_bytes=page_bytes,
+                    tokens_per_key=self.page_tokens or 1,
+                    rule=self.rule,
+                )
                 self.kv.recorder = self.recorder  # one capture, open before the store is
                 self.kv.clock = self.clock  # started earlier: never behind the store's
             elif self.kv.layer_page_bytes != page_bytes:
@@ -173,10 +177,14 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
         # Nothing stored yet: the session is the side channel's, or the fallback's new one.
         named = session is not None and str(session)
         name = session_name(session) if named else "h-" + key_hex(keys[0])[:40]
-        self.recorder.record(timestamp_s=self.clock(), session_id=name,
-                             session_source=SESSION_SOURCE if named else "chained", keys=keys,
-                             block_size_tokens=self.page_tokens or 1,
-                             input_tokens=tokens)  # fmt: skip
+        self.recorder.record(
+            timestamp_s=self.clock(),
+            session_id=name,
+            session_source=SESSION_SOURCE if named else "chained",
+            keys=keys,
+            block_size_tokens=self.page_tokens or 1,
+            input_tokens=tokens,
+        )
 
     # zero-copy interface (interface_v1) ----------------------------------------------------
     def _host_index(self, host_indices: torch.Tensor, i: int) -> int:

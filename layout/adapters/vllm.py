@@ -105,8 +105,9 @@ class FlatCakeStoreSpec(LoadStoreSpec):
     """A store decided by the manager: ``keys`` become turn ``turn`` of ``session`` on
     ``medium`` (0 memory, 1 SSD); ``drops`` are sessions to remove first."""
 
-    def __init__(self, session: str, turn: int, medium: int, keys: list[bytes],
-                 drops: list[str]) -> None:  # fmt: skip
+    def __init__(
+        self, session: str, turn: int, medium: int, keys: list[bytes], drops: list[str]
+    ) -> None:
         self.session = session
         self.turn = turn
         self.medium = medium
@@ -118,8 +119,13 @@ class FlatCakeLoadSpec(LoadStoreSpec):
     """A load: block ``i`` is block ``blocks[i]`` of session ``sessions[i]``; ``spans`` gives
     each session's whole-turn range ``(start, stop)`` to restore; ``drops`` as a store's."""
 
-    def __init__(self, sessions: list[str], blocks: list[int],
-                 spans: dict[str, tuple[int, int]], drops: list[str]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        sessions: list[str],
+        blocks: list[int],
+        spans: dict[str, tuple[int, int]],
+        drops: list[str],
+    ) -> None:
         self.sessions = sessions
         self.blocks = blocks
         self.spans = spans
@@ -190,10 +196,15 @@ class FlatCakeManager(OffloadingManager):
                 name, source = self.index.where[r.chain[hits - 1]][0], "chained"
             else:
                 name, source = self.index.session_for([], r.chain, None)[0], "chained"
-            self.recorder.record(timestamp_s=self.clock(), session_id=name,
-                                 session_source=source, keys=r.chain,
-                                 block_size_tokens=self.spec.tokens_per_key,
-                                 input_tokens=prompt, output_tokens=reply)  # fmt: skip
+            self.recorder.record(
+                timestamp_s=self.clock(),
+                session_id=name,
+                session_source=source,
+                keys=r.chain,
+                block_size_tokens=self.spec.tokens_per_key,
+                input_tokens=prompt,
+                output_tokens=reply,
+            )
 
     # lookups and loads ------------------------------------------------------------------
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
@@ -244,12 +255,14 @@ class FlatCakeManager(OffloadingManager):
             reply = self.replies.get(session)
         decision = self.rule.place(
             PlacementSignals(
-                turn=turn, context_tokens=(at + len(new)) * self.spec.tokens_per_key,
+                turn=turn,
+                context_tokens=(at + len(new)) * self.spec.tokens_per_key,
                 previous_reply_tokens=reply if turn else None,
-                prefix_ref_count=r.prefix_ref_count, memory_free_bytes=self.host.free_bytes,
+                prefix_ref_count=r.prefix_ref_count,
+                memory_free_bytes=self.host.free_bytes,
                 bytes_to_write=nbytes,
             )
-        )  # fmt: skip
+        )
         now = self.clock()
         (self.host if decision.medium == StoreMedium.MEMORY else self.ssd).add(session, nbytes, now)
         self.media.setdefault(session, set()).add(decision.medium)
@@ -328,10 +341,17 @@ class FlatCakeWorker(OffloadingWorker):
         # The manager is the authority on capacity (it places and reclaims); this store only
         # executes, so its own budgets never refuse what the manager decided.
         self.store = FlatStore.open(
-            opts.directory, page_geometry(ENGINE, len(refs), page), block_tokens=1,
-            host_bytes=1 << 62, ssd_bytes=1 << 62, rule=spec.rule, now_s=self.clock(),
-            node=opts.node, rank=opts.rank, **extra,
-        )  # fmt: skip
+            opts.directory,
+            page_geometry(ENGINE, len(refs), page),
+            block_tokens=1,
+            host_bytes=1 << 62,
+            ssd_bytes=1 << 62,
+            rule=spec.rule,
+            now_s=self.clock(),
+            node=opts.node,
+            rank=opts.rank,
+            **extra,
+        )
         self.engine: Any = None
         self.engine_note = ""
         if self.device.type == "cuda":
@@ -371,9 +391,14 @@ class FlatCakeWorker(OffloadingWorker):
             ids = torch.as_tensor(self._block_ids(device_ptrs), device=self.device)
             rows = [layer.index_select(0, ids).reshape(-1) for layer in self.layers]
             kv = torch.stack(rows).cpu().numpy()
-            self.store.write_turn(dst_spec.session, dst_spec.turn, kv,
-                                  tokens=len(dst_spec.keys), medium=StoreMedium(dst_spec.medium),
-                                  now_s=self.clock())  # fmt: skip
+            self.store.write_turn(
+                dst_spec.session,
+                dst_spec.turn,
+                kv,
+                tokens=len(dst_spec.keys),
+                medium=StoreMedium(dst_spec.medium),
+                now_s=self.clock(),
+            )
         except Exception:
             log.exception("flatcake: store of session %s failed", dst_spec.session)
             ok = False
@@ -401,16 +426,18 @@ class FlatCakeWorker(OffloadingWorker):
         self.finished.append(TransferResult(job_id, ok, len(src_spec.blocks) * self.page_bytes))
         return True
 
-    def _load(self, session: str, start: int, stop: int, blocks: list[int],
-              page_ids: np.ndarray) -> None:  # fmt: skip
+    def _load(
+        self, session: str, start: int, stop: int, blocks: list[int], page_ids: np.ndarray
+    ) -> None:
         now = self.clock()
         plan = self.store.plan_restore(session, stop, now_s=now, start_tokens=start)
         if plan.tokens != stop - start:
             raise RuntimeError(f"session {session!r}: blocks {start}..{stop} are not all stored")
         if blocks == list(range(start, stop)):
             # Exactly whole turns: straight into the KV tensors through the staging window.
-            self.store.restore_to_pages(plan, self.layers, torch.as_tensor(page_ids),
-                                        now_s=now, engine=self.engine)  # fmt: skip
+            self.store.restore_to_pages(
+                plan, self.layers, torch.as_tensor(page_ids), now_s=now, engine=self.engine
+            )
             self.window_restores += 1
             return
         buf = np.empty((len(self.layers), plan.layer_bytes), dtype=np.uint8)

@@ -147,8 +147,12 @@ def build_page(
         bodies["recommendation"] = recommendation_section(inputs["recommend-thresholds"])
     bodies["provenance"] = provenance_section(inputs, generated_utc)
     if mixed:
-        owner = {"reuse": "analyze", "storage": "iobench", "replay": "replay",
-                 "recommendation": "recommend-thresholds"}  # fmt: skip
+        owner = {
+            "reuse": "analyze",
+            "storage": "iobench",
+            "replay": "replay",
+            "recommendation": "recommend-thresholds",
+        }
         for section, command in owner.items():
             inp = inputs.get(command)
             if bodies.get(section) and inp is not None:
