@@ -4,6 +4,7 @@ Recommendation section shows too."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from .. import format as fmt
 from .. import svg
@@ -11,8 +12,50 @@ from ..report_inputs import Input, Node
 from .elements import Cell, CellLike, figure, para, table
 
 
+@dataclass(frozen=True)
+class LoadPoint:
+    """One entry of a document's ``rates``: its load, the sizes it ran at, its policies."""
+
+    load: float  # offered requests/s, or sessions kept active on a closed loop (--concurrency)
+    label: str  # the load as the tables write it
+    sizes: str  # "" at the node's sizes (the first entry's); else the sizes it ran at
+    policies: list[tuple[str, Node]]
+
+
+def load_points(doc: Node) -> list[LoadPoint]:
+    """The document's loads in its order: an offered rate, or a concurrency (rate null) when
+    the load axis is the closed loop; entries at other sizes (a size list such as
+    ``--host-memory 256GiB,1TiB``) name those sizes."""
+    entries = doc["rates"].as_list()
+    first = entries[0].get("sizes") if entries else None
+    base = None if first is None else first.value
+    out = []
+    for r in entries:
+        rate = r.get("rate")
+        if rate is not None:
+            load = rate.need_num()
+            label = fmt.per_s(load)
+        else:
+            active = r["concurrency"].as_int()
+            load, label = float(active or 0), f"{fmt.count(active)} sessions active"
+        sizes = r.get("sizes")
+        named = ""
+        if sizes is not None and sizes.value != base:
+            named = ", ".join(
+                f"{k.removesuffix('_bytes').replace('_', ' ')} {fmt.size(v.as_num())}"
+                for k, v in sizes.as_items()
+            )
+        out.append(LoadPoint(load, label, named, r["policies"].as_items()))
+    return out
+
+
+def closed_loop(doc: Node) -> bool:
+    """Whether the document's load axis is the concurrency (``--concurrency``)."""
+    return any(r.get("rate") is None for r in doc["rates"])
+
+
 def policies_at(doc: Node) -> list[tuple[float, list[tuple[str, Node]]]]:
-    return [(r["rate"].need_num(), r["policies"].as_items()) for r in doc["rates"]]
+    return [(p.load, p.policies) for p in load_points(doc)]
 
 
 def number_at(node: Node, *keys: str) -> float | None:
@@ -27,10 +70,15 @@ def number_at(node: Node, *keys: str) -> float | None:
 
 def rates_table(doc: Node, table_id: str) -> str:
     rows: list[list[CellLike]] = []
-    for rate, policies in policies_at(doc):
-        for name, p in policies:
+    points = load_points(doc)
+    sized = any(pt.sizes for pt in points)
+    for pt in points:
+        for name, p in pt.policies:
             hit = number_at(p, "gpu_hit_share")
-            cells: list[CellLike] = [Cell(fmt.per_s(rate), rate), name, Cell(fmt.share(hit), hit)]
+            cells: list[CellLike] = [Cell(pt.label, pt.load)]
+            if sized:
+                cells.append(pt.sizes or "the node's")
+            cells += [name, Cell(fmt.share(hit), hit)]
             for keys, render in (
                 (("ttft_s", "mean"), fmt.seconds),
                 (("ttft_s", "p50"), fmt.seconds),
@@ -47,7 +95,8 @@ def rates_table(doc: Node, table_id: str) -> str:
             rows.append(cells)
     return table(
         [
-            "rate",
+            "sessions active" if closed_loop(doc) else "rate",
+            *(["sizes"] if sized else []),
             "policy",
             "GPU hit share",
             "TTFT mean",
@@ -66,9 +115,13 @@ def rates_table(doc: Node, table_id: str) -> str:
 
 
 def _per_policy(doc: Node, *keys: str) -> dict[str, tuple[list[float], list[float]]]:
+    """Each policy's (loads, values) at the node's sizes: a chart draws one size set."""
     out: dict[str, tuple[list[float], list[float]]] = {}
-    for rate, policies in policies_at(doc):
-        for name, p in policies:
+    for pt in load_points(doc):
+        if pt.sizes:
+            continue
+        rate = pt.load
+        for name, p in pt.policies:
             v = number_at(p, *keys)
             if v is not None:
                 xs, ys = out.setdefault(name, ([], []))
@@ -79,7 +132,11 @@ def _per_policy(doc: Node, *keys: str) -> dict[str, tuple[list[float], list[floa
 
 def rate_charts(doc: Node, prefix: str) -> str:
     """Hit share, TTFT p50/p99 and SSD bytes against rate, one series per policy."""
-    rate_axis = svg.Axis("offered load (requests/s)", fmt=lambda v: f"{v:g}")
+    rate_axis = (
+        svg.Axis("sessions kept active (closed loop)", fmt=lambda v: f"{v:g}")
+        if closed_loop(doc)
+        else svg.Axis("offered load (requests/s)", fmt=lambda v: f"{v:g}")
+    )
     ideal = doc["ideal_hit_share"].as_num()
     hits = _per_policy(doc, "gpu_hit_share")
     charts = [
