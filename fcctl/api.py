@@ -208,9 +208,7 @@ def analyze(
     """
     from fcctl.analyzers.reuse.analyze import VerdictThresholds, check_schedule_args
     from fcctl.analyzers.reuse.bounded import analyze_dataset, check_engine, check_sample_rate
-    from fcctl.analyzers.traces.dataset import Dataset, is_dataset_spec, open_dataset
-    from fcctl.common.errors import FcctlInputError
-    from fcctl.common.paths import display_path
+    from fcctl.analyzers.traces.dataset import Dataset, is_dataset_input, open_dataset
 
     # Every parameter first: a typo should fail before minutes of parsing.
     kv = geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
@@ -229,13 +227,7 @@ def analyze(
     if sample_rate is not None:
         check_sample_rate(sample_rate)
     check_engine(engine, scheduler)
-    dataset_input = is_dataset_spec(source)
-    if dataset_input and (columns is not None or format not in (None, "parquet")):
-        raise FcctlInputError(
-            f"format: {display_path(Path(source))} is a dataset of canonical Parquet files; "
-            "format and columns apply to one trace file (convert it first)",
-            parameter="format",
-        )
+    dataset_input = is_dataset_input(source, format, columns)
     with _progress(progress) as bar:
         if engine == "dask":
             from fcctl.analyzers.reuse.dask_engine import analyze_dask
@@ -521,7 +513,7 @@ def _sampled_trace(
     saying what it kept. A dataset is filtered while it is read (only the kept requests'
     block ids are held) and only the kept part counts against the memory budget."""
     from fcctl.analyzers.reuse.bounded import default_memory_budget
-    from fcctl.analyzers.traces.dataset import is_dataset_spec, open_dataset
+    from fcctl.analyzers.traces.dataset import is_dataset_input, open_dataset
     from fcctl.analyzers.traces.sampling import (
         load_dataset_sample,
         plan_dataset_sample,
@@ -532,7 +524,7 @@ def _sampled_trace(
 
     if isinstance(source, Trace):
         return (source, None) if sample_sessions is None else sample_trace(source, sample_sessions)
-    if format is None and is_dataset_spec(source):
+    if is_dataset_input(source, format):
         dataset = open_dataset(source, progress)
         mask, sample = None, None
         accesses, requests = dataset.block_accesses, dataset.num_requests
