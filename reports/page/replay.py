@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from html import escape
 
 from .. import format as fmt
 from .. import svg
@@ -131,7 +132,11 @@ def _per_policy(doc: Node, *keys: str) -> dict[str, tuple[list[float], list[floa
 
 
 def rate_charts(doc: Node, prefix: str) -> str:
-    """Hit share, TTFT p50/p99 and SSD bytes against rate, one series per policy."""
+    """Hit share, TTFT p50/p99 and SSD bytes against rate, one series per policy (bars per
+    policy when the document ran one load: a line needs two)."""
+    at_node = [pt for pt in load_points(doc) if not pt.sizes]
+    if len({pt.load for pt in at_node}) == 1:
+        return _one_load_charts(doc, prefix, at_node[0])
     rate_axis = (
         svg.Axis("sessions kept active (closed loop)", fmt=lambda v: f"{v:g}")
         if closed_loop(doc)
@@ -189,7 +194,73 @@ def rate_charts(doc: Node, prefix: str) -> str:
     return '<div class="charts">' + "".join(charts) + "</div>"
 
 
-def hardware_table(doc: Node) -> str:
+def _one_load_charts(doc: Node, prefix: str, point: LoadPoint) -> str:
+    """The charts of :func:`rate_charts` at the one load replayed: bars, one group a policy."""
+    names = [n for n, _ in point.policies]
+
+    def values(*keys: str) -> list[float | None]:
+        return [number_at(p, *keys) for _, p in point.policies]
+
+    ideal = doc["ideal_hit_share"].as_num()
+    at = f"at {point.label}, the one load replayed"
+    charts = [
+        figure(
+            svg.bar_chart(
+                f"{prefix}-hit-share",
+                "GPU hit share per policy",
+                names,
+                [("GPU hit share", values("gpu_hit_share"))],
+                "policy",
+                svg.Axis("GPU-delivered hit share", fmt=fmt.share, lo=0.0, hi=1.0),
+                svg.RefLine("ideal (reuse access share)", ideal) if ideal is not None else None,
+            ),
+            f"Reused blocks delivered to GPU memory before prefill, over all block accesses, {at}.",
+        ),
+        figure(
+            svg.bar_chart(
+                f"{prefix}-ttft",
+                "Time to first token per policy",
+                names,
+                [("p50", values("ttft_s", "p50")), ("p99", values("ttft_s", "p99"))],
+                "policy",
+                svg.Axis("TTFT (seconds)", fmt=lambda v: fmt.seconds(v)),
+            ),
+            f"TTFT p50 and p99 per policy, {at}.",
+        ),
+    ]
+    ssd = values("ssd_read_bytes")
+    if any(v is not None for v in ssd):
+        charts.append(
+            figure(
+                svg.bar_chart(
+                    f"{prefix}-ssd-bytes",
+                    "SSD bytes read per policy",
+                    names,
+                    [("SSD bytes read", ssd)],
+                    "policy",
+                    svg.Axis("SSD bytes read", fmt=lambda v: fmt.size(v)),
+                ),
+                f"Bytes read from SSD per policy over the whole replay, {at}.",
+            )
+        )
+    return '<div class="charts">' + "".join(charts) + "</div>"
+
+
+def _plain(value: object) -> str:
+    """A non-numeric hardware value as text: a string as it is (no JSON quotes), null as
+    n/a, anything else (a list, an object) as JSON."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return fmt.NA
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return json.dumps(value)
+
+
+def hardware_table(
+    doc: Node, *, table_id: str = "hardware-table", heading: str = "Hardware"
+) -> str:
     hw = doc.get("hardware")
     if hw is None:
         return ""
@@ -201,10 +272,10 @@ def hardware_table(doc: Node) -> str:
             value, source = v.value, ""
         number = isinstance(value, int | float) and not isinstance(value, bool)
         # Figures as the JSON holds them: whole numbers with separators, fractions to 1 place.
-        cell: CellLike = Cell(fmt.number(value), value) if number else json.dumps(value)
+        cell: CellLike = Cell(fmt.number(value), value) if number else _plain(value)
         rows.append([name, cell, str(source)])
-    return "<h3>Hardware</h3>" + table(
-        ["figure", "value", "source"], rows, table_id="hardware-table"
+    return f"<h3>{escape(heading)}</h3>" + table(
+        ["figure", "value", "source"], rows, table_id=table_id
     )
 
 
