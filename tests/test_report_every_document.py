@@ -42,6 +42,16 @@ CASES: dict[str, tuple[list[str], str, list[str]]] = {
         ANALYZE,
     ),
     "analyze dataset": (["analyze", "{dataset}", "--json"], "json", ANALYZE),
+    "analyze dataset --engine dask": (
+        ["analyze", "{dataset}", "--engine", "dask", "--json"],
+        "json",
+        ANALYZE,
+    ),
+    "replay dataset --engine dask": (
+        ["replay", "{dataset}", "--rates", "1", "--engine", "dask", "--json"],
+        "json",
+        REPLAY,
+    ),
     "replay --rates 1": (["replay", CLAUDE, "--rates", "1", *FAST, "--json"], "json", REPLAY),
     "replay --rates auto": (["replay", CLAUDE, *FAST, "--json"], "json", REPLAY),
     "replay --rates 1,2 --rate": (
@@ -199,7 +209,11 @@ def produce(tmp_path_factory: pytest.TempPathFactory, dataset: Path) -> Callable
     return run
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize(
+    "name",
+    # A local Dask cluster takes 10-30 s to start here: its cases run with -m slow.
+    [pytest.param(n, marks=pytest.mark.slow) if "dask" in n else n for n in sorted(CASES)],
+)
 def test_report_reads_the_document(
     name: str, produce: Callable[[str], Path], tmp_path: Path
 ) -> None:
