@@ -14,6 +14,7 @@ chromium or playwright, as tests/test_report_browser.py does.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Iterator
@@ -212,3 +213,21 @@ def test_f_no_string_cell_keeps_json_quotes(page: Any) -> None:
     quoted = [c for c in cells if len(c) >= 2 and c[0] == c[-1] == '"']
     assert quoted == []
     assert "null" not in cells
+
+
+def test_e_a_recommendation_on_other_hardware_keeps_its_own_table(
+    page_file: Path, tmp_path: Path
+) -> None:
+    """The recommendation's table is left out only when the replay's shows the same node."""
+    plan = page_file.parent / "plan"
+    doc = json.loads((plan / "recommend.json").read_text())
+    doc["hardware"]["gpus"]["value"] = 4
+    other = tmp_path / "recommend.json"
+    other.write_text(json.dumps(doc))
+    out = tmp_path / "page.html"
+    done = runner.invoke(app, ["report", str(plan / "replay.json"), str(other), "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    html = out.read_text()
+    assert html.count('id="hardware-table"') == 1
+    assert html.count('id="recommend-hardware-table"') == 1
+    assert "<h3>Hardware (recommend-thresholds)</h3>" in html
