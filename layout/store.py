@@ -40,7 +40,7 @@ import struct
 import threading
 import weakref
 import zlib
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -64,7 +64,13 @@ from .planner import ReadPlan
 from .reclaim import DEFAULT_HIGH_WATERMARK, DEFAULT_LOW_WATERMARK, Reclaimed, SessionReclaimer
 from .scheduler import TwoQueueScheduler
 from .session_file import SessionFile, is_session_file
-from .session_format import DEFAULT_EXTENT_BYTES, NAME_BYTES, segment_bytes, turn_blocks
+from .session_format import (
+    DEFAULT_EXTENT_BYTES,
+    NAME_BYTES,
+    TurnRecord,
+    segment_bytes,
+    turn_blocks,
+)
 from .staging import StagingWindow, import_torch, kv_view, restore_session
 
 #: Restores in flight at once: two layer buffers per stream, two streams (FlatCake's window).
@@ -292,6 +298,53 @@ def _append_tag(
             os.close(dfd)
 
 
+def restorable_turns(
+    turns: Sequence[TurnRecord], tags: dict[int, tuple[int, int, bytes]]
+) -> list[tuple[TurnRecord, tuple[int, int, bytes]]]:
+    """A recovered file's turns that restore from its session's start, with their tag records.
+
+    The file's turns are the session's from its start while each has its tag record (its
+    session turn and token start); past a memory turn (lost with the process) the history has
+    a hole and the rest cannot be restored.
+    """
+    out = []
+    for rec in turns:
+        record = tags.get(rec.index)
+        if record is None or record[:2] != (rec.index, rec.token_start):
+            break
+        out.append((rec, record))
+    return out
+
+
+def session_file_name(node: int, rank: int, session: str) -> str:
+    """The file name of ``session`` for a (node, rank): ``n{node}-r{rank}-`` and a hash of the
+    id (any id is a safe file name), so the ranks and nodes sharing a directory never share a
+    file."""
+    digest = hashlib.sha256(session.encode()).hexdigest()[:32]
+    return f"n{node}-r{rank}-{digest}{SESSION_SUFFIX}"
+
+
+def scan_sessions(
+    directory: str | os.PathLike[str], *, node: int = 0, rank: int = 0
+) -> dict[str, list[tuple[int, bytes]]]:
+    """What a store of (``node``, ``rank``) opened on ``directory`` would recover, read only:
+    ``session -> [(tokens, tag) per turn]``. For a process that indexes a store another process
+    owns (vLLM's scheduler beside its workers); files it cannot read are left out."""
+    found: dict[str, list[tuple[int, bytes]]] = {}
+    mine = f"n{node}-r{rank}-"
+    for path in sorted(Path(directory).glob(f"{mine}*{SESSION_SUFFIX}")):
+        try:
+            with SessionFile.open(path, recover=True) as f:
+                if path.name != session_file_name(node, rank, f.session_id):
+                    continue
+                turns = restorable_turns(f.turns, read_tags(tags_path(path))[0])
+                if turns:
+                    found[f.session_id] = [(rec.tokens, tag[2]) for rec, tag in turns]
+        except (LayoutError, OSError):
+            continue  # what the owner reclaims, or removed meanwhile
+    return found
+
+
 def read_tags(path: Path) -> tuple[dict[int, tuple[int, int, bytes]], int]:
     """A tag file's records by file turn, ``file turn -> (session turn, token start, tag)``
     (a later record for a turn replaces an earlier one), and the bytes of its intact prefix:
@@ -458,13 +511,7 @@ class FlatStore:
         if intact and tags_path(path).stat().st_size > intact:
             os.truncate(tags_path(path), intact)  # a torn last record: the next one follows
         s = _Session(f.session_id)
-        for rec in f.turns:
-            # The file's turns are the session's from its start while each has its tag record
-            # (its session turn and token start); past a memory turn (lost with the process)
-            # the history has a hole and the rest cannot be restored.
-            record = tags.get(rec.index)
-            if record is None or record[:2] != (rec.index, rec.token_start):
-                break
+        for rec, record in restorable_turns(f.turns, tags):
             address = encode_address(MEDIUM_SSD, self.node, rec.segment_offset)
             s.turns.append(
                 StoredTurn(
@@ -559,8 +606,7 @@ class FlatStore:
     def session_path(self, session: str) -> Path:
         """The session's file: ``n{node}-r{rank}-`` and a hash of its id (any id is a safe
         file name), so the ranks and nodes sharing a directory never share a file."""
-        digest = hashlib.sha256(session.encode()).hexdigest()[:32]
-        return self.directory / f"{self._prefix}-{digest}{SESSION_SUFFIX}"
+        return self.directory / session_file_name(self.node, self.rank, session)
 
     def _create_file(self, session: str) -> SessionFile:
         path = self.session_path(session)
