@@ -325,11 +325,16 @@ def session_file_name(node: int, rank: int, session: str) -> str:
 
 
 def scan_sessions(
-    directory: str | os.PathLike[str], *, node: int = 0, rank: int = 0
+    directory: str | os.PathLike[str],
+    *,
+    node: int = 0,
+    rank: int = 0,
+    geometry: KvGeometry | None = None,
 ) -> dict[str, list[tuple[int, bytes]]]:
     """What a store of (``node``, ``rank``) opened on ``directory`` would recover, read only:
     ``session -> [(tokens, tag) per turn]``. For a process that indexes a store another process
-    owns (vLLM's scheduler beside its workers); files it cannot read are left out."""
+    owns (vLLM's scheduler beside its workers); files it cannot read, or written for another
+    ``geometry`` when one is given, are left out."""
     found: dict[str, list[tuple[int, bytes]]] = {}
     mine = f"n{node}-r{rank}-"
     for path in sorted(Path(directory).glob(f"{mine}*{SESSION_SUFFIX}")):
@@ -337,6 +342,11 @@ def scan_sessions(
             with SessionFile.open(path, recover=True) as f:
                 if path.name != session_file_name(node, rank, f.session_id):
                     continue
+                if geometry is not None and (f.layers, f.bytes_per_block_per_layer) != (
+                    geometry.layers,
+                    geometry.bytes_per_block_per_layer(f.block_tokens),
+                ):
+                    continue  # another model's: the owner leaves it alone too
                 turns = restorable_turns(f.turns, read_tags(tags_path(path))[0])
                 if turns:
                     found[f.session_id] = [(rec.tokens, tag[2]) for rec, tag in turns]
@@ -507,6 +517,16 @@ class FlatStore:
         if self.session_path(f.session_id) != path:
             f.close()
             return f"skipped: holds session {f.session_id!r}, whose file has another name"
+        if f.block_tokens != self.block_tokens or (
+            (f.layers, f.bytes_per_block_per_layer) != (self.geometry.layers, self.piece_bytes)
+        ):
+            # Another model's or page size's KV: not this store's to serve, nor to destroy.
+            f.close()
+            return (
+                f"skipped: written for {f.layers} layers of {f.bytes_per_block_per_layer}-byte "
+                f"pages of {f.block_tokens} tokens; this store has {self.geometry.layers} of "
+                f"{self.piece_bytes} of {self.block_tokens}"
+            )
         tags, intact = read_tags(tags_path(path))
         if intact and tags_path(path).stat().st_size > intact:
             os.truncate(tags_path(path), intact)  # a torn last record: the next one follows

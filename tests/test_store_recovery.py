@@ -338,3 +338,21 @@ def test_an_open_memory_turn_grows_in_place_and_counts_its_bytes(tmp_path: Path)
     assert np.array_equal(_restored(store, "m"), np.concatenate([a, b], axis=1))
     assert not store.session_path("m").exists()
     store.close()
+
+
+def test_another_geometrys_files_are_left_alone(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    kv = _kv(store, 8, 1)
+    store.write_turn("s", 0, kv, tokens=8, medium=Medium.SSD, now_s=1.0)
+    store.close()
+    # The directory reopened for another model: its files are neither served nor destroyed.
+    other = KvGeometry("other-model", layers=3, kv_heads=4, head_dim=16)
+    with FlatStore.open(
+        tmp_path, other, block_tokens=BLOCK, host_bytes=0, ssd_bytes=2**26, now_s=2.0
+    ) as foreign:
+        assert foreign.sessions() == () and foreign.recovery.reclaimed == ()
+        ((name, why),) = foreign.recovery.skipped
+        assert name == store.session_path("s").name and "written for 3 layers" in why
+    again = _store(tmp_path, now_s=3.0)
+    assert np.array_equal(_restored(again, "s"), kv)
+    again.close()
