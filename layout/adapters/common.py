@@ -296,17 +296,24 @@ class SessionKV:
 
     def _index_recovered(self) -> None:
         """Index what the store recovered from an earlier run, by the keys kept in each turn's
-        tag; a session whose first turn has no readable keys is dropped (nothing of it could
-        be looked up), and one whose later turn has none keeps the turns before it."""
+        tag. A session with a turn whose keys cannot be read (another codec's, or keys
+        already indexed) is dropped whole: its turns could not all be looked up, and the next
+        write would not follow them."""
         now = self.clock()
         for session in self.store.sessions():
-            for turn in self.store.turns(session):
-                keys = self.key_codec.unpack(self.store.tag(session, turn.turn))
-                if len(keys) != turn.tokens or any(k in self.index for k in keys):
-                    break
-                self.index.add(session, keys)
-            if session not in self.index.sessions:
+            turns = [
+                self.key_codec.unpack(self.store.tag(session, t.turn))
+                for t in self.store.turns(session)
+            ]
+            keys = [k for turn in turns for k in turn]
+            readable = all(
+                len(k) == t.tokens for k, t in zip(turns, self.store.turns(session), strict=True)
+            )
+            if not readable or len(set(keys)) != len(keys) or any(k in self.index for k in keys):
                 self.store.drop(session, now)
+                continue
+            for turn_keys in turns:
+                self.index.add(session, turn_keys)
 
     # lookups ----------------------------------------------------------------------------
     def lookup(self, keys: Sequence[Hashable]) -> int:

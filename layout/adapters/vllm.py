@@ -28,13 +28,18 @@ Split as vLLM splits it:
 
 * :class:`FlatCakeManager` (scheduler process) decides: it indexes stored keys
   (:class:`.common.KeyIndex`), names the session (side channel, else the write-time rule's
-  fallback), places each write with the emitted thresholds (:class:`..placement.PlacementRule`
-  on the manager's own host/SSD accounting) and reclaims whole sessions at the watermark
-  (:class:`..reclaim.SessionReclaimer`). Its decisions travel to the workers in the
-  load/store specs, with the sessions to drop.
+  fallback), places each request's turn once, at its first store, with the emitted
+  thresholds (:class:`..placement.PlacementRule` on the manager's own host/SSD accounting),
+  and reclaims whole sessions at the watermark (:class:`..reclaim.SessionReclaimer`). vLLM
+  stores a request's blocks step by step as they complete; each later store extends the same
+  turn. Its decisions travel to the workers in the load/store specs, with the sessions to drop
+  and the turns to seal (their request finished). At start it indexes what the workers' stores
+  recover from the directory (:func:`..store.scan_sessions`, the keys kept in each turn's tag).
 * :class:`FlatCakeWorker` (each worker process, one per rank) executes them on its own
-  :class:`..store.FlatStore`: a store writes the new blocks of every layer as one turn
-  (layer-ordered, one FC-CIO segment or one host array); a load restores each session's
+  :class:`..store.FlatStore`: a turn's stores accumulate in host memory and are written as
+  one turn when sealed (layer-ordered, one FC-CIO segment or one host array); a load that
+  fails its checksums is reported failed and its session dropped with its file (the manager
+  forgets it when the load completes: a miss from then on); a load restores each session's
   whole turns with the coalesced planner, into the KV tensors in place through the staging
   window when the requested blocks are exactly those turns, else through host memory and a
   copy of the requested blocks. On a GPU the window reads with the kvikio engine (GDS) when
