@@ -814,7 +814,13 @@ def _recover(
         except CorruptSessionFile as e:
             failures.append(f"header generation {header.generation}: {e}")
             continue
-        extra, end, tokens, crc = _intact_chain(fd, path, header, size)
+        if header.state == STATE_CLEAN and not failures:
+            # The last append committed and both slots check: nothing can follow its end of
+            # data (a segment written without its commit leaves the header WRITING), so the
+            # pre-allocated space past it is not read (on a cold cache, most of an open).
+            extra, end, tokens, crc = [], header.data_end, header.token_count, header.index_crc32
+        else:
+            extra, end, tokens, crc = _intact_chain(fd, path, header, size)
         changed = header.state != STATE_CLEAN or bool(extra)
         recovered = replace(
             header,

@@ -256,6 +256,11 @@ class _Session:
     def held_in_memory(self) -> set[int]:
         return set(self.memory) | set(self.chunks)
 
+    def parts(self, turn: int) -> list[np.ndarray]:
+        """A turn held in host memory as the ``(layers, bytes)`` parts it was written in."""
+        joined = [self.memory[turn]] if turn in self.memory else []
+        return joined + self.chunks.get(turn, [])
+
     def rows(self, turn: int) -> np.ndarray:
         """A turn held in host memory, as ``(layers, layer_bytes)``; parts written since the
         last read are joined once here, not at every extension."""
@@ -267,6 +272,22 @@ class _Session:
         elif parts:
             self.memory[turn] = parts[0]
         return self.memory[turn]
+
+
+def _layer_source(parts: list[np.ndarray]) -> np.ndarray | Callable[[int, memoryview], None]:
+    """What ``SessionFile.append_turn`` writes a turn from: its one part, or a fill that lays
+    each layer's parts end to end in the writer's buffer (one copy, no joined turn)."""
+    if len(parts) == 1:
+        return parts[0]
+
+    def fill(layer: int, buffer: memoryview) -> None:
+        out = np.frombuffer(buffer, dtype=np.uint8)
+        at = 0
+        for part in parts:
+            out[at : at + part.shape[1]] = part[layer]
+            at += part.shape[1]
+
+    return fill
 
 
 def tags_path(session_path: Path) -> Path:
@@ -718,7 +739,9 @@ class FlatStore:
         _check_int("tokens", tokens, 1)
         layers = self.geometry.layers
         layer_bytes = self.layer_bytes_for(tokens)
-        data = np.ascontiguousarray(kv).view(np.uint8).reshape(-1)
+        contiguous = np.ascontiguousarray(kv)
+        copied = contiguous is not kv and not np.may_share_memory(contiguous, kv)
+        data = contiguous.view(np.uint8).reshape(-1)
         if data.shape[0] != layers * layer_bytes:
             raise InputError(
                 f"kv: a turn of {tokens} tokens holds {layers} x {layer_bytes} bytes; got "
@@ -732,7 +755,9 @@ class FlatStore:
                 f"memory write of {nbytes} bytes (place() sends it to SSD)",
                 parameter="medium",
             )
-        rows = data.reshape(layers, layer_bytes).copy()  # the caller may reuse its buffer
+        rows = data.reshape(layers, layer_bytes)
+        if (not final or medium == Medium.MEMORY or extend) and not copied:
+            rows = rows.copy()  # kept past this call: the caller may reuse its buffer
         if medium == Medium.MEMORY:
             self.memory.add(session, nbytes, now_s)
         s.chunks.setdefault(turn, []).append(rows)
@@ -778,7 +803,8 @@ class FlatStore:
         s.tags[turn] = tag
         if s.open_medium == Medium.MEMORY:
             return so_far  # already where it stays
-        rows = s.rows(turn)
+        parts = s.parts(turn)
+        layer_bytes = sum(p.shape[1] for p in parts)
         if s.file is None:
             s.file = self._create_file(s.name)
             s.identity = s.file.identity
@@ -787,16 +813,18 @@ class FlatStore:
         # tag could not be looked up.
         try:
             _append_tag(tags_path(s.file.path), file_turn, turn, so_far.token_start, tag)
-            rec = s.file.append_turn(so_far.tokens, rows)
+            rec = s.file.append_turn(so_far.tokens, _layer_source(parts))
         except BaseException:
             # Not written (disk full, say): the turn is gone, as if reclaimed, so no later
             # restore reaches past it.
             s.turns[turn] = None
             s.memory.pop(turn, None)
+            s.chunks.pop(turn, None)
             raise
         s.memory.pop(turn, None)
+        s.chunks.pop(turn, None)
         s.file_turn[turn] = file_turn
-        stored = segment_bytes(self.geometry.layers, rows.shape[1])
+        stored = segment_bytes(self.geometry.layers, layer_bytes)
         self.ssd.add(s.name, stored, now_s)
         address = encode_address(MEDIUM_SSD, self.node, rec.segment_offset)
         record = replace(so_far, medium=Medium.SSD, address=address, stored_bytes=stored)
