@@ -133,15 +133,15 @@ def main() -> None:
         cold = open_each()
         t0 = time.perf_counter()
         again = _store(root / "store", 3.0)
-        ours = time.perf_counter() - t0
+        open_s = time.perf_counter() - t0
         recovered = again.recovery
         again.close()
         warm = open_each()
         print(
-            f"restart: FlatStore.open {ours:.3f} s ({len(recovered.sessions)} sessions, "
+            f"restart: FlatStore.open {open_s:.3f} s ({len(recovered.sessions)} sessions, "
             f"{recovered.turns} turns, {recovered.ssd_bytes / 2**30:.2f} GiB), "
             f"SessionFile.open of each {warm:.3f} s warm ({cold:.3f} s cold); "
-            f"ratio {ours / warm:.2f}"
+            f"ratio {open_s / warm:.2f}"
         )
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -814,6 +814,7 @@ def _recover(
         except CorruptSessionFile as e:
             failures.append(f"header generation {header.generation}: {e}")
             continue
+        extra: list[TurnRecord]
         if header.state == STATE_CLEAN and not failures:
             # The last append committed and both slots check: nothing can follow its end of
             # data (a segment written without its commit leaves the header WRITING), so the
