@@ -356,3 +356,59 @@ def test_another_geometrys_files_are_left_alone(tmp_path: Path) -> None:
     again = _store(tmp_path, now_s=3.0)
     assert np.array_equal(_restored(again, "s"), kv)
     again.close()
+
+
+def test_a_damaged_restore_into_pages_drops_the_session(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    store = _store(tmp_path)
+    for turn in range(2):
+        store.write_turn("s", turn, _kv(store, 8, turn), tokens=8, medium=Medium.SSD, now_s=1.0)
+    _flip(store.session_path("s"), turn=0, layer=1)
+    plan = store.plan_restore("s", 16, now_s=2.0)
+    pages = torch.zeros((GEOMETRY.layers, 8, store.piece_bytes), dtype=torch.uint8)
+    with pytest.raises(VerificationError, match="turn 0 layer 1"):
+        store.restore_to_pages(plan, pages, list(range(4)), now_s=2.0)
+    assert store.sessions() == () and not store.session_path("s").exists()
+    store.close()
+
+
+def _flip(path: Path, *, turn: int, layer: int) -> None:
+    with SessionFile.open(path) as f:
+        offset = f.turns[turn].layer_offsets[layer] + 3
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ 0x81]))
+
+
+def test_the_adapters_store_glue_restarts_and_turns_damage_into_a_miss(tmp_path: Path) -> None:
+    # SessionKV is what the LMCache and SGLang adapters are built on; it needs no engine.
+    from fcctl.layout.adapters.common import SessionKV, StoreOptions
+
+    def opened() -> SessionKV:
+        options = StoreOptions(str(tmp_path / "kv"), host_bytes=0, ssd_bytes=2**30)
+        return SessionKV(options, engine="t", layers=3, layer_page_bytes=64, tokens_per_key=16)
+
+    keys = [b"\x01" * 8, b"\x02" * 8, "page-3", "page-4"]  # bytes and str keys both kept
+    pages = np.random.default_rng(5).integers(0, 256, (4, 3, 64), dtype=np.uint8)
+    kv = opened()
+    kv.write(keys[:2], pages[:2], session_id="chat")
+    kv.write(keys[2:], pages[2:], prefix=keys[:2], session_id="chat")
+    kv.write([("not", "kept")], pages[:1], session_id="other")  # a key no codec can keep
+    kv.close()
+    again = opened()
+    assert again.lookup(keys) == 4 and again.lookup([("not", "kept")]) == 0
+    got = again.read(keys)
+    assert got is not None and np.array_equal(got, pages)
+    assert again.store.sessions() == ("chat",)  # "other" could not be looked up: dropped
+    again.close()
+    _flip(sorted((tmp_path / "kv").glob("n0-r0-*.fccio"))[0], turn=1, layer=0)
+    damaged = opened()
+    assert damaged.lookup(keys) == 4
+    assert damaged.read(keys[2:]) is None  # a miss, not an exception
+    assert damaged.lookup(keys) == 0 and damaged.damaged == 1
+    damaged.write(keys, pages, session_id="chat")  # stored again
+    got = damaged.read(keys)
+    assert got is not None and np.array_equal(got, pages)
+    damaged.close()
