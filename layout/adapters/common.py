@@ -34,14 +34,14 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import CorruptSessionFile, InputError, VerificationError
 from ..geometry import KvGeometry
 from ..placement import Medium, Placement, PlacementRule
 from ..rule_file import resolve_rule
@@ -117,13 +117,19 @@ class KeyIndex:
             break
         return "h-" + key_hex(new_keys[0])[:40], FALLBACK_SOURCE
 
-    def add(self, session: str, keys: Sequence[Hashable]) -> IndexedSession:
-        """Record a turn of ``keys`` appended to ``session``."""
+    def add(
+        self, session: str, keys: Sequence[Hashable], *, extend: bool = False
+    ) -> IndexedSession:
+        """Record a turn of ``keys`` appended to ``session`` (with ``extend``, more keys of its
+        last turn: an engine that stores one turn in pieces)."""
         s = self.sessions.setdefault(session, IndexedSession(session))
         for k in keys:
             self.where[k] = (session, len(s.keys))
             s.keys.append(k)
-        s.turn_ends.append(len(s.keys))
+        if extend and s.turn_ends:
+            s.turn_ends[-1] = len(s.keys)
+        else:
+            s.turn_ends.append(len(s.keys))
         return s
 
     def forget(self, session: str) -> list[Hashable]:
@@ -145,6 +151,45 @@ class KeyIndex:
             start = end
         stop = next(end for end in ends if end > last_block)
         return start, stop
+
+
+def pack_keys(keys: Sequence[Hashable]) -> bytes:
+    """Block keys as a turn's tag (:meth:`..store.FlatStore.write_turn`), so a restart can look
+    them up again: each key ``bytes`` or ``str``, length-prefixed; two packed runs joined are
+    the packing of both."""
+    out = bytearray()
+    for k in keys:
+        if isinstance(k, bytes | bytearray):
+            kind, raw = 0, bytes(k)
+        elif isinstance(k, str):
+            kind, raw = 1, k.encode()
+        else:
+            raise TypeError(f"keys: bytes or str keys can be kept on disk; got {type(k).__name__}")
+        out += kind.to_bytes(1, "little") + len(raw).to_bytes(4, "little") + raw
+    return bytes(out)
+
+
+def unpack_keys(tag: bytes) -> list[Hashable]:
+    """The keys :func:`pack_keys` packed (a damaged tag: the keys before the damage)."""
+    keys: list[Hashable] = []
+    at = 0
+    while at + 5 <= len(tag):
+        kind, length = tag[at], int.from_bytes(tag[at + 1 : at + 5], "little")
+        raw = tag[at + 5 : at + 5 + length]
+        if len(raw) != length or kind not in (0, 1):
+            break
+        keys.append(raw if kind == 0 else raw.decode())
+        at += 5 + length
+    return keys
+
+
+@dataclass(frozen=True)
+class KeyCodec:
+    """How an adapter keeps a turn's block keys on disk: ``pack(keys) -> bytes`` (joining two
+    packed runs packs both) and ``unpack(bytes) -> keys``."""
+
+    pack: Callable[[Sequence[Hashable]], bytes]
+    unpack: Callable[[bytes], list[Hashable]]
 
 
 class Clock:
@@ -220,8 +265,11 @@ class SessionKV:
         tokens_per_key: int,
         rule: PlacementRule | str | os.PathLike[str] | None = None,
         trace: str | os.PathLike[str] | None = None,
+        key_codec: KeyCodec | None = None,
     ) -> None:
         self.engine = engine
+        self.key_codec = key_codec or KeyCodec(pack_keys, unpack_keys)
+        self.damaged = 0  # reads that failed verification: each a miss, its session dropped
         self.layers = layers
         self.layer_page_bytes = layer_page_bytes
         self.tokens_per_key = tokens_per_key
@@ -244,6 +292,28 @@ class SessionKV:
         self.recorder = TraceRecorder.from_environment(trace, engine=engine)
         self.lock = threading.RLock()
         self.placements: list[Placement] = []  # every write's decision, in order
+        self._index_recovered()
+
+    def _index_recovered(self) -> None:
+        """Index what the store recovered from an earlier run, by the keys kept in each turn's
+        tag. A session with a turn whose keys cannot be read (another codec's, or keys
+        already indexed) is dropped whole: its turns could not all be looked up, and the next
+        write would not follow them."""
+        now = self.clock()
+        for session in self.store.sessions():
+            turns = [
+                self.key_codec.unpack(self.store.tag(session, t.turn))
+                for t in self.store.turns(session)
+            ]
+            keys = [k for turn in turns for k in turn]
+            readable = all(
+                len(k) == t.tokens for k, t in zip(turns, self.store.turns(session), strict=True)
+            )
+            if not readable or len(set(keys)) != len(keys) or any(k in self.index for k in keys):
+                self.store.drop(session, now)
+                continue
+            for turn_keys in turns:
+                self.index.add(session, turn_keys)
 
     # lookups ----------------------------------------------------------------------------
     def lookup(self, keys: Sequence[Hashable]) -> int:
@@ -292,12 +362,24 @@ class SessionKV:
             # Layer-ordered: layer l holds every new page's layer-l bytes, in key order.
             kv = np.ascontiguousarray(data[new].transpose(1, 0, 2)).reshape(self.layers, -1)
             stored = self.store.write_turn(
-                session, turn, kv, tokens=len(new_keys), medium=placement.medium, now_s=now
+                session,
+                turn,
+                kv,
+                tokens=len(new_keys),
+                medium=placement.medium,
+                now_s=now,
+                tag=self._tag(new_keys),
             )
             self.index.add(session, new_keys)
             self.placements.append(placement)
             self._reclaim(now)
             return stored
+
+    def _tag(self, keys: Sequence[Hashable]) -> bytes:
+        try:
+            return self.key_codec.pack(keys)
+        except TypeError:
+            return b""  # keys this codec cannot keep: served now, not after a restart
 
     def set_previous_reply(self, session_id: object, reply_tokens: int) -> None:
         """The engine told a session's last reply length: the next write's placement signal."""
@@ -332,7 +414,14 @@ class SessionKV:
                 if plan.tokens != stop - start:  # a turn gone since (cannot happen: see _reclaim)
                     return None
                 buf = np.empty((self.layers, plan.layer_bytes), dtype=np.uint8)
-                self.store.restore(plan, buf, now_s=now)
+                try:
+                    self.store.restore(plan, buf, now_s=now)
+                except (VerificationError, CorruptSessionFile):
+                    # Damaged on disk: a miss, once. The store dropped the session and its
+                    # file; the engine recomputes and stores it again.
+                    self.index.forget(session)
+                    self.damaged += 1
+                    return None
                 rows = buf.reshape(self.layers, stop - start, self.layer_page_bytes)
                 for i, b in wanted:
                     out[i] = rows[:, b - start]
@@ -398,11 +487,14 @@ __all__ = [
     "FALLBACK_SOURCE",
     "Clock",
     "IndexedSession",
+    "KeyCodec",
     "KeyIndex",
     "Medium",
     "SessionKV",
     "StoreOptions",
     "key_hex",
+    "pack_keys",
     "page_geometry",
     "session_name",
+    "unpack_keys",
 ]
