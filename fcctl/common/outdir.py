@@ -88,6 +88,8 @@ def remove_made(made: list[Path]) -> None:
     for d in reversed(made):
         try:
             d.rmdir()
+        except FileNotFoundError:
+            continue  # already removed with what it held
         except OSError:
             return
 
