@@ -44,9 +44,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fcctl.common.errors import FcctlInputError, InputError
+from fcctl.common.errors import FcctlInputError, InputError, RunFailed
 from fcctl.common.inputfile import parse_json, read_regular_text
-from fcctl.common.outdir import OutDirError, make_dirs, remove_made, write_text_atomic
+from fcctl.common.outdir import (
+    OutDirError,
+    machine_failure,
+    make_dirs,
+    remove_made,
+    write_text_atomic,
+)
 from fcctl.common.progress import Progress
 
 MARKER = "plan.json"
@@ -389,7 +395,17 @@ class PlanRunner:
             (self.out / MARKER).unlink(missing_ok=True)
             self.unfinished = True
         start = time.perf_counter()
-        run(path)
+        try:
+            run(path)
+        except Exception as e:
+            words = machine_failure(e)
+            if words is None:
+                raise
+            raise RunFailed(
+                f"{self.out}: {words} while the {name} step wrote {FILES[name]} "
+                f"({e.strerror if isinstance(e, OSError) else e}); the steps finished before it "
+                "stay, recorded: --resume continues the plan"
+            ) from None
         step = PlanStep(
             name, str(path), "ran", time.perf_counter() - start, fingerprint, content_digest(path)
         )

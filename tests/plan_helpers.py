@@ -15,8 +15,8 @@ import pytest
 from tests.conftest import REPO, SAMPLES
 
 MOONCAKE = SAMPLES / "mooncake_conversation_2k.jsonl"
-#: A plan of the first 150 requests takes seconds, not a minute.
-SMALL_REQUESTS = 150
+#: A plan of the first 60 requests takes seconds, not a minute.
+SMALL_REQUESTS = 60
 
 
 def small_trace(directory: Path, requests: int = SMALL_REQUESTS, skip: int = 0) -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ from tests.plan_helpers import (
     one_error_line,
     small_trace,
     start_fcctl,
+    tmpfs,
     wait_for,
 )
 
@@ -194,14 +196,17 @@ def test_a_second_plan_into_the_same_directory_is_refused_at_once(tmp_path: Path
     first = start_fcctl("plan", trace, "-o", out, "--jobs", "1", "--rate", "2", cwd=tmp_path)
     try:
         wait_for((out / PARTIAL).exists, first, "the first plan started")
+        # Stopped, the first plan stays mid-run (holding its lock) however slow the others are.
+        first.send_signal(signal.SIGSTOP)
         for extra in ([], ["--resume"], ["--force"]):
             done = run_fcctl("plan", other, "-o", out, "--jobs", "1", *extra, cwd=tmp_path)
             assert done.returncode == 2, done.stderr
             line = one_error_line(done.stderr)
             assert "another fcctl plan is writing into this directory" in line, line
-        assert first.poll() is None  # the first one never noticed
+        first.send_signal(signal.SIGCONT)
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=120)
+        assert first.returncode == 143  # the first one ran until told to stop
     finally:
         if first.poll() is None:
             first.kill()
@@ -244,3 +249,22 @@ def test_bad_input_found_by_a_step_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         fcctl.plan(bad, tmp_path / "new" / "p2", format="mooncake", **FAST)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([trace.name, bad.name])
+
+
+def test_a_full_disk_mid_plan_is_status_1_and_resumes_with_room(tmp_path: Path) -> None:
+    trace = small_trace(tmp_path)
+    # Room for the analysis and the record, not for the replay's document.
+    with tmpfs(tmp_path / "fs", "64k") as fs:
+        args = ["plan", trace, "-o", fs / "p", "--jobs", "1", "--rate", "2"]
+        done = run_fcctl(*args, cwd=tmp_path)
+        assert done.returncode == 1, done.stderr
+        line = one_error_line(done.stderr)
+        assert line.startswith(f"fcctl: error: {fs / 'p'}: disk full while the replay step wrote")
+        left = sorted(p.name for p in (fs / "p").iterdir())
+        assert left == ["analyze.json", PARTIAL], left  # no temporary, no half document
+        grown = subprocess.run(["mount", "-o", "remount,size=4m", str(fs)], check=False)
+        assert grown.returncode == 0
+        done = run_fcctl(*args, "--resume", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        steps = statuses(fs / "p")
+        assert steps["analyze"] == "reused" and steps["replay"] == "ran", steps
