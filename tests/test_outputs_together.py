@@ -1,6 +1,6 @@
-"""Two outputs of one command are written together: ``recommend-thresholds --out DIR --emit
-PKG`` on a disk that fills while the package is written leaves neither (exit 1, one line), and
-a failed output takes back the parent folders it created."""
+"""Two outputs of one command are written together (``recommend-thresholds --out DIR --emit
+PKG`` on a full disk: tests/test_full_disk.py), and a failed output takes back the parent
+folders it created."""
 
 from __future__ import annotations
 
@@ -9,35 +9,6 @@ from pathlib import Path
 import pytest
 
 from fcctl.common.outdir import atomic_out_dir, outputs_together
-from tests.plan_helpers import fcctl, one_error_line, small_trace, tmpfs
-
-
-def test_a_full_disk_under_emit_leaves_no_out_dir(tmp_path: Path) -> None:
-    trace = small_trace(tmp_path)
-    with tmpfs(tmp_path / "fs", "64k") as fs:
-        done = fcctl(
-            "recommend-thresholds",
-            trace,
-            "--rates",
-            "0.5",
-            "--short-reply",
-            "256",
-            "--agent-context",
-            "8192",
-            "--jobs",
-            "1",
-            "--out",
-            tmp_path / "r",
-            "--emit",
-            fs / "e",
-            cwd=tmp_path,
-        )
-        assert done.returncode == 1, done.stderr
-        line = one_error_line(done.stderr)
-        assert line.startswith(f"fcctl: error: --emit {fs / 'e'}: disk full while writing "), line
-        assert list(fs.iterdir()) == []
-    # --out fitted, but it is half of what was asked: it is not left alone.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fs", trace.name]
 
 
 def test_outputs_together_moves_all_or_none(tmp_path: Path) -> None:
