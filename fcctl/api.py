@@ -926,7 +926,7 @@ def plan(
             )
             rec_result: list[Any] = []
 
-            def recommend(p: Path) -> None:
+            def recommend(p: Path | None) -> None:
                 rec_result[:] = [
                     sampled(
                         recommend_thresholds(
@@ -944,7 +944,8 @@ def plan(
                         )
                     )
                 ]
-                write_json_file(rec_result[0], p)
+                if p is not None:
+                    write_json_file(rec_result[0], p)
 
             runner.step("recommend", fp, recommend)
             docs["recommend"] = read_document(out / FILES["recommend"])
@@ -954,7 +955,7 @@ def plan(
 
                 def do_emit(p: Path) -> None:
                     if not rec_result:  # the recommendation was reused: its object is needed
-                        recommend(out / FILES["recommend"])
+                        recommend(None)  # its document stays the one recorded
                     result = rec_result[0]
                     rec = result.recommendation
                     emit_package(

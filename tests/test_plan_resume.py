@@ -268,3 +268,16 @@ def test_a_full_disk_mid_plan_is_status_1_and_resumes_with_room(tmp_path: Path) 
         assert done.returncode == 0, done.stderr
         steps = statuses(fs / "p")
         assert steps["analyze"] == "reused" and steps["replay"] == "ran", steps
+
+
+def test_emitting_from_a_reused_recommendation_keeps_its_document(
+    finished: tuple[Path, Path], tmp_path: Path
+) -> None:
+    trace, plan = finished
+    out = copy_of(plan, tmp_path)
+    recommended = (out / "recommend.json").read_bytes()
+    fcctl.plan(trace, out, resume=True, emit=True, emit_name="fcs", **FAST)
+    assert statuses(out)["recommend"] == "reused" and statuses(out)["emit"] == "ran"
+    assert (out / "recommend.json").read_bytes() == recommended
+    fcctl.plan(trace, out, resume=True, emit=True, emit_name="fcs", **FAST)
+    assert set(statuses(out).values()) == {"reused"}
