@@ -389,6 +389,10 @@ class PlanRunner:
             self.steps.append(PlanStep(name, str(path), "reused", 0.0, fingerprint, digest))
             return False
         self.changed = True
+        # The steps after this one run again in this run: their earlier outputs are stale
+        # whether or not this run gets to them.
+        for later in STEPS[STEPS.index(name) + 1 :]:
+            self.records.pop(later, None)
         if not self.unfinished:
             # From here the directory is no longer the plan plan.json describes.
             self.record()

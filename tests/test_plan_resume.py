@@ -281,3 +281,24 @@ def test_emitting_from_a_reused_recommendation_keeps_its_document(
     assert (out / "recommend.json").read_bytes() == recommended
     fcctl.plan(trace, out, resume=True, emit=True, emit_name="fcs", **FAST)
     assert set(statuses(out).values()) == {"reused"}
+
+
+def test_a_step_that_runs_drops_the_records_of_the_steps_after_it(tmp_path: Path) -> None:
+    for name in ("analyze.json", "replay.json", "recommend.json"):
+        (tmp_path / name).write_text('{"a": 1}\n')
+    digest = content_digest(tmp_path / "analyze.json")
+    earlier = [
+        {"name": n, "fingerprint": n, "digest": digest} for n in ("analyze", "replay", "recommend")
+    ]
+    (tmp_path / MARKER).write_text(json.dumps({"steps": earlier}))
+    runner = PlanRunner(PlanDirectory(tmp_path, {"steps": earlier}, []), True, Progress())
+    assert not runner.step("analyze", "analyze", lambda p: pytest.fail("reused, not run"))
+    assert runner.step("replay", "other inputs", lambda p: p.write_text('{"b": 2}\n'))
+    # Interrupted here, the record keeps analyze and the new replay; recommend, which read the
+    # old replay, is no longer described as the directory's.
+    partial = json.loads((tmp_path / PARTIAL).read_text())
+    assert [(s["name"], s["fingerprint"]) for s in partial["steps"]] == [
+        ("analyze", "analyze"),
+        ("replay", "other inputs"),
+    ]
+    assert not (tmp_path / MARKER).exists()
