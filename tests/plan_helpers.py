@@ -4,6 +4,7 @@ process, a real small file system."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -44,9 +45,17 @@ def fcctl(*args: str | Path, cwd: Path, timeout: float = 300) -> subprocess.Comp
     )
 
 
+def _default_interrupts() -> None:
+    # An ignored disposition and a blocked mask survive fork and exec: a test process left in
+    # either state by an earlier test would start a child that never sees the test's signal.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def start_fcctl(*args: str | Path, cwd: Path) -> subprocess.Popen[str]:
     """``python -m fcctl ARGS`` started in its own session (signals reach it alone), SIGINT
-    and SIGTERM at their defaults whatever the test process has."""
+    and SIGTERM at their defaults and unblocked whatever the test process has."""
     return subprocess.Popen(
         [sys.executable, "-m", "fcctl", *map(str, args)],
         stdout=subprocess.PIPE,
@@ -55,7 +64,7 @@ def start_fcctl(*args: str | Path, cwd: Path) -> subprocess.Popen[str]:
         env=fcctl_env(),
         cwd=cwd,
         start_new_session=True,
-        restore_signals=True,
+        preexec_fn=_default_interrupts,
     )
 
 
