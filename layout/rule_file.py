@@ -60,6 +60,8 @@ def read_rule(path: str | os.PathLike[str]) -> PlacementRule:
         raise InputError(
             f"{p}: not usable TOML: nested deeper than the parser allows", parameter="thresholds"
         ) from None
+    except ValueError as e:  # an integer past CPython's 4300-digit conversion limit
+        raise InputError(f"{p}: not usable TOML: {e}", parameter="thresholds") from None
     return rule_from_mapping(data, str(p))
 
 
