@@ -781,20 +781,18 @@ def plan(
     from fcctl.analyzers.replay import Execution, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
     from fcctl.common.jsonio import dumps, write_json_file
-    from fcctl.common.outdir import write_text_atomic
     from fcctl.common.progress import Progress
     from fcctl.common.version import __version__
     from fcctl.planning import (
         FILES,
-        MARKER,
         PLAN_POLICIES,
         STEP_WEIGHTS,
         PlanResult,
         PlanRunner,
-        check_plan_dir,
         decision_of,
         file_identity,
         fingerprint,
+        plan_directory,
         read_document,
         summary_lines,
         target_rate,
@@ -807,10 +805,11 @@ def plan(
         check_name(emit_name)
     execution = Execution(engine, jobs, scheduler)
     check_execution(execution)
-    earlier = check_plan_dir(out, resume=resume, force=force)
+    _check_plan_load(rate, concurrency, think_time, slo_ttft_p99_s, host_memory_sweep)
+    geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
     start_worker_server(execution)  # before the trace is read (parallel.worker_context)
     node = _node(hardware)
-    identity = file_identity(source)
+    identity = file_identity(source, format)
     common = {
         "format": format,
         "model": model,
@@ -820,10 +819,9 @@ def plan(
         "version": __version__,
     }
     bar = progress if isinstance(progress, Progress) else Progress(enabled=bool(progress))
-    out.mkdir(parents=True, exist_ok=True)
     docs: dict[str, Any] = {}
-    with bar:
-        runner = PlanRunner(out, earlier, resume, bar)
+    with bar, plan_directory(out, resume=resume, force=force) as held:
+        runner = PlanRunner(held, resume, bar)
         with bar.task("plan", total=100, unit="%") as overall:
             done = 0.0
 
@@ -920,7 +918,7 @@ def plan(
             )
             rec_result: list[Any] = []
 
-            def recommend(p: Path) -> None:
+            def recommend(p: Path | None) -> None:
                 rec_result[:] = [
                     sampled(
                         recommend_thresholds(
@@ -938,7 +936,8 @@ def plan(
                         )
                     )
                 ]
-                write_json_file(rec_result[0], p)
+                if p is not None:
+                    write_json_file(rec_result[0], p)
 
             runner.step("recommend", fp, recommend)
             docs["recommend"] = read_document(out / FILES["recommend"])
@@ -948,7 +947,7 @@ def plan(
 
                 def do_emit(p: Path) -> None:
                     if not rec_result:  # the recommendation was reused: its object is needed
-                        recommend(out / FILES["recommend"])
+                        recommend(None)  # its document stays the one recorded
                     result = rec_result[0]
                     rec = result.recommendation
                     emit_package(
@@ -970,12 +969,47 @@ def plan(
             fp = fingerprint("report", [fingerprint(docs[s]) for s in docs], __version__)
             runner.step("report", fp, lambda p: make_report(inputs, p, force=True))
             advance("report")
-    decision = decision_of(docs["replay"])
-    lines = summary_lines(docs, decision)
-    lines.insert(
-        len(lines) - 1 if docs.get("analyze", {}).get("verdict") else len(lines),
-        f"  (thresholds measured at {target:.3g} req/s: {target_why})",
-    )
-    result = PlanResult(1, str(out), decision, tuple(lines), tuple(runner.steps), docs)
-    write_text_atomic(out / MARKER, dumps(result) + "\n")
+        decision = decision_of(docs["replay"])
+        lines = summary_lines(docs, decision)
+        lines.insert(
+            len(lines) - 1 if docs.get("analyze", {}).get("verdict") else len(lines),
+            f"  (thresholds measured at {target:.3g} req/s: {target_why})",
+        )
+        result = PlanResult(1, str(out), decision, tuple(lines), tuple(runner.steps), docs)
+        runner.finish(dumps(result) + "\n")
     return result
+
+
+def _check_plan_load(
+    rate: float | None,
+    concurrency: str | int | Sequence[int | str] | None,
+    think_time: str,
+    slo_ttft_p99_s: float | None,
+    host_memory_sweep: Sequence[Any],
+) -> None:
+    """The replay step's load parameters, checked before the plan directory is touched (the
+    replay itself checks them only after the analysis has run)."""
+    import math
+
+    from fcctl.analyzers.replay.load import parse_concurrency, parse_think_time
+    from fcctl.analyzers.traces.schedule import check_rate
+    from fcctl.common.errors import FcctlInputError
+
+    if rate is not None:
+        check_rate(rate, "operating_rate")
+    if concurrency is not None:
+        if rate is not None:
+            raise FcctlInputError(
+                "concurrency: the load axis is rates or concurrency, not both",
+                parameter="concurrency",
+            )
+        parse_concurrency(concurrency)
+    parse_think_time(think_time)
+    slo = slo_ttft_p99_s
+    if slo is not None and not (isinstance(slo, int | float) and math.isfinite(slo) and slo > 0):
+        raise FcctlInputError(
+            f"slo_ttft_p99_s: must be a finite number of seconds > 0; got {slo_ttft_p99_s!r}",
+            parameter="slo_ttft_p99_s",
+        )
+    for size in host_memory_sweep:
+        _size(size, "host_memory_bytes")
