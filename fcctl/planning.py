@@ -104,11 +104,11 @@ def file_identity(source: str | Path, format: str | None = None) -> dict[str, An
     directory or glob; every file of a Claude Code directory; else the file). A source the
     readers would refuse (missing, matching nothing, not a regular file) is refused here, before
     the plan touches the disk."""
-    from fcctl.analyzers.traces.dataset import dataset_files, is_dataset_spec
+    from fcctl.analyzers.traces.dataset import dataset_files, is_dataset_input
     from fcctl.analyzers.traces.readers import check_file
 
     p = Path(source)
-    if format in (None, "parquet") and is_dataset_spec(source):
+    if is_dataset_input(source, format):  # analyze's, replay's and convert's own rule
         files = dataset_files(source)  # the reader's own expansion: one source of truth
     elif p.is_dir():
         files = sorted(q for q in p.rglob("*") if q.is_file())
