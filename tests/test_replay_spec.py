@@ -20,7 +20,7 @@ from fcctl.analyzers.replay.load import ThinkTime
 from fcctl.analyzers.replay.reference import ReferenceStore
 from fcctl.analyzers.replay.store import FastStore
 from fcctl.analyzers.replay.sweep import MAX_DOUBLINGS
-from fcctl.common.errors import FcctlInputError
+from fcctl.common.errors import FcctlInputError, InputError
 from fcctl.common.jsonio import dumps, to_jsonable
 from fcctl.layout.placement import PlacementRule
 from tests.replay_helpers import TINY, random_session_trace, random_time_trace, tiny_node
@@ -48,15 +48,13 @@ def test_a_bad_run_spec_names_its_parameter(parameter: str, value: Any) -> None:
 BAD_PLANS: list[tuple[dict[str, Any], str]] = [
     ({"policies": ("flat", "lru")}, "policies"),
     ({"policies": ()}, "policies"),
-    ({"rates": (1.0, -2.0)}, "rates"),
-    ({"rates": ()}, "rates"),
     ({"concurrency": ()}, "concurrency"),
     ({"concurrency": (0,)}, "concurrency"),
     ({"concurrency": (2,), "operating_rate": 1.0}, "concurrency"),
     ({"concurrency": (2,), "auto_rates": True}, "concurrency"),
     ({"operating_rate": float("nan")}, "operating_rate"),
     ({"slo_ttft_p99_s": 0.0}, "slo_ttft_p99_s"),
-    ({"size_lists": {"ssd_bytes": (1,)}}, "ssd_bytes"),
+    ({"size_lists": {"ssd_bytes": (1,)}}, "size_lists"),
     ({"size_lists": {"host_memory_bytes": (-1,)}}, "host_memory_bytes"),
     ({"decision_margin_pp": -1.0}, "decision_margin_pp"),
     ({"decision_ttft_margin": 10.0}, "decision_ttft_margin"),
@@ -65,10 +63,17 @@ BAD_PLANS: list[tuple[dict[str, Any], str]] = [
 
 @pytest.mark.parametrize(("kwargs", "parameter"), BAD_PLANS)
 def test_a_bad_load_plan_names_its_parameter(kwargs: dict[str, Any], parameter: str) -> None:
-    with pytest.raises(FcctlInputError) as bad:
+    with pytest.raises(InputError) as bad:
         LoadPlan(**kwargs)
     assert bad.value.parameter == parameter
     assert str(bad.value).startswith(f"{parameter}: ")
+
+
+def test_bad_rates_are_refused_by_the_one_rate_rule() -> None:
+    for rates in ((1.0, -2.0), (), (float("inf"),)):
+        with pytest.raises(FcctlInputError, match="rates: "):
+            LoadPlan(rates=rates)
+    LoadPlan(rates=(), auto_rates=True)  # the sweep finds its own rates
 
 
 def test_a_load_plan_is_normalised_once() -> None:
@@ -159,9 +164,9 @@ def test_reference_or_fast_is_the_stores_own_flag() -> None:
 
         calls = 0
 
-        def gpu_trim(self, worker: int, cap: int) -> None:
+        def gpu_insert(self, blk: Any, worker: int, cap: int | None = None) -> None:
             Slow.calls += 1
-            super().gpu_trim(worker, cap)
+            super().gpu_insert(blk, worker, cap)
 
     mine = replay_trace(trace, spec, plan, store_factory=Slow)
     assert Slow.calls > 0 and dumps(mine.rates) == dumps(fast.rates)

@@ -61,7 +61,10 @@ def _check_size_lists(lists: Mapping[str, Sequence[int]]) -> dict[str, tuple[int
     out = {}
     for name, values in lists.items():
         if name not in SIZE_FIELDS:
-            raise FcctlInputError(f"size_lists: not a size field: {name!r}", parameter=name)
+            raise FcctlInputError(
+                f"size_lists: not a size field (known: {', '.join(SIZE_FIELDS)}); got {name!r}",
+                parameter="size_lists",
+            )
         for v in values:
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise FcctlInputError(
@@ -114,7 +117,9 @@ class LoadPlan:
                 )
         else:
             if not self.auto_rates:
-                object.__setattr__(self, "rates", check_rates(self.rates, "rates"))
+                # Still the flag's name, as before this class: the messages that name a flag
+                # move to parameter names tree-wide in one change (issue #34, item 5).
+                object.__setattr__(self, "rates", check_rates(self.rates, "--rates"))
             if self.operating_rate is not None:
                 object.__setattr__(
                     self, "operating_rate", check_rate(self.operating_rate, "operating_rate")
