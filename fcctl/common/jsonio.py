@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import enum
+import functools
 import json
 import math
 import os
@@ -143,10 +144,16 @@ def _fits(tp: Any, value: Any) -> bool:
     return True
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    # Resolved once per class: a replay document holds hundreds of the same few dataclasses.
+    return typing.get_type_hints(cls)
+
+
 def _dataclass_from(cls: type, doc: Any) -> Any:
     if not isinstance(doc, dict):
         raise FcctlInputError(f"{cls.__name__}: expected a JSON object; got {type(doc).__name__}")
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     fields = [f for f in dataclasses.fields(cls) if f.init]
     kwargs = {
         f.name: from_jsonable(hints[f.name], doc[f.name])
