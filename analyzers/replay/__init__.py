@@ -13,9 +13,9 @@ What a caller running many simulations on one trace needs (the recommender,
 :func:`simulation_workload` (the workload built once: arrays, none of the trace's table),
 :func:`simulate` with ``release=True`` (a run that frees its own cycles), :func:`workers_of`,
 :func:`decision_of` with :func:`check_margins` and its defaults, :func:`hardware_document`
-and :data:`DEFAULT_SEED`; a :class:`RunSpec` per cell (:class:`SimTask`); and where many simulations run (:mod:`.parallel`): :class:`Execution`,
-:func:`open_runner` with :func:`run_task` and :class:`SimTask`, :class:`SimulationDisplay`,
-:func:`default_jobs`.
+and :data:`DEFAULT_SEED`; a :class:`RunSpec` per cell (:class:`SimTask`); and where many
+simulations run (:mod:`.parallel`): :class:`Execution`, :func:`open_runner` with
+:func:`run_task` and :class:`SimTask`, :class:`SimulationDisplay`, :func:`default_jobs`.
 """
 
 from .decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins

@@ -110,6 +110,7 @@ class LoadPlan:
         object.__setattr__(self, "policies", check_policies(self.policies))
         if self.concurrency is not None:
             _check_concurrency(self.concurrency)
+            object.__setattr__(self, "concurrency", tuple(self.concurrency))
             if self.auto_rates or self.operating_rate is not None:
                 raise FcctlInputError(
                     "concurrency: the load axis is rates or concurrency, not both",
