@@ -417,7 +417,13 @@ def replay(
     ``engine="dask"`` runs them on the Dask cluster at ``scheduler`` (default a local one) as
     :func:`analyze` does. The figures are the same wherever they run.
     """
-    from fcctl.analyzers.replay import Execution, ReplayConfig, check_execution, replay_trace
+    from fcctl.analyzers.replay import (
+        Execution,
+        LoadPlan,
+        RunSpec,
+        check_execution,
+        replay_trace,
+    )
     from fcctl.analyzers.replay.load import parse_concurrency, parse_think_time
     from fcctl.analyzers.replay.parallel import start_worker_server
     from fcctl.common.errors import FcctlInputError
@@ -444,25 +450,27 @@ def replay(
         rule_args["short_reply_tokens"] = short_reply_tokens
     if agent_context_tokens is not None:
         rule_args["agent_context_tokens"] = agent_context_tokens
-    config = ReplayConfig(
+    spec = RunSpec(
         geometry=kv,
         hardware=_node(hardware),
+        placement=PlacementRule(**rule_args),
+        seed=seed,
+        cancel=cancel,
+        router=router,
+        think_time=parse_think_time(think_time),
+        keep_tables=keep_tables,
+    )
+    load = LoadPlan(
         policies=_names(policies),
         rates=() if auto or rates is None else _numbers(rates, "rates", "0.1,0.5 or auto"),
+        concurrency=None if concurrency is None else parse_concurrency(concurrency),
         auto_rates=auto and concurrency is None,
         operating_rate=rate,
         slo_ttft_p99_s=slo_ttft_p99_s,
         size_lists=size_lists,
         host_memory_auto=host_memory_auto,
-        placement=PlacementRule(**rule_args),
-        seed=seed,
-        keep_tables=keep_tables,
         decision_margin_pp=decision_margin_pp,
         decision_ttft_margin=decision_ttft_margin,
-        concurrency=None if concurrency is None else parse_concurrency(concurrency),
-        think_time=parse_think_time(think_time),
-        cancel=cancel,
-        router=router,
     )
     budget = _optional_size(memory_budget_bytes, "memory_budget_bytes")
     execution = Execution(engine, jobs, scheduler, budget)
@@ -471,7 +479,7 @@ def replay(
     with _progress(progress) as bar:
         trace, sample = _sampled_trace(source, format, bar, memory_budget_bytes, sample_sessions)
         return _with_sampling(
-            replay_trace(trace, config, progress=bar, execution=execution), sample
+            replay_trace(trace, spec, load, progress=bar, execution=execution), sample
         )
 
 
@@ -776,9 +784,9 @@ def plan(
     recommend on sampled sessions (analyze reads the whole trace). ``jobs``, ``engine`` and
     ``scheduler`` say where the replay's and the recommendation's simulations run (the
     analysis runs here). Other parameters as :func:`fcctl.replay`."""
-    from fcctl.analyzers.recommend import thresholds_source, thresholds_toml
+    from fcctl.analyzers.recommend import RecommendResult
     from fcctl.analyzers.recommend.emit import check_name, emit_package
-    from fcctl.analyzers.replay import Execution, check_execution
+    from fcctl.analyzers.replay import Execution, ReplayResult, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
     from fcctl.common.jsonio import dumps, write_json_file
     from fcctl.common.progress import Progress
@@ -794,6 +802,7 @@ def plan(
         fingerprint,
         plan_directory,
         read_document,
+        read_result,
         summary_lines,
         target_rate,
     )
@@ -904,10 +913,12 @@ def plan(
                 ),
             )
             docs["replay"] = read_document(out / FILES["replay"])
+            # Decided from the document read back, so a reused step reads as one that ran.
+            replayed = read_result(docs["replay"], out / FILES["replay"], ReplayResult.from_json)
             advance("replay")
 
             overall.describe("plan: recommend-thresholds")
-            target, target_why = target_rate(docs["replay"], rate)
+            target, target_why = target_rate(replayed, rate)
             fp = fingerprint(
                 "recommend",
                 identity,
@@ -941,6 +952,9 @@ def plan(
 
             runner.step("recommend", fp, recommend)
             docs["recommend"] = read_document(out / FILES["recommend"])
+            recommended = read_result(
+                docs["recommend"], out / FILES["recommend"], RecommendResult.from_json
+            )
             advance("recommend")
 
             if emit:
@@ -948,17 +962,7 @@ def plan(
                 def do_emit(p: Path) -> None:
                     if not rec_result:  # the recommendation was reused: its object is needed
                         recommend(None)  # its document stays the one recorded
-                    result = rec_result[0]
-                    rec = result.recommendation
-                    emit_package(
-                        p,
-                        name=emit_name,
-                        short_reply_tokens=rec.short_reply_tokens,
-                        agent_context_tokens=rec.agent_context_tokens,
-                        source=thresholds_source(result),
-                        toml_text=thresholds_toml(result),
-                        force=True,
-                    )
+                    emit_package(p, rec_result[0], name=emit_name, force=True)
 
                 emit_fp = fingerprint("emit", fp, emit_name, __version__)
                 runner.step("emit", emit_fp, do_emit)
@@ -969,8 +973,8 @@ def plan(
             fp = fingerprint("report", [fingerprint(docs[s]) for s in docs], __version__)
             runner.step("report", fp, lambda p: make_report(inputs, p, force=True))
             advance("report")
-        decision = decision_of(docs["replay"])
-        lines = summary_lines(docs, decision)
+        decision = decision_of(replayed)
+        lines = summary_lines(replayed, recommended, docs.get("analyze"), decision)
         lines.insert(
             len(lines) - 1 if docs.get("analyze", {}).get("verdict") else len(lines),
             f"  (thresholds measured at {target:.3g} req/s: {target_why})",

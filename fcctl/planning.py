@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fcctl.common.errors import FcctlInputError, InputError, RunFailed
 from fcctl.common.inputfile import parse_json, read_regular_text
@@ -54,6 +54,10 @@ from fcctl.common.outdir import (
     write_text_atomic,
 )
 from fcctl.common.progress import Progress
+
+if TYPE_CHECKING:  # fcctl plan --help stays light: the results load with the steps
+    from fcctl.analyzers.recommend import RecommendResult
+    from fcctl.analyzers.replay import RateResult, ReplayResult, SessionSampling
 
 MARKER = "plan.json"
 #: The steps an unfinished plan has recorded so far (module docstring).
@@ -235,51 +239,52 @@ def plan_directory(out: Path, *, resume: bool, force: bool) -> Iterator[PlanDire
         os.close(fd)
 
 
-def target_rate(replay_doc: Mapping[str, Any], rate: float | None) -> tuple[float, str]:
+def target_rate(replay: ReplayResult, rate: float | None) -> tuple[float, str]:
     """The recommender's rate and why (module docstring, step 3)."""
     if rate is not None:
         return rate, "your operating point"
-    op = replay_doc.get("operating_point")
-    if op and op.get("concurrency") is not None:
-        got = (op["policies"].get("flat") or {}).get("achieved_rate", {}).get("central")
+    op = replay.operating_point
+    if op is not None and op.concurrency is not None:
+        flat = op.policies.get("flat")
+        got = flat.achieved_rate.central if flat is not None else None
         if got:
-            return float(got), f"the rate flat achieved at {op['concurrency']} sessions"
-    if replay_doc.get("divergence_rate"):
-        return float(replay_doc["divergence_rate"]), "the divergence rate"
-    points = [p for p in replay_doc.get("rates", []) if p.get("rate") is not None]
-    calm = [p["rate"] for p in points if not any(q["saturated"] for q in p["policies"].values())]
+            return float(got), f"the rate flat achieved at {op.concurrency} sessions"
+    if replay.divergence_rate:
+        return float(replay.divergence_rate), "the divergence rate"
+    points = [p.rate for p in replay.rates if p.rate is not None]
+    calm = [
+        p.rate
+        for p in replay.rates
+        if p.rate is not None and not any(q.saturated for q in p.policies.values())
+    ]
     if calm:
         return float(max(calm)), "the highest rate the sweep ran that no policy saturated"
     if points:
-        return float(min(p["rate"] for p in points)), "the lowest rate the sweep ran"
+        return float(min(points)), "the lowest rate the sweep ran"
     raise FcctlInputError("plan: the replay ran no rate to recommend thresholds at")
 
 
-def _load_label(p: Mapping[str, Any]) -> str:
-    if p.get("rate") is not None:
-        return f"{p['rate']:.3g} req/s"
-    return f"{p['concurrency']:,} sessions"
+def _load_label(p: RateResult) -> str:
+    if p.rate is not None:
+        return f"{p.rate:.3g} req/s"
+    return f"{p.concurrency:,} sessions"
 
 
-def decision_of(replay_doc: Mapping[str, Any]) -> dict[str, Any]:
+def decision_of(replay: ReplayResult) -> dict[str, Any]:
     """The plan's decision: at the user's operating point when there is one, else across the
     loads swept at the node's sizes (the layout named at the most loads, with where it leads)."""
-    op = replay_doc.get("operating_point")
-    first_sizes = (replay_doc.get("divergence") or [{}])[0].get("sizes")
-    points = [
-        p
-        for p in replay_doc.get("rates", [])
-        if first_sizes is None or p.get("sizes") == first_sizes
-    ]
-    by_load = [(_load_label(p), p["decision"]["best"]) for p in points]
+    op = replay.operating_point
+    first_sizes = replay.divergence[0].get("sizes") if replay.divergence else None
+    points = [p for p in replay.rates if first_sizes is None or p.sizes == first_sizes]
+    by_load = [(_load_label(p), p.decision.best) for p in points]
     if op is not None:
-        d = op["decision"]
+        d = op.decision
         return {
-            "best": d["best"],
+            "best": d.best,
             "at": _load_label(op),
-            "why": d["why"],
-            "margin_pp": d["margin_pp"],
-            "ttft_ratio": d["ttft_ratio"],
+            "why": d.why,
+            "margin_pp": d.margin_pp,
+            "ttft_ratio": d.ttft_ratio,
             "by_load": by_load,
         }
     named = [b for _, b in by_load if b != "none"]
@@ -300,45 +305,50 @@ def decision_of(replay_doc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def summary_lines(docs: Mapping[str, Any], decision: Mapping[str, Any]) -> list[str]:
+def _sampled_line(sampling: SessionSampling) -> str:
+    error = sampling.measured_error
+    stated = (
+        "error not measured at this rate"
+        if isinstance(error, str)
+        else f"measured error up to {error.gpu_hit_share_abs_pp:.2g} pp hit share"
+    )
+    return (
+        f"  sampled: {100 * sampling.sample_sessions:.3g} % of sessions "
+        f"({sampling.sessions.kept:,} of {sampling.sessions.total:,}) in replay and thresholds; "
+        f"{stated}"
+    )
+
+
+def summary_lines(
+    replay: ReplayResult,
+    recommend: RecommendResult | None,
+    analyze_doc: Mapping[str, Any] | None,
+    decision: Mapping[str, Any],
+) -> list[str]:
     """The terminal summary, decision first."""
     at = f" at {decision['at']}" if decision["at"] else ""
     lines = [f"decision{at}: {decision['best']} ({decision['why']})"]
     loads = ", ".join(f"{load}: {best}" for load, best in decision["by_load"])
     if loads:
         lines.append(f"  per load: {loads}")
-    replay = docs.get("replay") or {}
-    div = replay.get("divergence_rate")
-    if replay.get("load", {}).get("axis") == "concurrency":
-        c = replay.get("divergence_concurrency")
+    div = replay.divergence_rate
+    if replay.load.get("axis") == "concurrency":
+        c = replay.divergence_concurrency
         lines.append(f"  divergence: {'none' if c is None else f'{c:,} sessions'}")
     else:
         lines.append(f"  divergence rate: {'none' if div is None else f'{div:.3g} req/s'}")
-    rec = (docs.get("recommend") or {}).get("recommendation")
+    rec = recommend.recommendation if recommend is not None else None
     if rec:
-        matters = "matter" if rec.get("matters") else "do not matter here"
+        matters = "matter" if rec.matters else "do not matter here"
         lines.append(
-            f"  thresholds ({matters}): short-reply {rec['short_reply_tokens']:,}, "
-            f"agent-context {rec['agent_context_tokens']:,} tokens at {rec['rate']:.3g} req/s"
+            f"  thresholds ({matters}): short-reply {rec.short_reply_tokens:,}, "
+            f"agent-context {rec.agent_context_tokens:,} tokens at {rec.rate:.3g} req/s"
         )
-    verdict = (docs.get("analyze") or {}).get("verdict")
+    verdict = (analyze_doc or {}).get("verdict")
     if verdict:
         lines.append(f"  analyze (no load): {verdict['layout']}")
-    sampling = replay.get("sampling")
-    if sampling:
-        sessions = sampling["sessions"]
-        error = sampling["measured_error"]
-        stated = (
-            "error not measured at this rate"
-            if isinstance(error, str)
-            else f"measured error up to {error['gpu_hit_share_abs_pp']:.2g} pp hit share"
-        )
-        lines.insert(
-            1,
-            f"  sampled: {100 * sampling['sample_sessions']:.3g} % of sessions "
-            f"({sessions['kept']:,} of {sessions['total']:,}) in replay and thresholds; "
-            f"{stated}",
-        )
+    if replay.sampling:
+        lines.insert(1, _sampled_line(replay.sampling))
     return lines
 
 
@@ -440,6 +450,20 @@ def read_document(path: Path) -> Any:
     return parse_json(read_regular_text(path, "plan step document"), str(path))
 
 
+_Result = TypeVar("_Result")
+
+
+def read_result(
+    doc: Mapping[str, Any], path: Path, from_json: Callable[[Mapping[str, Any]], _Result]
+) -> _Result:
+    """A step's document (read from ``path``) as its result class; a document that is not one
+    (edited, or another version's) is one line naming the file."""
+    try:
+        return from_json(doc)
+    except InputError as e:
+        raise FcctlInputError(f"{path}: {e}") from None
+
+
 def read_plan(out: str | Path) -> Mapping[str, Any]:
     """An earlier plan's ``plan.json`` (for tools and tests)."""
     path = Path(out) / MARKER
@@ -467,6 +491,7 @@ __all__ = [
     "plan_directory",
     "read_document",
     "read_plan",
+    "read_result",
     "summary_lines",
     "target_rate",
     "to_record",

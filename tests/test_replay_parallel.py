@@ -12,9 +12,11 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from typer.testing import CliRunner
 
@@ -215,18 +217,18 @@ def test_a_worker_that_keeps_dying_is_one_line_exit_1(claude: Any) -> None:
     import cloudpickle
     import dask
 
-    from fcctl.analyzers.replay import ReplayConfig, load_hardware, simulation_workload
+    from fcctl.analyzers.replay import RunSpec, load_hardware, simulation_workload
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # _die runs on the workers
     try:
         w = simulation_workload(claude, fcctl.geometry(), load_hardware(None))
-        config = ReplayConfig(geometry=fcctl.geometry(), hardware=load_hardware(None))
+        spec = RunSpec(geometry=fcctl.geometry(), hardware=load_hardware(None))
         with (
             dask.config.set({"distributed.scheduler.allowed-failures": 0}),
             pytest.raises(RunFailed) as failed,
             open_runner(w, _die, Execution("dask", None, None, 2 << 30)) as runner,
         ):
-            runner.run([SimTask(config, "flat", 1.0)], lambda i, r: None)
+            runner.run([SimTask(spec, "flat", 1.0)], lambda i, r: None)
     finally:
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     message = str(failed.value)
@@ -277,7 +279,7 @@ def test_workers_share_the_workload_through_files_removed_at_the_end(
 
     geo = model_geometry("llama-3.1-8b")
     w = simulation_workload(mooncake, geo, load_hardware(None))
-    assert "hash_ids" not in w.trace.requests.columns
+    assert not any(isinstance(getattr(w, f.name), pl.DataFrame) for f in fields(w))
     assert w.block.nbytes < SHARED_ARRAY_BYTES  # a small trace: every array pickled
     none = _SharedWorkload(w)
     assert none.paths == {} and none.directory is None

@@ -54,6 +54,7 @@ from fcctl.common.signals import starting_children, worker_ignores_sigint
 
 if TYPE_CHECKING:
     from .result import PolicyResult
+    from .spec import RunSpec
     from .workload import Workload
 
 ENGINES: tuple[str, ...] = ("local", "dask")
@@ -74,10 +75,10 @@ POLL_S = 0.25
 
 @dataclass(frozen=True)
 class SimTask:
-    """One simulation: ``policy`` at a rate (requests/s) or a concurrency, with ``config``
-    (a :class:`~fcctl.analyzers.replay.run.ReplayConfig`: the node's sizes, the placement)."""
+    """One simulation: ``policy`` at a rate (requests/s) or a concurrency, with ``spec``'s
+    settings (:class:`~fcctl.analyzers.replay.spec.RunSpec`: the node's sizes, the placement)."""
 
-    config: Any
+    spec: RunSpec
     policy: str
     rate: float | None
     concurrency: int | None = None
@@ -89,7 +90,8 @@ class SimTask:
 
 
 #: Runs one task on a workload: :func:`fcctl.analyzers.replay.run.run_task` (passed in, so this
-#: module does not import the simulator; a module-level function pickles by reference).
+#: module does not import the simulator; a module-level function, or a ``functools.partial``
+#: of one, pickles by reference).
 TaskFn = Callable[["Workload", SimTask, "Callable[[int], None] | None"], "PolicyResult"]
 Done = Callable[[int, "PolicyResult"], None]
 Advance = Callable[[int, int], None]

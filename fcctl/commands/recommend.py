@@ -118,7 +118,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Recommend FlatCake's placement thresholds for a trace: sweep, baselines, misplacement."""
         from fcctl import api
-        from fcctl.analyzers.recommend import thresholds_source, thresholds_toml
         from fcctl.analyzers.recommend.emit import (
             MANIFEST,
             check_distinct_outputs,
@@ -185,16 +184,7 @@ def register(app: typer.Typer) -> None:
                 written = write_out_dir(result, out, force=force)
                 wrote.append(f"wrote {out}: {', '.join(written)}")
             if emit is not None:
-                rec = result.recommendation
-                emitted = emit_package(
-                    emit,
-                    name=emit_name,
-                    short_reply_tokens=rec.short_reply_tokens,
-                    agent_context_tokens=rec.agent_context_tokens,
-                    source=thresholds_source(result),
-                    toml_text=thresholds_toml(result),
-                    force=force,
-                )
+                emitted = emit_package(emit, result, name=emit_name, force=force)
                 wrote.append(
                     f"wrote {emitted.package_dir}: {len(emitted.copied)} core modules, "
                     f"{', '.join(emitted.generated)}, {MANIFEST}; {emit}/pyproject.toml "
