@@ -11,6 +11,12 @@ SAMPLES = REPO / "samples"
 SHARED = Path(os.environ.get("FCCTL_SHARED", REPO.parent / "shared"))
 TRACES = SHARED / "traces"
 
+# The suite's commands run with stderr piped, where fcctl writes a progress line about any step
+# that runs past a few seconds (fcctl.common.progress): how long a step takes on a busy machine
+# must not change what a test reads on stderr, so the lines are off unless a test (those of
+# tests/test_progress_piped.py) turns them on.
+os.environ.setdefault("FCCTL_PROGRESS_INTERVAL_S", "0")
+
 
 @pytest.fixture
 def shared_traces() -> Path:
