@@ -17,6 +17,7 @@ os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
 import typer
 
 from fcctl.common.version import __version__
+from fcctl.errors import EntryPoint
 
 app = typer.Typer(
     name="fcctl",
@@ -90,6 +91,7 @@ def _click_exception() -> type[Exception]:
 def main() -> None:
     """Console entry point: usage errors, like every other bad input, are one line, exit 2."""
     click_exception = _click_exception()
+    EntryPoint.ends_with_command()  # this process exits when the command returns
     try:
         rv = app(standalone_mode=False)
     except click_exception as exc:

@@ -128,6 +128,17 @@ def exit_status_of(e: BaseException) -> int:
     return EXIT_RUN_FAILED
 
 
+class EntryPoint:
+    """Whether commands run in a process that ends with them (the console entry point,
+    :func:`fcctl.cli.main`, says so with :meth:`ends_with_command`)."""
+
+    process_ends_with_command = False
+
+    @classmethod
+    def ends_with_command(cls) -> None:
+        cls.process_ends_with_command = True
+
+
 def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
     label = func.__name__.replace("_", "-")
     own: list[frozenset[str] | None] = []  # read on the first error, not at every start
@@ -139,8 +150,12 @@ def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
         try:
             # Every command: the first SIGINT, SIGTERM or SIGHUP raises, so temporary outputs
             # and child processes go in the ``finally`` blocks on the way out; later ones only
-            # say "cleaning up" (and stay ignored once the command is ending).
-            with first_interrupt_raises(ignore_after=True, label=label):
+            # say "cleaning up". In the fcctl process they stay ignored once the command is
+            # ending (a Ctrl-C in its last steps prints no traceback); run inside another
+            # process (typer's CliRunner, app() from Python), the command gives that process
+            # its handlers back, or it could never be interrupted again.
+            ending = EntryPoint.process_ends_with_command
+            with first_interrupt_raises(ignore_after=ending, label=label):
                 return func(*args, **kwargs)
         except InputError as e:
             if not own:
