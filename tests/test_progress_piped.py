@@ -79,6 +79,20 @@ def test_a_long_step_is_named_then_reported_every_interval_then_done() -> None:
         assert PROGRESS_LINE.match(line), line
 
 
+def test_a_step_ended_by_an_error_says_it_stopped() -> None:
+    buf = io.StringIO()
+    with Progress(enabled=True, console=Console(file=buf), interval_s=0.05) as p:
+        with pytest.raises(KeyboardInterrupt), p.task("work", total=10, unit="items") as t:
+            t.advance(5)
+            for _ in range(400):  # until the step is named (bounded; no time is asserted)
+                if "fcctl: work:" in buf.getvalue():
+                    break
+                time.sleep(0.01)
+            raise KeyboardInterrupt
+    assert buf.getvalue().splitlines()[-1].startswith("fcctl: work: stopped after ")
+    assert "done in" not in buf.getvalue()
+
+
 def test_a_step_without_a_total_says_what_it_did_and_for_how_long() -> None:
     clock = Clock()
     out = io.StringIO()

@@ -496,3 +496,30 @@ def test_a_command_interrupted_in_process_leaves_the_signals_as_it_found_them(si
     assert done.exit_code == (130 if sig == signal.SIGINT else 128 + sig), done.output
     assert done.output.strip().startswith("fcctl: interrupted")
     assert SignalState.now() == before
+
+
+@pytest.mark.parametrize("after_s", [None, 0.0, 5.0], ids=["starting", "started", "running"])
+def test_sigterm_to_replay_on_a_local_dask_cluster_is_one_line(tmp_path, after_s):
+    """``replay --engine dask`` SIGTERMed while its local cluster starts (its first worker
+    process exists), once every worker runs, and some seconds into the simulations: exit 143,
+    stderr the one line, no process of the cluster left. A traceback from distributed (a
+    half-started cluster closed at exit; a scheduler handler's ``KeyError`` for a worker already
+    gone) once followed the line in two runs of three (issue #36, item 9)."""
+    pytest.importorskip("distributed")
+    args = ["replay", MOONCAKE, "--rates", "0.5,2", "--engine", "dask", "--memory-budget", "4GiB"]
+
+    def ready(pid: int) -> bool:
+        workers = spawned_workers(pid)
+        if after_s is None:
+            return len(workers) >= 1
+        if len(workers) < min(2, len(os.sched_getaffinity(0))):
+            return False
+        started.setdefault("at", time.monotonic())
+        return time.monotonic() - started["at"] >= after_s
+
+    started: dict[str, float] = {}
+    case = Case(args, ready, tmp_path, [])
+    proc, err, descendants, _ = interrupt_mid_run(case, signal.SIGTERM)
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines() == ["fcctl: interrupted by SIGTERM"], err
+    assert_none_left(descendants)

@@ -237,14 +237,15 @@ class PlainDisplay:
             if task is not None:
                 task.completed += amount
 
-    def remove_task(self, task_id: int) -> None:
+    def remove_task(self, task_id: int, *, finished: bool = True) -> None:
+        """The step ended: ``done in ...``, or (``finished=False``: an error or an interrupt
+        ended it) ``stopped after ...``; nothing for a step never named."""
         with self._lock:
             task = self._tasks.pop(task_id, None)
             if task is not None and task.announced is not None:
-                now = self._clock()
-                self._write(
-                    f"fcctl: {task.description.strip()}: done in {duration(now - task.started)}"
-                )
+                took = duration(self._clock() - task.started)
+                ended = f"done in {took}" if finished else f"stopped after {took}"
+                self._write(f"fcctl: {task.description.strip()}: {ended}")
 
     def tick(self) -> None:
         """Write what is due now (called by the display's thread; a test may call it)."""
@@ -386,5 +387,10 @@ class Progress:
         tid = display.add_task(description, total=shown, unit=unit)
         try:
             yield Task(display, tid, per_unit)
-        finally:
-            display.remove_task(tid)
+        except BaseException:
+            if display is self._plain:
+                self._plain.remove_task(tid, finished=False)
+            else:
+                display.remove_task(tid)
+            raise
+        display.remove_task(tid)
