@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
@@ -36,7 +36,7 @@ DEFAULT_DELAY_S = 2.0
 PLAIN_DELAY_S = 5.0
 #: Off a terminal, the most seconds between two lines about a step still running.
 DEFAULT_INTERVAL_S = 30.0
-#: The environment variable that sets ``interval_s`` (seconds, > 0) for every command.
+#: The environment variable that sets ``interval_s`` for every command (seconds; 0: no lines).
 INTERVAL_ENV = "FCCTL_PROGRESS_INTERVAL_S"
 
 
@@ -148,7 +148,7 @@ class PlainDisplay:
         *,
         delay_s: float = PLAIN_DELAY_S,
         interval_s: float = DEFAULT_INTERVAL_S,
-        clock: Any = time.monotonic,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._stream = stream
         self._delay_s = max(0.0, delay_s)
@@ -193,9 +193,9 @@ class PlainDisplay:
             parts.append(f"{duration(elapsed)} elapsed")
         return ", ".join(parts)
 
-    def _say(self, task: _PlainTask, now: float) -> None:
+    def _line(self, task: _PlainTask, now: float) -> str:
         task.last_line = now
-        self._write(f"fcctl: {task.description.strip()}: {self._state(task, now)}")
+        return f"fcctl: {task.description.strip()}: {self._state(task, now)}"
 
     def add_task(self, description: str, total: float | None = None, **fields: Any) -> int:
         with self._lock:
@@ -226,10 +226,14 @@ class PlainDisplay:
                 task.completed = completed
             if total is not None:
                 task.total = total
-            if description is not None and description != task.description:
-                task.description = description
-                if task.announced is not None:  # a new stage of a step already shown
-                    self._say(task, self._clock())
+            if description is None or description == task.description:
+                return
+            task.description = description
+            if task.announced is None:
+                return
+            line = self._line(task, self._clock())  # a new stage of a step already shown
+        # Written outside the lock: a slow reader of stderr stalls this line, not the work.
+        self._write(line)
 
     def advance(self, task_id: int, amount: float) -> None:
         with self._lock:
@@ -242,22 +246,26 @@ class PlainDisplay:
         ended it) ``stopped after ...``; nothing for a step never named."""
         with self._lock:
             task = self._tasks.pop(task_id, None)
-            if task is not None and task.announced is not None:
-                took = duration(self._clock() - task.started)
-                ended = f"done in {took}" if finished else f"stopped after {took}"
-                self._write(f"fcctl: {task.description.strip()}: {ended}")
+            if task is None or task.announced is None:
+                return
+            took = duration(self._clock() - task.started)
+        ended = f"done in {took}" if finished else f"stopped after {took}"
+        self._write(f"fcctl: {task.description.strip()}: {ended}")
 
     def tick(self) -> None:
         """Write what is due now (called by the display's thread; a test may call it)."""
+        lines = []
         with self._lock:
             now = self._clock()
             for task in self._tasks.values():
                 if task.announced is None:
                     if now - task.started >= self._delay_s:
                         task.announced = now
-                        self._say(task, now)
+                        lines.append(self._line(task, now))
                 elif now - task.last_line >= self._interval_s:
-                    self._say(task, now)
+                    lines.append(self._line(task, now))
+        for line in lines:
+            self._write(line)
 
     def _run(self) -> None:
         wake_s = max(0.05, min(1.0, self._interval_s / 4, self._delay_s / 2 or 1.0))
