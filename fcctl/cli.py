@@ -91,9 +91,9 @@ def _click_exception() -> type[Exception]:
 def main() -> None:
     """Console entry point: usage errors, like every other bad input, are one line, exit 2."""
     click_exception = _click_exception()
-    EntryPoint.ends_with_command()  # this process exits when the command returns
     try:
-        rv = app(standalone_mode=False)
+        with EntryPoint.process_ends_with_command():  # this process exits when app() returns
+            rv = app(standalone_mode=False)
     except click_exception as exc:
         # Statically only an Exception: the class is looked up at run time (see above).
         e = cast(_ClickException, exc)

@@ -13,10 +13,11 @@ Library code raises these and never exits. The storage core's messages name para
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import typing
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
 import typer
@@ -129,14 +130,20 @@ def exit_status_of(e: BaseException) -> int:
 
 
 class EntryPoint:
-    """Whether commands run in a process that ends with them (the console entry point,
-    :func:`fcctl.cli.main`, says so with :meth:`ends_with_command`)."""
+    """Whether commands run in a process that ends with them: within
+    :meth:`process_ends_with_command`, the block the console entry point
+    (:func:`fcctl.cli.main`) runs the command in."""
 
-    process_ends_with_command = False
+    ending = False
 
     @classmethod
-    def ends_with_command(cls) -> None:
-        cls.process_ends_with_command = True
+    @contextlib.contextmanager
+    def process_ends_with_command(cls) -> Iterator[None]:
+        cls.ending = True
+        try:
+            yield
+        finally:
+            cls.ending = False
 
 
 def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
@@ -154,8 +161,7 @@ def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
             # ending (a Ctrl-C in its last steps prints no traceback); run inside another
             # process (typer's CliRunner, app() from Python), the command gives that process
             # its handlers back, or it could never be interrupted again.
-            ending = EntryPoint.process_ends_with_command
-            with first_interrupt_raises(ignore_after=ending, label=label):
+            with first_interrupt_raises(ignore_after=EntryPoint.ending, label=label):
                 return func(*args, **kwargs)
         except InputError as e:
             if not own:
