@@ -144,7 +144,7 @@ def failure_message(phase: str, e: OSError | LayoutError) -> str:
         where = f" ({os_error.filename})" if os_error.filename else where
         return (
             f"{phase} failed: the filesystem is out of space ({name}: {os_error.strerror})"
-            f"{where}; free space or pass another --dir"
+            f"{where}; free space or pass another `directory`"
         )
     what = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
     return f"{phase} failed: {what}{where}"
@@ -165,7 +165,9 @@ def build_workload(config: IobenchConfig, *, progress: bool = False) -> Workload
     )
     if config.trace is not None:
         if not Path(config.trace).exists():
-            raise FcctlInputError(f"--trace: file not found; got {str(config.trace)!r}")
+            raise FcctlInputError(
+                f"trace: file not found; got {str(config.trace)!r}", parameter="trace"
+            )
         return load_trace_workload(
             Path(config.trace),
             geometry,
@@ -202,7 +204,9 @@ def check_engine_name(requested: str | None) -> None:
     from fcctl.layout.engines import ENGINES
 
     if requested is not None and requested not in ENGINES:
-        raise FcctlInputError(f"--engine: must be one of {', '.join(ENGINES)}; got {requested!r}")
+        raise FcctlInputError(
+            f"engine: must be one of {', '.join(ENGINES)}; got {requested!r}", parameter="engine"
+        )
 
 
 def choose_engine(requested: str | None, directory: str | None = None) -> tuple[str, str]:
@@ -217,7 +221,9 @@ def choose_engine(requested: str | None, directory: str | None = None) -> tuple[
     if requested is not None:
         ok, why = probe_engine(requested, directory=directory)
         if not ok:
-            raise EngineUnavailable(f"--engine {requested}: cannot read here: {why}")
+            raise EngineUnavailable(
+                f"engine: {requested} cannot read here: {why}", parameter="engine"
+            )
         return requested, f"requested with --engine ({why})"
     _, posix_why = probe_engine("posix", directory=directory)
     if importlib.util.find_spec("kvikio") is None:
@@ -256,18 +262,21 @@ def use_gpu_buffers(choice: str, engine_name: str) -> bool:
         ok = cupy.cuda.runtime.getDeviceCount() > 0
     except Exception as e:  # no CuPy or no driver: say so only when GPU buffers were demanded
         if choice == "gpu":
-            raise FcctlInputError(f"--buffers gpu: CuPy cannot use a GPU here ({e})") from None
+            raise FcctlInputError(
+                f"buffers: CuPy cannot use a GPU here ({e}); got 'gpu'", parameter="buffers"
+            ) from None
         return False
     if choice == "gpu" and not ok:
-        raise FcctlInputError("--buffers gpu: CuPy sees no GPU here")
+        raise FcctlInputError("buffers: CuPy sees no GPU here; got 'gpu'", parameter="buffers")
     return ok and (choice == "gpu" or engine_name == "kvikio")
 
 
 def _check_buckets(workload: Workload, config: IobenchConfig) -> None:
     if "eviction" in config.layouts and config.bucket_bytes < workload.block_bytes:
         raise FcctlInputError(
-            f"--bucket-size: must hold at least one block of {workload.block_bytes} bytes "
-            f"(all layers of {workload.block_tokens} tokens); got {config.bucket_bytes!r}"
+            f"bucket_bytes: must hold at least one block of {workload.block_bytes} bytes "
+            f"(all layers of {workload.block_tokens} tokens); got {config.bucket_bytes!r}",
+            parameter="bucket_bytes",
         )
 
 

@@ -61,11 +61,16 @@ def check_free_space(path: Path, bytes_needed: int, margin: int | None = None) -
     keep = margin_bytes(usage.total, margin)
     room = usage.free - keep
     if bytes_needed > room:
-        rule = f"--free-margin {keep}" if margin is not None else "max(1 GiB, 5%), --free-margin"
+        rule = (
+            f"`free_margin_bytes` {keep}"
+            if margin is not None
+            else "max(1 GiB, 5%), `free_margin_bytes`"
+        )
         raise FcctlInputError(
-            f"--dir {path}: not enough free space: the benchmark writes {bytes_needed} bytes, "
-            f"free space minus the margin ({rule}) is {max(room, 0)} bytes; "
-            f"lower --size-limit or the workload; got {usage.free} bytes free"
+            f"directory: {path}: not enough free space: the benchmark writes {bytes_needed} "
+            f"bytes, free space minus the margin ({rule}) is {max(room, 0)} bytes; "
+            f"lower `size_limit_bytes` or the workload; got {usage.free} bytes free",
+            parameter="directory",
         )
 
 
@@ -230,7 +235,10 @@ def prepare_workspace(
     created: Path | None = None
     if directory.exists():
         if not directory.is_dir():
-            raise FcctlInputError(f"--dir: must be a directory; got a file {str(directory)!r}")
+            raise FcctlInputError(
+                f"directory: must be a directory; got a file {str(directory)!r}",
+                parameter="directory",
+            )
         found = clear_leftovers(directory)
         for p in found.removed:
             print(f"iobench: removed {p}, left by an earlier run that was killed", file=sys.stderr)
@@ -242,8 +250,9 @@ def prepare_workspace(
                     f"if no iobench is running, remove them with: {remove_command(found.unknown)}"
                 )
             raise FcctlInputError(
-                f"--dir: directory is not empty (pass --force to use it; iobench then writes only "
-                f"in a new subdirectory){hint}; got {str(directory)!r}"
+                f"directory: not empty (pass `force` to use it; iobench then writes only "
+                f"in a new subdirectory){hint}; got {str(directory)!r}",
+                parameter="directory",
             )
         if force:
             _report_leftovers(Leftovers(unknown=found.unknown))
@@ -252,18 +261,22 @@ def prepare_workspace(
         parent = directory.parent
         if not parent.is_dir():
             raise FcctlInputError(
-                f"--dir: the parent directory does not exist; got {str(directory)!r}"
+                f"directory: the parent directory does not exist; got {str(directory)!r}",
+                parameter="directory",
             )
         check_free_space(parent, bytes_needed, margin)
         try:
             directory.mkdir()
         except OSError as e:
             raise FcctlInputError(
-                f"--dir: cannot create it ({e.strerror}); got {str(directory)!r}"
+                f"directory: cannot create it ({e.strerror}); got {str(directory)!r}",
+                parameter="directory",
             ) from None
         created = directory
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise FcctlInputError(f"--dir: not writable; got {str(directory)!r}")
+        raise FcctlInputError(
+            f"directory: not writable; got {str(directory)!r}", parameter="directory"
+        )
     return _new_workspace(directory, created, keep)
 
 

@@ -92,10 +92,11 @@ def synthetic_workload(
     wl = Workload(geometry, schedule)
     if size_limit_bytes is not None and wl.bytes > size_limit_bytes:
         raise FcctlInputError(
-            f"--size-limit: the synthetic workload needs {wl.bytes} bytes "
+            f"size_limit_bytes: the synthetic workload needs {wl.bytes} bytes "
             f"({sessions} sessions x {tokens // block_tokens} pages x {wl.block_bytes} bytes); "
-            "raise --size-limit or shrink --sessions/--tokens; "
-            f"got --size-limit {size_limit_bytes!r}"
+            "raise `size_limit_bytes` or shrink `sessions` or `tokens`; "
+            f"got {size_limit_bytes!r}",
+            parameter="size_limit_bytes",
         )
     return wl
 

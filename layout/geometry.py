@@ -375,6 +375,15 @@ def _cfg_int(cfg: dict[str, Any], path: str, key: str, default: int | None = Non
     return value
 
 
+def _cfg_positive(cfg: dict[str, Any], path: str, key: str) -> int:
+    """A required count that must be >= 1 (layers, KV heads): a zero here would surface later
+    as a geometry error that names neither the file nor the field."""
+    value = _cfg_int(cfg, path, key)
+    if value < 1:
+        raise LayoutError(f"{path}: field {key!r}: must be >= 1; got {value!r}")
+    return value
+
+
 def _cfg_dtype_bytes(cfg: dict[str, Any], raw: dict[str, Any], path: str) -> int:
     """Element size from the first dtype field present; bf16 when none is.
 
@@ -556,7 +565,7 @@ def geometry_from_hf_config(path: str | Path, *, max_bytes: int = MAX_CONFIG_BYT
         raise LayoutError(f"{where}: model config must be a JSON object; got {type(raw).__name__}")
     text_config = raw.get("text_config")
     cfg: dict[str, Any] = text_config if isinstance(text_config, dict) else raw
-    layers = _cfg_int(cfg, where, "num_hidden_layers")
+    layers = _cfg_positive(cfg, where, "num_hidden_layers")
     dbytes = _cfg_dtype_bytes(cfg, raw, where)
     name = str(raw.get("_name_or_path") or raw.get("model_type") or p.stem)
     model_type = str(cfg.get("model_type") or raw.get("model_type") or "")
@@ -585,7 +594,8 @@ def geometry_from_hf_config(path: str | Path, *, max_bytes: int = MAX_CONFIG_BYT
             info=info,
         )
     heads = _cfg_int(cfg, where, "num_attention_heads")
-    kv_heads = _cfg_int(cfg, where, "num_key_value_heads", heads)
+    kv_key = "num_key_value_heads" if "num_key_value_heads" in cfg else "num_attention_heads"
+    kv_heads = _cfg_positive(cfg, where, kv_key)
     head_dim = cfg.get("head_dim")
     if head_dim is None:
         hidden_size = _cfg_int(cfg, where, "hidden_size")

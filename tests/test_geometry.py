@@ -115,6 +115,19 @@ def test_hf_config_mla_and_nested_text_config(tmp_path: Path) -> None:
         ('{"num_attention_heads": 8}', "'num_hidden_layers'"),
         ('{"num_hidden_layers": "32", "num_attention_heads": 8}', "'num_hidden_layers'"),
         ('{"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": -1}', "'head_dim'"),
+        (
+            '{"num_hidden_layers": 0, "num_attention_heads": 8, "head_dim": 64}',
+            "'num_hidden_layers'",
+        ),
+        (
+            '{"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 0, '
+            '"head_dim": 64}',
+            "'num_key_value_heads'",
+        ),
+        (
+            '{"num_hidden_layers": 2, "num_attention_heads": 0, "head_dim": 64}',
+            "'num_attention_heads'",
+        ),
     ],
 )
 def test_hf_config_errors_name_file_and_field(tmp_path: Path, content: str, needle: str) -> None:

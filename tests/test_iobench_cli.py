@@ -582,7 +582,7 @@ def test_buffers_gpu_without_a_gpu_is_refused_before_writing(tmp_path):
         app, [*_small_args(tmp_path), "--no-fio", "--buffers", "gpu", "--dir", str(bench)]
     )
     assert result.exit_code == 2
-    assert result.stderr.strip().splitlines()[-1].startswith("fcctl: error: --buffers gpu: ")
+    assert result.stderr.strip().splitlines()[-1].startswith("fcctl: error: --buffers: CuPy ")
     assert list(bench.iterdir()) == []
     assert time.monotonic() - t0 < 5
 

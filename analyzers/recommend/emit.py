@@ -137,12 +137,14 @@ def check_name(name: str) -> str:
     """
     if not name.isidentifier() or keyword.iskeyword(name):
         raise FcctlInputError(
-            f"--emit-name: must be a Python identifier, not a keyword; got {name!r}"
+            f"emit_name: must be a Python identifier, not a keyword; got {name!r}",
+            parameter="emit_name",
         )
     if name in sys.stdlib_module_names or name in IMPORTED_TOP_LEVEL:
         raise FcctlInputError(
-            f"--emit-name: must not shadow a module the package imports (the standard library, "
-            f"{', '.join(IMPORTED_TOP_LEVEL)}); got {name!r}"
+            f"emit_name: must not shadow a module the package imports (the standard library, "
+            f"{', '.join(IMPORTED_TOP_LEVEL)}); got {name!r}",
+            parameter="emit_name",
         )
     return name
 
@@ -158,7 +160,7 @@ def check_distinct_outputs(out: Path | None, emit: Path | None) -> None:
     a, b = Path(out).resolve(), Path(emit).resolve()
     if a == b or a in b.parents or b in a.parents:
         raise FcctlInputError(
-            f"--out, --emit: must be separate directories, neither inside the other; "
+            f"`out`, `emit`: must be separate directories, neither inside the other; "
             f"got {str(out)!r} and {str(emit)!r}"
         )
 

@@ -319,8 +319,11 @@ def with_values(hw: Hardware, values: Mapping[str, Any], source: str) -> Hardwar
     return _check(dataclasses.replace(hw, **changes, sources=sources), source)
 
 
-def load_hardware(spec: str | None) -> Hardware:
-    """A preset name, or a TOML file of fields (optionally ``preset = "..."`` as its base)."""
+def load_hardware(spec: str | None, *, parameter: str = "hardware") -> Hardware:
+    """A preset name, or a TOML file of fields (optionally ``preset = "..."`` as its base).
+
+    ``parameter``: the caller's name for ``spec``, which an unknown preset's message starts with.
+    """
     if spec is None:
         return PRESETS[DEFAULT_PRESET]
     if spec in PRESETS:
@@ -328,8 +331,9 @@ def load_hardware(spec: str | None) -> Hardware:
     path = Path(spec)
     if not path.suffix == ".toml" and not path.exists():
         raise HardwareError(
-            f"--hardware: unknown preset (known: {', '.join(PRESETS)}; or a .toml file); "
-            f"got {spec!r}"
+            f"{parameter}: unknown preset (known: {', '.join(PRESETS)}; or a .toml file); "
+            f"got {spec!r}",
+            parameter=parameter,
         )
     text = read_regular_text(
         path, "hardware file", cap_bytes=HARDWARE_FILE_CAP_BYTES, error=HardwareError
@@ -375,12 +379,12 @@ def apply_io_profile(hw: Hardware, path: str | Path) -> Hardware:
       bandwidth, over its ``read_commands`` (0 when the difference is negative).
     """
     p = Path(path)
-    where = f"{display_path(p)}: --io-profile"
-    text = read_regular_text(p, "--io-profile", error=HardwareError)
+    where = f"{display_path(p)}: `io_profile`"
+    text = read_regular_text(p, "`io_profile`", error=HardwareError)
     doc = parse_json(text, where, error=HardwareError)
     if not isinstance(doc, dict) or doc.get("schema_version") != 1 or "layouts" not in doc:
         raise HardwareError(
-            f"{p}: --io-profile: expected a `fcctl iobench --json` document (schema_version 1 "
+            f"{p}: `io_profile`: expected a `fcctl iobench --json` document (schema_version 1 "
             "with 'layouts')"
         )
     layouts = doc["layouts"] if isinstance(doc["layouts"], dict) else {}
@@ -393,7 +397,7 @@ def apply_io_profile(hw: Hardware, path: str | Path) -> Hardware:
     common = sorted(c for c in set(flat) & set(evic) if isinstance(c, int))
     if not common:
         raise HardwareError(
-            f"{p}: --io-profile: field 'layouts': needs the flat and eviction layouts at a "
+            f"{p}: `io_profile`: field 'layouts': needs the flat and eviction layouts at a "
             "common concurrency"
         )
     c = common[-1]
@@ -402,7 +406,7 @@ def apply_io_profile(hw: Hardware, path: str | Path) -> Hardware:
     bandwidth = fio or flat_rate
     if bandwidth is None:
         raise HardwareError(
-            f"{p}: --io-profile: field 'layouts.flat[].restore_bytes_per_s': missing"
+            f"{p}: `io_profile`: field 'layouts.flat[].restore_bytes_per_s': missing"
         )
     e_rate = _profile_number(evic[c], str(p), "restore_bytes_per_s")
     e_bytes = _profile_number(evic[c], str(p), "bytes_requested")
@@ -410,7 +414,7 @@ def apply_io_profile(hw: Hardware, path: str | Path) -> Hardware:
     e_cmds = _profile_number(evic[c], str(p), "read_commands")
     if e_rate is None or e_bytes is None or e_cmds is None or e_read is None:
         raise HardwareError(
-            f"{p}: --io-profile: field 'layouts.eviction[]': needs restore_bytes_per_s, "
+            f"{p}: `io_profile`: field 'layouts.eviction[]': needs restore_bytes_per_s, "
             "bytes_requested and read_commands"
         )
     command_s = max(0.0, (e_bytes / e_rate - e_read / bandwidth) / e_cmds)

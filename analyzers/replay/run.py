@@ -106,12 +106,13 @@ def check_policies(names: Sequence[str]) -> tuple[str, ...]:
     for n in names:
         if n not in POLICIES:
             raise FcctlInputError(
-                f"--policies: unknown policy (known: {', '.join(POLICIES)}); got {n!r}"
+                f"policies: unknown policy (known: {', '.join(POLICIES)}); got {n!r}",
+                parameter="policies",
             )
         if n not in out:
             out.append(n)
     if not out:
-        raise FcctlInputError("--policies: name at least one policy")
+        raise FcctlInputError("policies: name at least one policy", parameter="policies")
     return tuple(out)
 
 
@@ -168,8 +169,8 @@ def summarize(
         raise FcctlInputError(
             f"{w.trace.path}: every request was rejected ({reasons}): one worker's GPU KV pool "
             f"holds {sim.pool_blocks:,} blocks of {sim.block_bytes:,} bytes and the model's "
-            f"context is {sim.max_context or 'unbounded'} tokens; give a larger --gpu-kv, --tp "
-            "or a model with a longer context"
+            f"context is {sim.max_context or 'unbounded'} tokens; give a larger `gpu_kv_bytes`, "
+            "`tp` or a model with a longer context"
         )
     ttft = table["ttft_s"].to_numpy()
     if np.isnan(ttft).any():
@@ -320,7 +321,8 @@ def workers_of(geometry: KvGeometry, hardware: Hardware) -> int:
     """Serving instances on the node: one per ``tp`` GPUs."""
     if hardware.gpus < geometry.tp:
         raise FcctlInputError(
-            f"--gpus: {hardware.gpus} GPUs cannot hold one instance of tp {geometry.tp}"
+            f"gpus: {hardware.gpus} GPUs cannot hold one instance of tp {geometry.tp}",
+            parameter="gpus",
         )
     workers = hardware.gpus // geometry.tp
     # Each instance costs the simulator per-worker state (event heap, store rows, busy flags)
@@ -330,9 +332,10 @@ def workers_of(geometry: KvGeometry, hardware: Hardware) -> int:
     cap = max(1, budget // WORKER_STATE_BYTES)
     if workers > cap:
         raise FcctlInputError(
-            f"--gpus: {hardware.gpus} GPUs make {workers:,} instances of tp {geometry.tp}; the "
+            f"gpus: {hardware.gpus} GPUs make {workers:,} instances of tp {geometry.tp}; the "
             f"simulator holds at most {cap:,} ({WORKER_STATE_BYTES:,} bytes each within the "
-            f"memory budget of {budget:,} bytes); got {hardware.gpus!r}"
+            f"memory budget of {budget:,} bytes); got {hardware.gpus!r}",
+            parameter="gpus",
         )
     return workers
 
@@ -457,9 +460,9 @@ def replay_trace(
         points = [(None, workload.sessions if c is None else c) for c in config.concurrency]
     else:
         if not config.auto_rates:
-            points = [(r, None) for r in check_rates(config.rates, "--rates")]
+            points = [(r, None) for r in check_rates(config.rates, "rates")]
         if config.operating_rate is not None:
-            op_rate = check_rate(config.operating_rate, "operating_rate")
+            op_rate = check_rate(config.operating_rate, "rate")
             points = [(op_rate, None)] + [p for p in points if p[0] != op_rate]
         if config.slo_ttft_p99_s is not None and not (
             math.isfinite(config.slo_ttft_p99_s) and config.slo_ttft_p99_s > 0

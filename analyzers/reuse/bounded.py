@@ -241,7 +241,7 @@ def largest_capacity_blocks(
     return max(caps) // geometry.bytes_per_block(block)
 
 
-def check_budget(value: object, name: str = "memory_budget") -> int:
+def check_budget(value: object, name: str = "memory_budget_bytes") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise FcctlInputError(
             f"{name}: must be a whole number of bytes >= 1; got {value!r}", parameter=name
@@ -275,7 +275,8 @@ def check_engine(engine: str, scheduler: str | None) -> None:
         )
     if scheduler is not None and engine != "dask":
         raise FcctlInputError(
-            "scheduler: names a Dask scheduler, so it needs --engine dask", parameter="scheduler"
+            "scheduler: names a Dask scheduler, so it needs the dask `engine`",
+            parameter="scheduler",
         )
     if engine == "dask":
         import importlib
@@ -334,12 +335,12 @@ def plan_memory(
     if rate is None or room <= 0:
         need = max(shards_bytes(smallest), fixed + (1 << 20))
         raise FcctlInputError(
-            f"memory_budget: {budget:,} bytes is too small for this trace ({requests:,} "
+            f"memory_budget_bytes: {budget:,} bytes is too small for this trace ({requests:,} "
             f"requests, {accesses:,} block accesses): the "
             + (f"sample at rate {smallest:g}" if rate is None else "request table")
-            + f" needs about {need:,} bytes; raise --memory-budget"
-            + (" or lower --sample-rate" if sample_rate is not None else ""),
-            parameter="memory_budget",
+            + f" needs about {need:,} bytes; raise `memory_budget_bytes`"
+            + (" or lower `sample_rate`" if sample_rate is not None else ""),
+            parameter="memory_budget_bytes",
         )
     passes = max(1, math.ceil(accesses * BYTES_PER_BUCKET_ACCESS / room))
     peak = max(shards_bytes(rate), fixed + math.ceil(accesses / passes) * BYTES_PER_BUCKET_ACCESS)
@@ -506,10 +507,10 @@ class BlockTotals:
         )
         if uniq.shape[0] > self.max_seconds_values:
             raise FcctlInputError(
-                f"memory_budget: the exact reuse distances in seconds hold {uniq.shape[0]:,} "
+                f"memory_budget_bytes: the exact reuse distances in seconds hold {uniq.shape[0]:,} "
                 "distinct values (one per distinct gap between a request and the one it "
-                "re-reads), more than the budget allows; raise --memory-budget",
-                parameter="memory_budget",
+                "re-reads), more than the budget allows; raise `memory_budget_bytes`",
+                parameter="memory_budget_bytes",
             )
 
 
@@ -704,7 +705,7 @@ def refuse_schedule(
             raise FcctlInputError(
                 f"{parameter}: a session schedule needs the whole trace in memory, and this "
                 f"one is analysed in bounded memory ({plan.describe()}); raise "
-                "--memory-budget or drop the flag",
+                "`memory_budget_bytes` or leave it out",
                 parameter=parameter,
             )
 
@@ -770,7 +771,7 @@ def analyze_bounded(
                 NoteCode.NO_INFERRED_SESSIONS,
                 "The trace has no session ids, and inferring sessions from prefix chains needs "
                 "the whole access stream in memory; per-session figures are not reported "
-                "(raise --memory-budget to analyse it exactly).",
+                "(raise `memory_budget_bytes` to analyse it exactly).",
             )
         )
     assert totals.reused_per_request is not None  # set by BlockTotals.__post_init__
