@@ -101,7 +101,7 @@ def test_empty_gzip(tmp_path: Path) -> None:
 def test_unknown_format(tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("hello, this is not a trace\n")
-    expect_error(path, "unknown trace format", "--format")
+    expect_error(path, "unknown trace format", "pass `format` to choose")
     expect_error(path, "unknown format 'nope'", fmt="nope")
 
 

@@ -61,6 +61,8 @@ ROOTS: tuple[str, ...] = (
     "adapters/sglang.py",
     "adapters/vllm.py",
 )
+#: Data files the core reads at run time (the model presets), copied beside the modules.
+CORE_DATA: tuple[str, ...] = ("presets/*.json",)
 GENERATED: tuple[str, ...] = ("thresholds.py", "thresholds.toml", "README.md")
 #: Written beside the package (``DIR/``), listed in its MANIFEST as ``../<name>``.
 PROJECT_FILES: tuple[str, ...] = ("pyproject.toml",)
@@ -105,6 +107,11 @@ def _relative_imports(rel: str, core: Path) -> set[str]:
             if pkg and pkg.endswith("__init__.py"):
                 out.add(pkg)
     return out
+
+
+def core_data(core: Path = CORE_DIR) -> tuple[str, ...]:
+    """The core's data files (:data:`CORE_DATA`), as sorted relative paths."""
+    return tuple(sorted(p.relative_to(core).as_posix() for g in CORE_DATA for p in core.glob(g)))
 
 
 def core_modules(core: Path = CORE_DIR, roots: tuple[str, ...] = ROOTS) -> tuple[str, ...]:
@@ -211,7 +218,9 @@ def fcctl_version() -> str:
     return str(__version__).split("+", 1)[0]
 
 
-def pyproject_text(name: str, version: str, packages: list[str]) -> str:
+def pyproject_text(
+    name: str, version: str, packages: list[str], data: tuple[str, ...] = CORE_DATA
+) -> str:
     """The emitted ``pyproject.toml``: numpy the only requirement, one extra per engine."""
     extras = {
         **{engine: [pin] for engine, pin in ENGINE_PINS.items()},
@@ -239,7 +248,7 @@ def pyproject_text(name: str, version: str, packages: list[str]) -> str:
         f"packages = [{', '.join(map(q, packages))}]",
         "",
         "[tool.setuptools.package-data]",
-        f"{name} = [{', '.join(map(q, ('thresholds.toml', 'README.md', MANIFEST)))}]",
+        f"{name} = [{', '.join(map(q, ('thresholds.toml', 'README.md', MANIFEST, *data)))}]",
     ]
     return "\n".join(lines) + "\n"
 
@@ -270,7 +279,8 @@ def emit_package(
     """Write the package ``directory/<name>/`` (module docstring); ``directory`` must be absent
     or empty (or, with ``force``, an earlier emit of a package of this name)."""
     check_name(name)
-    copied = core_modules()
+    modules = core_modules()
+    copied = (*modules, *core_data())
     marker = f"{name}/{MANIFEST}"
     with atomic_out_dir(
         directory, force=force, marker=marker, command="--emit", flag="--emit"
@@ -287,7 +297,7 @@ def emit_package(
         (pkg / "README.md").write_text(
             readme_text(name, short_reply_tokens, agent_context_tokens, source)
         )
-        packages = sorted({".".join([name, *Path(rel).parent.parts]) for rel in copied})
+        packages = sorted({".".join([name, *Path(rel).parent.parts]) for rel in modules})
         version = package_version(short_reply_tokens, agent_context_tokens)
         (tmp / "pyproject.toml").write_text(pyproject_text(name, version, packages))
         files = sorted([*copied, *GENERATED, *(f"../{f}" for f in PROJECT_FILES)])
