@@ -776,7 +776,7 @@ def iobench(
     from fcctl.iobench.run import run_iobench
 
     # The model and the trace format fail here, named by parameter, before any disk is touched.
-    geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
+    kv = geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
     _check_format(trace_format, "trace_format")
     if isinstance(concurrency, str):
         try:
@@ -797,10 +797,7 @@ def iobench(
         sessions=sessions,
         tokens=tokens,
         turns=turns,
-        model=model,
-        model_config=None if model_config is None else Path(model_config),
-        tp=tp,
-        kv_dtype=kv_dtype,
+        geometry=kv,
         block_tokens=block_tokens,
         bucket_bytes=_size(bucket_bytes, "bucket_bytes"),
         memory_tier_bytes=_optional_size(memory_tier_bytes, "memory_tier_bytes"),

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fcctl.analyzers.kvmodel.tiered import DEFAULT_BUCKET_BYTES
 from fcctl.common.errors import FcctlInputError
 from fcctl.layout.alignment import PAGE_BYTES
+from fcctl.layout.geometry import KvGeometry, model_geometry
 
 GiB = 2**30
 # Every layout iobench knows, in the order runs and JSON list them (the registry is
@@ -36,10 +37,9 @@ class IobenchConfig:
     sessions: int = 16
     tokens: int = 1024
     turns: int = 4
-    model: str = "llama-3.1-8b"
-    model_config: Path | None = None
-    tp: int | None = None
-    kv_dtype: str | None = None
+    # The KV written: one rank's of this geometry (its tp and dtype included), resolved once by
+    # the caller (fcctl.geometry(...)); the default model's by default.
+    geometry: KvGeometry = field(default_factory=lambda: model_geometry("llama-3.1-8b"))
     block_tokens: int = 16
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
     memory_tier_bytes: int | None = None

@@ -47,7 +47,7 @@ from .config import RESTORE_BUFFER_BUDGET_BYTES
 from .eviction import EvictionLayout
 from .flat import FlatLayout
 from .pattern import mismatched_pieces, piece_keys
-from .workload import Workload
+from .workload import IoWorkload
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def _runs_from_placements(
 
 
 def flat_restores(
-    workload: Workload,
+    workload: IoWorkload,
     layout: FlatLayout,
     *,
     gap_bytes: int = 64 * 1024,
@@ -145,7 +145,7 @@ def flat_restores(
 
 
 def eviction_restores(
-    workload: Workload, layout: EvictionLayout, *, align: int = PAGE_BYTES
+    workload: IoWorkload, layout: EvictionLayout, *, align: int = PAGE_BYTES
 ) -> list[SessionRestore]:
     out = []
     piece = workload.piece_bytes

@@ -30,7 +30,6 @@ from fcctl.common.progress import Progress
 from fcctl.common.provenance import collect_provenance, utc_now
 from fcctl.layout.engines import ReadEngine
 from fcctl.layout.errors import LayoutError
-from fcctl.layout.geometry import model_geometry
 
 from . import fio as fio_mod
 from .config import IobenchConfig
@@ -64,7 +63,7 @@ from .sizing import (
     check_synthetic_size,
     workload_size,
 )
-from .workload import Workload, load_trace_workload, synthetic_workload
+from .workload import IoWorkload, load_trace_io_workload, synthetic_io_workload
 
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
 
@@ -158,17 +157,15 @@ def _log(progress: bool, message: str) -> None:
 # ----------------------------------------------------------------------------- checks
 
 
-def build_workload(config: IobenchConfig, *, progress: bool = False) -> Workload:
+def build_io_workload(config: IobenchConfig, *, progress: bool = False) -> IoWorkload:
     """The workload ``config`` describes: a trace's sessions or synthetic ones."""
-    geometry = model_geometry(
-        config.model, config_path=config.model_config, tp=config.tp, kv_dtype=config.kv_dtype
-    )
+    geometry = config.geometry
     if config.trace is not None:
         if not Path(config.trace).exists():
             raise FcctlInputError(
                 f"trace: file not found; got {str(config.trace)!r}", parameter="trace"
             )
-        return load_trace_workload(
+        return load_trace_io_workload(
             Path(config.trace),
             geometry,
             trace_format=config.trace_format,
@@ -181,7 +178,7 @@ def build_workload(config: IobenchConfig, *, progress: bool = False) -> Workload
     # From the flags alone, before a session is built: --sessions 100000000 is refused with
     # what it would need, not after allocating it.
     check_synthetic_size(geometry, config)
-    return synthetic_workload(
+    return synthetic_io_workload(
         geometry,
         block_tokens=config.block_tokens,
         sessions=config.sessions,
@@ -191,7 +188,7 @@ def build_workload(config: IobenchConfig, *, progress: bool = False) -> Workload
     )
 
 
-def bytes_needed(workload: Workload, layouts: Sequence[str]) -> int:
+def bytes_needed(workload: IoWorkload, layouts: Sequence[str]) -> int:
     """Bytes the run writes: each layout's files and the fio iologs (at most one command per
     piece per layout)."""
     total = sum(LAYOUTS[name].bytes_needed(workload) for name in layouts)
@@ -271,7 +268,7 @@ def use_gpu_buffers(choice: str, engine_name: str) -> bool:
     return ok and (choice == "gpu" or engine_name == "kvikio")
 
 
-def _check_buckets(workload: Workload, config: IobenchConfig) -> None:
+def _check_buckets(workload: IoWorkload, config: IobenchConfig) -> None:
     if "eviction" in config.layouts and config.bucket_bytes < workload.block_bytes:
         raise FcctlInputError(
             f"bucket_bytes: must hold at least one block of {workload.block_bytes} bytes "
@@ -280,7 +277,7 @@ def _check_buckets(workload: Workload, config: IobenchConfig) -> None:
         )
 
 
-def _concurrency_notes(workload: Workload, config: IobenchConfig) -> list[str]:
+def _concurrency_notes(workload: IoWorkload, config: IobenchConfig) -> list[str]:
     n_sessions = len(workload.sessions)
     over = [c for c in config.concurrency if c > n_sessions]
     if not over:
@@ -311,7 +308,7 @@ def run_iobench(
     """Run the whole benchmark described by ``config`` (see the module docstring)."""
     hooks = hooks or RunHooks()
     started = utc_now()
-    workload = build_workload(config, progress=progress)
+    workload = build_io_workload(config, progress=progress)
     _check_buckets(workload, config)
     check_engine_name(config.engine)
     check_fits_machine(workload_size(workload, config))
@@ -396,7 +393,7 @@ def _open_engines(engine_name: str, config: IobenchConfig) -> dict[str, ReadEngi
 
 
 def _write_layouts(
-    workload: Workload, config: IobenchConfig, root: Path, bar: Progress
+    workload: IoWorkload, config: IobenchConfig, root: Path, bar: Progress
 ) -> dict[str, WrittenLayout]:
     written: dict[str, WrittenLayout] = {}
     total = workload.bytes * len(config.layouts)
@@ -413,7 +410,7 @@ def _fio_round_or_skip(
     restores: Mapping[str, list[SessionRestore]],
     fio_dir: Path,
     config: IobenchConfig,
-    workload: Workload,
+    workload: IoWorkload,
     round_index: int,
     on_phase: Callable[[str], None],
 ) -> FioRound | str:
@@ -440,7 +437,7 @@ def _fio_round_or_skip(
 
 
 def _measure(
-    workload: Workload,
+    workload: IoWorkload,
     config: IobenchConfig,
     restores: Mapping[str, list[SessionRestore]],
     written: Mapping[str, WrittenLayout],
@@ -535,7 +532,7 @@ def _checksum_info(config: IobenchConfig, measured: _Measured) -> ChecksumInfo:
 
 def _result(
     config: IobenchConfig,
-    workload: Workload,
+    workload: IoWorkload,
     measured: _Measured,
     setup: FioSetup,
     written: Mapping[str, WrittenLayout],

@@ -26,7 +26,7 @@ from fcctl.layout.session_format import DATA_START, file_bytes
 
 from .config import IobenchConfig
 from .restore import pool_slots
-from .workload import Workload
+from .workload import IoWorkload
 
 # Bytes of Python objects per item, about twice the measured figures (module docstring).
 SESSION_BYTES = 2_000  # schedule entry, restore object, per-session lists
@@ -116,7 +116,7 @@ def synthetic_size(geometry: KvGeometry, config: IobenchConfig) -> WorkloadSize:
     )
 
 
-def workload_size(workload: Workload, config: IobenchConfig) -> WorkloadSize:
+def workload_size(workload: IoWorkload, config: IobenchConfig) -> WorkloadSize:
     """The size of a built workload (a trace's, after scaling)."""
     from .flat import flat_bytes_needed
 
