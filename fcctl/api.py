@@ -276,47 +276,31 @@ def analyze(
             "format and columns apply to one trace file (convert it first)",
             parameter="format",
         )
+    # The same settings for either engine.
+    settings: dict[str, Any] = {
+        "geometry": kv,
+        "memory_budget_bytes": budget,
+        "sample_rate": sample_rate,
+        "memory_capacities_bytes": capacities,
+        "thresholds": thresholds,
+        "rate_requests_per_s": rate_requests_per_s,
+        "concurrent_sessions": concurrent_sessions,
+        "seed": seed,
+    }
     with _progress(progress) as bar:
         if engine == "dask":
             from fcctl.analyzers.reuse.dask_engine import analyze_dask
 
-            return analyze_dask(
-                source,
-                geometry=kv,
-                scheduler=scheduler,
-                memory_budget_bytes=budget,
-                sample_rate=sample_rate,
-                memory_capacities_bytes=capacities,
-                progress=bar,
-                thresholds=thresholds,
-                rate_requests_per_s=rate_requests_per_s,
-                concurrent_sessions=concurrent_sessions,
-                seed=seed,
-            )
+            return analyze_dask(source, scheduler=scheduler, progress=bar, **settings)
         if dataset_input:
             data = open_dataset(source, bar)
         else:
             data = Dataset.from_trace(
                 read_trace(
-                    source,
-                    format=format,
-                    columns=columns,
-                    max_line_bytes=line_limit,
-                    progress=bar,
+                    source, format=format, columns=columns, max_line_bytes=line_limit, progress=bar
                 )
             )
-        return analyze_dataset(
-            data,
-            geometry=kv,
-            memory_budget_bytes=budget,
-            sample_rate=sample_rate,
-            memory_capacities_bytes=capacities,
-            progress=bar,
-            thresholds=thresholds,
-            rate_requests_per_s=rate_requests_per_s,
-            concurrent_sessions=concurrent_sessions,
-            seed=seed,
-        )
+        return analyze_dataset(data, progress=bar, **settings)
 
 
 def hardware(

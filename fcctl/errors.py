@@ -15,11 +15,13 @@ and the handler shows that as the flag too, where the command has one.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import re
 import sys
 import typing
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
 import typer
@@ -171,7 +173,7 @@ def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
             # Every command: the first SIGINT, SIGTERM or SIGHUP raises, so temporary outputs
             # and child processes go in the ``finally`` blocks on the way out; later ones only
             # say "cleaning up" (and stay ignored once the command is ending).
-            with first_interrupt_raises(ignore_after=True, label=label):
+            with first_interrupt_raises(ignore_after=True, label=label), library_log_shown():
                 return func(*args, **kwargs)
         except InputError as e:
             if not own:
@@ -193,6 +195,32 @@ def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
             raise _interrupted(interrupt) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+class _StderrLines(logging.Handler):
+    """Each record as one plain line on the stderr of the moment (a test runner swaps it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(self.format(record), file=sys.stderr)
+
+
+@contextlib.contextmanager
+def library_log_shown() -> Iterator[None]:
+    """While a command runs, the library's log (logger ``fcctl``, INFO and up: notes such as
+    the engine iobench chose, warnings such as a leftover it removed) goes to stderr as plain
+    lines. The library only logs; where the lines go is the CLI's choice."""
+    logger = logging.getLogger("fcctl")
+    handler = _StderrLines()
+    saved = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
 
 
 def _interrupted(e: KeyboardInterrupt) -> typer.Exit:

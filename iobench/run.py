@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import errno
 import importlib.util
+import logging
 import platform
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -149,9 +149,13 @@ def failure_message(phase: str, e: OSError | LayoutError) -> str:
     return f"{phase} failed: {what}{where}"
 
 
+#: Notes and warnings of a run; the CLI shows them on stderr (fcctl.errors.library_log_shown).
+log = logging.getLogger(__name__)
+
+
 def _log(progress: bool, message: str) -> None:
     if progress:
-        print(f"iobench: {message}", file=sys.stderr)
+        log.info("iobench: %s", message)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -432,7 +436,7 @@ def _fio_round_or_skip(
         if os_error is not None and os_error.errno in _NO_SPACE:
             raise BenchFailed(failure_message("fio", os_error)) from e
         reason = f"fio failed: {e}"
-        print(f"iobench: fio reference skipped: {reason}", file=sys.stderr)
+        log.warning("iobench: fio reference skipped: %s", reason)
         return reason
 
 

@@ -26,11 +26,11 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import shlex
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -40,6 +40,9 @@ from fcctl.common.errors import FcctlInputError
 from fcctl.common.signals import first_interrupt_raises as _first_interrupt_raises
 from fcctl.common.signals import held_signals as _held_signals
 from fcctl.common.signals import interruption
+
+#: Warnings of a run; the CLI shows them on stderr (fcctl.errors.library_log_shown).
+log = logging.getLogger(__name__)
 
 GiB = 2**30
 MARGIN_MIN_BYTES = 1 * GiB
@@ -161,13 +164,14 @@ def remove_command(paths: tuple[Path, ...]) -> str:
 
 def _report_leftovers(found: Leftovers) -> None:
     for p in found.removed:
-        print(f"iobench: removed {p}, left by an earlier run that was killed", file=sys.stderr)
+        log.warning("iobench: removed %s, left by an earlier run that was killed", p)
     if found.unknown:
-        print(
-            f"iobench: note: {len(found.unknown)} run directories of unknown owner left in "
-            f"{found.unknown[0].parent}; if no iobench is running, remove them with: "
-            f"{remove_command(found.unknown)}",
-            file=sys.stderr,
+        log.warning(
+            "iobench: note: %d run directories of unknown owner left in %s; if no iobench is "
+            "running, remove them with: %s",
+            len(found.unknown),
+            found.unknown[0].parent,
+            remove_command(found.unknown),
         )
 
 
@@ -241,7 +245,7 @@ def prepare_workspace(
             )
         found = clear_leftovers(directory)
         for p in found.removed:
-            print(f"iobench: removed {p}, left by an earlier run that was killed", file=sys.stderr)
+            log.warning("iobench: removed %s, left by an earlier run that was killed", p)
         if any(directory.iterdir()) and not force:
             hint = ""
             if found.unknown:

@@ -194,3 +194,34 @@ def test_no_test_module_imports_another() -> None:
                 names = [a.name for a in node.names]
             bad += [f"{path.name} imports {n}" for n in names if n.startswith("tests.test_")]
     assert not bad, "\n".join(bad)
+
+
+#: Library functions allowed to print, with the reason.
+PRINTS_ALLOWED = {
+    # Runs inside a signal handler, where a logging handler's lock could deadlock.
+    ("fcctl.common.signals", "_say_cleaning_up"),
+    # The emitted package's own command line (python -m PKG.smoke).
+    ("fcctl.layout.smoke", "main"),
+}
+
+
+def test_no_print_in_library_code() -> None:
+    """Libraries log (``logging.getLogger(__name__)``) or return text; the CLI decides where it
+    goes (fcctl.errors.library_log_shown puts the log on stderr)."""
+    found = []
+    for name, path in _modules().items():
+        if _layer(name) is None:
+            continue  # the CLI, fcctl.api and fcctl.planning
+        tree = ast.parse(path.read_text(), str(path))
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(func):
+                is_print = (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id == "print"
+                )
+                if is_print and (name, func.name) not in PRINTS_ALLOWED:
+                    found.append(f"{name}.{func.name} (line {node.lineno})")
+    assert not found, "print in library code:\n" + "\n".join(sorted(set(found)))

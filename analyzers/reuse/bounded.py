@@ -60,6 +60,7 @@ from fcctl.common.provenance import utc_now
 from fcctl.layout.geometry import KvGeometry
 
 from ..traces.dataset import Dataset
+from ..traces.schema import Trace
 from .analyze import (
     AnalysisResult,
     BlockFigures,
@@ -751,29 +752,9 @@ def analyze_bounded(
             seconds_cdf_frame(reuse.histograms),
         ]
     )
-    sessions: SessionMetrics | None = None
-    notes: list[Note] = []
-    if session is not None:
-        assert totals.session_distinct is not None
-        sessions = session_summary(
-            trace.requests,
-            session,
-            ids,
-            n_sessions,
-            totals.session_distinct,
-            block_size_tokens=block_tokens,
-            bytes_per_token=geometry.bytes_per_token,
-            inferred=False,
-        )
-    else:
-        notes.append(
-            Note(
-                NoteCode.NO_INFERRED_SESSIONS,
-                "The trace has no session ids, and inferring sessions from prefix chains needs "
-                "the whole access stream in memory; per-session figures are not reported "
-                "(raise `memory_budget_bytes` to analyse it exactly).",
-            )
-        )
+    sessions, notes = _bounded_sessions(
+        trace, (session, ids, n_sessions), totals, block_tokens, geometry
+    )
     assert totals.reused_per_request is not None  # set by BlockTotals.__post_init__
     blocks = BlockFigures(
         block_accesses=total,
@@ -793,39 +774,8 @@ def analyze_bounded(
         block_bytes=block_bytes,
         capacities_bytes=capacities,
     )
-    sampling = Sampling(
-        method="shards-fixed-rate",
-        rate=sampled.rate,
-        exact_below_blocks=sampled.exact_below_blocks,
-        sampled_accesses=sampled.sampled_accesses,
-        sampled_blocks=sampled.sampled_blocks,
-        memory_budget_bytes=plan.budget_bytes,
-        block_passes=plan.block_passes,
-        sampled_figures=SAMPLED_FIGURES,
-        exact_figures=EXACT_FIGURES,
-        error_bound=error_bound(sampled.rate, exact_head=sampled.exact_below_blocks > 0),
-    )
-    bound = sampling.error_bound
-    stated = (
-        f"measured error at this rate: {bound.hit_share_mean_abs_pp:.3g} pp mean, "
-        f"{bound.hit_share_max_abs_pp:.3g} pp max on the hit curve, "
-        f"{bound.stack_percentile_rel:.1%} on stack-distance percentiles"
-        if bound.hit_share_mean_abs_pp is not None
-        and bound.hit_share_max_abs_pp is not None
-        and bound.stack_percentile_rel is not None
-        else "no error measured at this rate"
-    )
-    notes.insert(
-        0,
-        Note(
-            NoteCode.SAMPLED,
-            f"Analysed in bounded memory (budget {plan.budget_bytes / 2**30:.1f} GiB): LRU "
-            f"stack distances and memory-tier points above {sampled.exact_below_blocks:,} "
-            f"blocks are estimated from a SHARDS sample at rate {sampled.rate:g} "
-            f"({sampled.sampled_accesses:,} of {total:,} accesses; {stated}); every other "
-            "figure is exact.",
-        ),
-    )
+    sampling = _bounded_sampling(plan, sampled)
+    notes.insert(0, _sampled_note(plan, sampled, sampling, total))
     schedule_summary: ScheduleSummary = summarize_schedule(trace.order, None, None, sessions)
     return assemble_result(
         trace,
@@ -839,6 +789,78 @@ def analyze_bounded(
         sampling=sampling,
         dataset=summary,
         extra_notes=notes,
+    )
+
+
+def _bounded_sessions(
+    trace: Trace,
+    index: tuple[np.ndarray | None, list[str], int],
+    totals: BlockTotals,
+    block_tokens: int,
+    geometry: KvGeometry,
+) -> tuple[SessionMetrics | None, list[Note]]:
+    """Per-session figures from the passes' distinct blocks per session (``index``: each
+    request's session ordinal, the ids, their count); a note instead without session ids."""
+    session, ids, n_sessions = index
+    if session is None:
+        return None, [
+            Note(
+                NoteCode.NO_INFERRED_SESSIONS,
+                "The trace has no session ids, and inferring sessions from prefix chains needs "
+                "the whole access stream in memory; per-session figures are not reported "
+                "(raise `memory_budget_bytes` to analyse it exactly).",
+            )
+        ]
+    assert totals.session_distinct is not None
+    sessions = session_summary(
+        trace.requests,
+        session,
+        ids,
+        n_sessions,
+        totals.session_distinct,
+        block_size_tokens=block_tokens,
+        bytes_per_token=geometry.bytes_per_token,
+        inferred=False,
+    )
+    return sessions, []
+
+
+def _bounded_sampling(plan: MemoryPlan, sampled: SampledStack) -> Sampling:
+    """What the sample was and the error measured at its rate (docs/scale.md)."""
+    assert plan.sample_rate is not None
+    return Sampling(
+        method="shards-fixed-rate",
+        rate=sampled.rate,
+        exact_below_blocks=sampled.exact_below_blocks,
+        sampled_accesses=sampled.sampled_accesses,
+        sampled_blocks=sampled.sampled_blocks,
+        memory_budget_bytes=plan.budget_bytes,
+        block_passes=plan.block_passes,
+        sampled_figures=SAMPLED_FIGURES,
+        exact_figures=EXACT_FIGURES,
+        error_bound=error_bound(sampled.rate, exact_head=sampled.exact_below_blocks > 0),
+    )
+
+
+def _sampled_note(plan: MemoryPlan, sampled: SampledStack, sampling: Sampling, total: int) -> Note:
+    """The note that says which figures are estimated, from how much, and how well."""
+    bound = sampling.error_bound
+    stated = (
+        f"measured error at this rate: {bound.hit_share_mean_abs_pp:.3g} pp mean, "
+        f"{bound.hit_share_max_abs_pp:.3g} pp max on the hit curve, "
+        f"{bound.stack_percentile_rel:.1%} on stack-distance percentiles"
+        if bound.hit_share_mean_abs_pp is not None
+        and bound.hit_share_max_abs_pp is not None
+        and bound.stack_percentile_rel is not None
+        else "no error measured at this rate"
+    )
+    return Note(
+        NoteCode.SAMPLED,
+        f"Analysed in bounded memory (budget {plan.budget_bytes / 2**30:.1f} GiB): LRU "
+        f"stack distances and memory-tier points above {sampled.exact_below_blocks:,} "
+        f"blocks are estimated from a SHARDS sample at rate {sampled.rate:g} "
+        f"({sampled.sampled_accesses:,} of {total:,} accesses; {stated}); every other "
+        "figure is exact.",
     )
 
 
