@@ -266,3 +266,13 @@ def test_a_parameter_named_inside_a_message_becomes_the_commands_flag():
     assert parameters_as_flags(text, None, {"--sample-rate"}).startswith(
         "x: too big; raise `memory_budget_bytes` or lower --sample-rate"
     )
+
+
+def test_the_iobench_call_survives_its_package_being_imported():
+    """``fcctl.iobench`` is the public call even after ``fcctl.iobench`` the package is imported
+    (the import system binds a subpackage to its parent's attribute of the same name)."""
+    import importlib
+
+    importlib.import_module("fcctl.iobench.run")
+    assert fcctl.iobench is api.iobench and callable(fcctl.iobench)
+    assert importlib.import_module("fcctl.iobench").__name__ == "fcctl.iobench"
