@@ -31,6 +31,7 @@ from fcctl.common.jsonio import write_json_file  # noqa: E402
 from fcctl.common.units import parse_int_list, parse_size  # noqa: E402
 from fcctl.iobench.config import IobenchConfig  # noqa: E402
 from fcctl.iobench.run import run_iobench  # noqa: E402
+from fcctl.layout.geometry import model_geometry  # noqa: E402
 from fcctl.reports.iobench_report import render_table  # noqa: E402
 
 
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         sessions=args.sessions,
         tokens=args.tokens,
         turns=args.turns,
-        model=args.model,
+        geometry=model_geometry(args.model),
         concurrency=concurrency,
         repeat=args.repeat,
         engine_threads=args.threads,

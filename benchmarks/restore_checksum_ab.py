@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from fcctl.iobench.flat import write_flat_layout  # noqa: E402
 from fcctl.iobench.restore import allocate_pool, flat_restores, run_restore  # noqa: E402
-from fcctl.iobench.workload import synthetic_workload  # noqa: E402
+from fcctl.iobench.workload import synthetic_io_workload  # noqa: E402
 from fcctl.layout.engines import PosixEngine, drop_file_cache  # noqa: E402
 from fcctl.layout.geometry import model_geometry  # noqa: E402
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     modes["check of layer l during read of l+1"] = (lambda: PosixEngine(threads=8), True, True)
     modes["checksums off"] = (lambda: PosixEngine(threads=8, verify=False), True, False)
 
-    wl = synthetic_workload(
+    wl = synthetic_io_workload(
         model_geometry("llama-3.1-8b"), block_tokens=16, sessions=16, tokens=1024, turns=4
     )
     root = Path(tempfile.mkdtemp(prefix="restore-ab-", dir=args.dir))

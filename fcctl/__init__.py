@@ -13,6 +13,8 @@ simulator load on the first call.
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from fcctl.common.version import __version__
@@ -41,6 +43,21 @@ __all__ = [
     "replay",
 ]
 _API = frozenset(__all__) - {"__version__"}
+
+
+class _Package(types.ModuleType):
+    """``fcctl`` itself: importing the subpackage ``fcctl.iobench`` must not replace the public
+    call ``fcctl.iobench(...)``. The import system binds every imported subpackage to its
+    parent's attribute of that name; without this, the first ``fcctl.iobench(...)`` (which
+    imports the package) made the second one a module, not callable."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _API and isinstance(value, types.ModuleType):
+            return  # the subpackage stays reachable as sys.modules["fcctl.iobench"]
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

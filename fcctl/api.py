@@ -111,6 +111,42 @@ def _numbers(value: str | Sequence[float], parameter: str, example: str) -> tupl
         ) from None
 
 
+@contextlib.contextmanager
+def _blame(parameter: str) -> Iterator[None]:
+    """Bad input met below this call (a file the parameter names, a check that knows only its
+    field) is ``parameter``'s: the error says so in ``parameter``, so a caller (and the CLI, which
+    shows the flag) knows which argument to change."""
+    from fcctl.common.errors import InputError
+
+    try:
+        yield
+    except InputError as e:
+        if e.parameter is None:
+            e.parameter = parameter
+        raise
+
+
+def _check_format(format: str | None, parameter: str = "format") -> None:
+    """A trace format is a reader's name (or None: detected), checked before any file is read."""
+    if format is None:
+        return
+    from fcctl.analyzers.traces.readers import FORMATS
+    from fcctl.common.errors import FcctlInputError
+
+    if not isinstance(format, str) or format not in FORMATS:
+        raise FcctlInputError(
+            f"{parameter}: unknown trace format (known: {', '.join(FORMATS)}); got {format!r}",
+            parameter=parameter,
+        )
+
+
+def _check_seed(seed: int) -> None:
+    from fcctl.common.errors import FcctlInputError
+
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise FcctlInputError(f"seed: must be an integer >= 0; got {seed!r}", parameter="seed")
+
+
 def _names(value: str | Sequence[str]) -> tuple[str, ...]:
     items = value.split(",") if isinstance(value, str) else value
     return tuple(p.strip() for p in items if p.strip())
@@ -141,7 +177,8 @@ def geometry(
     from fcctl.layout.geometry import model_geometry
 
     config = None if model_config is None else Path(model_config)
-    return model_geometry(model, config_path=config, tp=tp, kv_dtype=kv_dtype)
+    with _blame("model_config"):
+        return model_geometry(model, config_path=config, tp=tp, kv_dtype=kv_dtype)
 
 
 def read_trace(
@@ -163,7 +200,8 @@ def read_trace(
     from fcctl.analyzers.traces.readers import read_trace as read
 
     limit = _size(max_line_bytes, "max_line_bytes")
-    with _progress(progress) as bar:
+    _check_format(format)
+    with _progress(progress) as bar, _blame("source"):
         return read(source, format, progress=bar, max_line_bytes=limit, columns=columns)
 
 
@@ -218,6 +256,8 @@ def analyze(
         else _sizes(memory_capacities_bytes, "memory_capacities_bytes")
     )
     check_schedule_args(rate_requests_per_s, concurrent_sessions)
+    _check_seed(seed)
+    _check_format(format)
     thresholds = VerdictThresholds(
         flat_session_kv_bytes=_size(flat_session_kv_bytes, "flat_session_kv_bytes"),
         reference_capacity_bytes=_size(reference_capacity_bytes, "reference_capacity_bytes"),
@@ -228,47 +268,31 @@ def analyze(
         check_sample_rate(sample_rate)
     check_engine(engine, scheduler)
     dataset_input = is_dataset_input(source, format, columns)
+    # The same settings for either engine.
+    settings: dict[str, Any] = {
+        "geometry": kv,
+        "memory_budget_bytes": budget,
+        "sample_rate": sample_rate,
+        "memory_capacities_bytes": capacities,
+        "thresholds": thresholds,
+        "rate_requests_per_s": rate_requests_per_s,
+        "concurrent_sessions": concurrent_sessions,
+        "seed": seed,
+    }
     with _progress(progress) as bar:
         if engine == "dask":
             from fcctl.analyzers.reuse.dask_engine import analyze_dask
 
-            return analyze_dask(
-                source,
-                geometry=kv,
-                scheduler=scheduler,
-                memory_budget_bytes=budget,
-                sample_rate=sample_rate,
-                memory_capacities_bytes=capacities,
-                progress=bar,
-                thresholds=thresholds,
-                rate_requests_per_s=rate_requests_per_s,
-                concurrent_sessions=concurrent_sessions,
-                seed=seed,
-            )
+            return analyze_dask(source, scheduler=scheduler, progress=bar, **settings)
         if dataset_input:
             data = open_dataset(source, bar)
         else:
             data = Dataset.from_trace(
                 read_trace(
-                    source,
-                    format=format,
-                    columns=columns,
-                    max_line_bytes=line_limit,
-                    progress=bar,
+                    source, format=format, columns=columns, max_line_bytes=line_limit, progress=bar
                 )
             )
-        return analyze_dataset(
-            data,
-            geometry=kv,
-            memory_budget_bytes=budget,
-            sample_rate=sample_rate,
-            memory_capacities_bytes=capacities,
-            progress=bar,
-            thresholds=thresholds,
-            rate_requests_per_s=rate_requests_per_s,
-            concurrent_sessions=concurrent_sessions,
-            seed=seed,
-        )
+        return analyze_dataset(data, progress=bar, **settings)
 
 
 def hardware(
@@ -304,7 +328,8 @@ def hardware(
     from fcctl.analyzers.replay import apply_io_profile, load_hardware, with_values
 
     label = source_of or (lambda parameter: parameter)
-    hw = load_hardware(None if preset is None else str(preset))
+    with _blame("preset"):
+        hw = load_hardware(None if preset is None else str(preset), parameter="preset")
     overrides = {
         "gpus": gpus,
         "gpu_kv_bytes": gpu_kv_bytes,
@@ -321,9 +346,11 @@ def hardware(
             continue
         if key.endswith("_bytes"):
             value = _size(value, key)  # type: ignore[arg-type]
-        hw = with_values(hw, {key: value}, label(key))
+        with _blame(key):
+            hw = with_values(hw, {key: value}, label(key))
     if io_profile is not None:
-        hw = apply_io_profile(hw, io_profile)
+        with _blame("io_profile"):
+            hw = apply_io_profile(hw, io_profile)
     return hw
 
 
@@ -346,9 +373,18 @@ def split_sizes(value: str | None, parameter: str) -> tuple[str | None, list[str
 
 def _node(hw: Hardware | None) -> Hardware:
     """``hw``, or the default preset (a parameter named ``hardware`` hides :func:`hardware`)."""
-    from fcctl.analyzers.replay import load_hardware
+    from fcctl.analyzers.replay import Hardware, load_hardware
+    from fcctl.common.errors import FcctlInputError
 
-    return load_hardware(None) if hw is None else hw
+    if hw is None:
+        return load_hardware(None)
+    if not isinstance(hw, Hardware):
+        raise FcctlInputError(
+            "hardware: expected a node from fcctl.hardware(...) (for a preset: "
+            f"hardware=fcctl.hardware('h100-8x')); got {hw!r}",
+            parameter="hardware",
+        )
+    return hw
 
 
 def replay(
@@ -426,6 +462,7 @@ def replay(
     )
     from fcctl.analyzers.replay.load import parse_concurrency, parse_think_time
     from fcctl.analyzers.replay.parallel import start_worker_server
+    from fcctl.analyzers.traces.schedule import check_rate, check_rates
     from fcctl.common.errors import FcctlInputError
     from fcctl.layout.placement import PlacementRule
 
@@ -436,12 +473,19 @@ def replay(
         )
     kv = geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
     _check_sample(sample_sessions)
+    _check_seed(seed)
+    _check_format(format)
+    offered = () if auto or rates is None else _numbers(rates, "rates", "0.1,0.5 or auto")
+    if offered:
+        check_rates(offered, "rates")  # the simulator checks them too, after the trace is read
+    if rate is not None:
+        check_rate(rate, "rate")
     size_lists = {
-        name: tuple(_size(v, name) for v in values)
-        for name, values in (
-            ("gpu_kv_bytes", gpu_kv_sweep),
-            ("host_memory_bytes", host_memory_sweep),
-            ("staging_bytes", staging_sweep),
+        name: tuple(_size(v, parameter) for v in values)
+        for name, parameter, values in (
+            ("gpu_kv_bytes", "gpu_kv_sweep", gpu_kv_sweep),
+            ("host_memory_bytes", "host_memory_sweep", host_memory_sweep),
+            ("staging_bytes", "staging_sweep", staging_sweep),
         )
         if values
     }
@@ -462,7 +506,7 @@ def replay(
     )
     load = LoadPlan(
         policies=_names(policies),
-        rates=() if auto or rates is None else _numbers(rates, "rates", "0.1,0.5 or auto"),
+        rates=offered,
         concurrency=None if concurrency is None else parse_concurrency(concurrency),
         auto_rates=auto and concurrency is None,
         operating_rate=rate,
@@ -555,8 +599,9 @@ def _sampled_trace(
                 f"{source}: the dataset{kept} holds {accesses:,} block accesses in "
                 f"{requests:,} requests; simulating it keeps about {need / 2**30:.1f} "
                 f"GiB in memory, over the memory budget of {budget / 2**30:.1f} GiB: replay some "
-                "of its parts (a glob), sample its sessions (--sample-sessions), or analyze it "
-                "with fcctl analyze, which bounds its memory"
+                "of its parts (a glob), sample its sessions (`sample_sessions`), or analyze it "
+                "with fcctl analyze, which bounds its memory",
+                parameter="memory_budget_bytes",
             )
         if mask is None or sample is None:
             return dataset.load_trace(progress), None
@@ -619,9 +664,11 @@ def recommend_thresholds(
 
     execution = Execution(engine, jobs, scheduler)
     check_execution(execution)
+    _check_sample(sample_sessions)
+    _check_seed(seed)
+    _check_format(format)
     start_worker_server(execution)  # before the trace is read (parallel.worker_context)
 
-    _check_sample(sample_sessions)
     config = RecommendConfig(
         geometry=geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype),
         hardware=_node(hardware),
@@ -712,6 +759,9 @@ def iobench(
     from fcctl.iobench.config import IobenchConfig
     from fcctl.iobench.run import run_iobench
 
+    # The model and the trace format fail here, named by parameter, before any disk is touched.
+    kv = geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
+    _check_format(trace_format, "trace_format")
     if isinstance(concurrency, str):
         try:
             restore_at_once = tuple(parse_int_list(concurrency, what="concurrency"))
@@ -731,10 +781,7 @@ def iobench(
         sessions=sessions,
         tokens=tokens,
         turns=turns,
-        model=model,
-        model_config=None if model_config is None else Path(model_config),
-        tp=tp,
-        kv_dtype=kv_dtype,
+        geometry=kv,
         block_tokens=block_tokens,
         bucket_bytes=_size(bucket_bytes, "bucket_bytes"),
         memory_tier_bytes=_optional_size(memory_tier_bytes, "memory_tier_bytes"),
@@ -818,7 +865,8 @@ def plan(
     geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
     start_worker_server(execution)  # before the trace is read (parallel.worker_context)
     node = _node(hardware)
-    identity = file_identity(source, format)
+    with _blame("source"):
+        identity = file_identity(source, format)
     common = {
         "format": format,
         "model": model,
@@ -1000,7 +1048,7 @@ def _check_plan_load(
     from fcctl.common.errors import FcctlInputError
 
     if rate is not None:
-        check_rate(rate, "operating_rate")
+        check_rate(rate, "rate")
     if concurrency is not None:
         if rate is not None:
             raise FcctlInputError(
@@ -1016,4 +1064,4 @@ def _check_plan_load(
             parameter="slo_ttft_p99_s",
         )
     for size in host_memory_sweep:
-        _size(size, "host_memory_bytes")
+        _size(size, "host_memory_sweep")

@@ -7,14 +7,18 @@
 | Ctrl-C | 130 |
 | SIGTERM / SIGHUP turned into ``KeyboardInterrupt`` with ``exit_status`` (128 + N) | 128 + N |
 
-Library code raises these and never exits. The storage core's messages name parameters
-(``kv_dtype: ...``); the handler shows them as the command's flag (``--kv-dtype: ...``).
+Library code raises these and never exits. Library messages name parameters, never flags
+(``kv_dtype: ...``); the handler shows them as the command's flag (``--kv-dtype: ...``). A
+message that points to another parameter names it in backticks (``raise `memory_budget_bytes```),
+and the handler shows that as the flag too, where the command has one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import logging
+import re
 import sys
 import typing
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -65,6 +69,12 @@ FLAGS: Mapping[str, str] = {
     "fio_runtime_s": "--fio-runtime",
     "slo_ttft_p99_s": "--slo-ttft-p99",
     "operating_rate": "--rate",
+    "gpu_kv_sweep": "--gpu-kv",
+    "host_memory_sweep": "--host-memory",
+    "staging_sweep": "--staging",
+    "preset": "--hardware",
+    "directory": "--dir",
+    "trace_format": "--format",
 }
 
 
@@ -80,6 +90,27 @@ def flag_for(parameter: str, flags: Mapping[str, str] | None = None) -> str:
     return "--" + parameter.replace("_", "-")
 
 
+#: A parameter named inside a message: an identifier in backticks (``raise `jobs```).
+_NAMED_PARAMETER = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
+
+
+def parameters_as_flags(
+    text: str,
+    flags: Mapping[str, str] | None = None,
+    command_flags: Collection[str] | None = None,
+) -> str:
+    """``text`` with every backticked parameter (`` `jobs` ``) shown as its flag (``--jobs``)
+    where the command has that flag; any other backticked word is left as it is."""
+    if command_flags is None:
+        return text
+
+    def shown(m: re.Match[str]) -> str:
+        flag = flag_for(m.group(1), flags)
+        return flag if flag in command_flags else m.group(0)
+
+    return _NAMED_PARAMETER.sub(shown, text)
+
+
 def input_error_message(
     e: InputError,
     flags: Mapping[str, str] | None = None,
@@ -90,6 +121,7 @@ def input_error_message(
     ``command_flags`` (the flags the command has): a parameter whose flag is not among them
     keeps its own name, so a message never names a flag the command does not have (a storage
     core check, ``now_s: ...``, reached through replay's simulation is not ``--now-s``).
+    Parameters named in backticks inside the message become flags by the same rule.
     """
     text = str(e)
     parameter = getattr(e, "parameter", None)
@@ -97,7 +129,7 @@ def input_error_message(
         flag = flag_for(parameter, flags)
         if command_flags is None or flag in command_flags:
             text = flag + text[len(parameter) :]
-    return text
+    return parameters_as_flags(text, flags, command_flags)
 
 
 def command_flags(func: Callable[..., Any]) -> frozenset[str] | None:
@@ -161,14 +193,19 @@ def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
             # ending (a Ctrl-C in its last steps prints no traceback); run inside another
             # process (typer's CliRunner, app() from Python), the command gives that process
             # its handlers back, or it could never be interrupted again.
-            with first_interrupt_raises(ignore_after=EntryPoint.ending, label=label):
+            with (
+                first_interrupt_raises(ignore_after=EntryPoint.ending, label=label),
+                library_log_shown(),
+            ):
                 return func(*args, **kwargs)
         except InputError as e:
             if not own:
                 own.append(command_flags(func))
             raise fail(input_error_message(e, flags, own[0]), EXIT_BAD_INPUT) from None
         except RunFailed as e:
-            raise fail(str(e), EXIT_RUN_FAILED) from None
+            if not own:
+                own.append(command_flags(func))
+            raise fail(parameters_as_flags(str(e), flags, own[0]), EXIT_RUN_FAILED) from None
         except KeyboardInterrupt as e:
             raise _interrupted(e) from None
         except Exception as e:
@@ -181,6 +218,32 @@ def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
             raise _interrupted(interrupt) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+class _StderrLines(logging.Handler):
+    """Each record as one plain line on the stderr of the moment (a test runner swaps it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(self.format(record), file=sys.stderr)
+
+
+@contextlib.contextmanager
+def library_log_shown() -> Iterator[None]:
+    """While a command runs, the library's log (logger ``fcctl``, INFO and up: notes such as
+    the engine iobench chose, warnings such as a leftover it removed) goes to stderr as plain
+    lines. The library only logs; where the lines go is the CLI's choice."""
+    logger = logging.getLogger("fcctl")
+    handler = _StderrLines()
+    saved = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
 
 
 def _interrupted(e: KeyboardInterrupt) -> typer.Exit:

@@ -19,7 +19,7 @@ from fcctl.analyzers.kvmodel.tiered import DEFAULT_BUCKET_BYTES, BucketPlacement
 from fcctl.layout.planner import Extent
 
 from .pattern import fill_pieces, piece_keys
-from .workload import Workload
+from .workload import IoWorkload
 
 # Blocks are written in runs of about this many bytes, to bound the buffer whatever the bucket.
 _WRITE_RUN_BYTES = 32 * 2**20
@@ -58,13 +58,13 @@ class EvictionLayout:
         ]
 
 
-def eviction_bytes_needed(workload: Workload) -> int:
+def eviction_bytes_needed(workload: IoWorkload) -> int:
     """Bytes the buckets take: exactly the workload's KV bytes (no headers, no padding)."""
     return workload.bytes
 
 
 def _write_bucket(
-    path: Path, rows: np.ndarray, workload: Workload, on_bytes: Callable[[int], None] | None
+    path: Path, rows: np.ndarray, workload: IoWorkload, on_bytes: Callable[[int], None] | None
 ) -> int:
     """Write the blocks ``rows`` (``(session, block)``) into a new file ``path``, fsynced."""
     block_bytes = workload.block_bytes
@@ -93,7 +93,7 @@ def _write_bucket(
 
 
 def write_eviction_layout(
-    workload: Workload,
+    workload: IoWorkload,
     directory: Path,
     *,
     bucket_bytes: int = DEFAULT_BUCKET_BYTES,

@@ -7,9 +7,9 @@ sessions. :func:`fio_summary` takes medians over the repeats.
 
 from __future__ import annotations
 
+import logging
 import os
 import statistics
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +20,9 @@ from . import fio as fio_mod
 from .config import LAYOUT_NAMES
 from .restore import SessionRestore
 from .result import FioRound, FioSummary
+
+#: Warnings of a run; the CLI shows them on stderr (fcctl.errors.library_log_shown).
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ class FioSetup:
 
 
 def _skipped(reason: str) -> None:
-    print(f"iobench: fio reference skipped: {reason}", file=sys.stderr)
+    log.warning("iobench: fio reference skipped: %s", reason)
 
 
 def fio_setup(enabled: bool, files: Sequence[str]) -> FioSetup:

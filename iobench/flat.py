@@ -19,16 +19,16 @@ from fcctl.layout.session_file import SessionFile
 from fcctl.layout.session_format import DATA_START, file_bytes, fit_name
 
 from .pattern import fill_pieces, piece_keys
-from .workload import Workload
+from .workload import IoWorkload
 
 
-def session_file_bytes(workload: Workload, session: int) -> int:
+def session_file_bytes(workload: IoWorkload, session: int) -> int:
     """Bytes the session's file takes on disk: headers, then per turn a record and padded layers."""
     turn_blocks = workload.sessions[session].turn_blocks
     return file_bytes(workload.geometry, workload.block_tokens, turn_blocks)
 
 
-def flat_bytes_needed(workload: Workload) -> int:
+def flat_bytes_needed(workload: IoWorkload) -> int:
     return sum(session_file_bytes(workload, s) for s in range(len(workload.sessions)))
 
 
@@ -46,7 +46,7 @@ MAX_OPEN_WRITERS = 64
 
 
 def write_flat_layout(
-    workload: Workload,
+    workload: IoWorkload,
     directory: Path,
     *,
     on_bytes: Callable[[int], None] | None = None,

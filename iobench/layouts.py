@@ -16,7 +16,7 @@ from .config import IobenchConfig
 from .eviction import EvictionLayout, eviction_bytes_needed, write_eviction_layout
 from .flat import FlatLayout, flat_bytes_needed, write_flat_layout
 from .restore import SessionRestore, eviction_restores, flat_restores
-from .workload import Workload
+from .workload import IoWorkload
 
 
 class WrittenLayout(Protocol):
@@ -42,13 +42,13 @@ class BenchLayout(Protocol):
 
     name: str
 
-    def bytes_needed(self, workload: Workload) -> int:
+    def bytes_needed(self, workload: IoWorkload) -> int:
         """Bytes the layout takes on disk (for the free-space check before writing)."""
         ...
 
     def write(
         self,
-        workload: Workload,
+        workload: IoWorkload,
         directory: Path,
         config: IobenchConfig,
         on_bytes: Callable[[int], None] | None = None,
@@ -59,7 +59,7 @@ class BenchLayout(Protocol):
 
 @dataclass(frozen=True)
 class WrittenFlat:
-    workload: Workload
+    workload: IoWorkload
     layout: FlatLayout
 
     @property
@@ -81,7 +81,7 @@ class WrittenFlat:
 
 @dataclass(frozen=True)
 class WrittenEviction:
-    workload: Workload
+    workload: IoWorkload
     layout: EvictionLayout
 
     @property
@@ -102,12 +102,12 @@ class FlatBench:
 
     name = "flat"
 
-    def bytes_needed(self, workload: Workload) -> int:
+    def bytes_needed(self, workload: IoWorkload) -> int:
         return flat_bytes_needed(workload)
 
     def write(
         self,
-        workload: Workload,
+        workload: IoWorkload,
         directory: Path,
         config: IobenchConfig,
         on_bytes: Callable[[int], None] | None = None,
@@ -120,12 +120,12 @@ class EvictionBench:
 
     name = "eviction"
 
-    def bytes_needed(self, workload: Workload) -> int:
+    def bytes_needed(self, workload: IoWorkload) -> int:
         return eviction_bytes_needed(workload)
 
     def write(
         self,
-        workload: Workload,
+        workload: IoWorkload,
         directory: Path,
         config: IobenchConfig,
         on_bytes: Callable[[int], None] | None = None,

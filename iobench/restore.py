@@ -47,7 +47,7 @@ from .config import RESTORE_BUFFER_BUDGET_BYTES
 from .eviction import EvictionLayout
 from .flat import FlatLayout
 from .pattern import mismatched_pieces, piece_keys
-from .workload import Workload
+from .workload import IoWorkload
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def _runs_from_placements(
 
 
 def flat_restores(
-    workload: Workload,
+    workload: IoWorkload,
     layout: FlatLayout,
     *,
     gap_bytes: int = 64 * 1024,
@@ -145,7 +145,7 @@ def flat_restores(
 
 
 def eviction_restores(
-    workload: Workload, layout: EvictionLayout, *, align: int = PAGE_BYTES
+    workload: IoWorkload, layout: EvictionLayout, *, align: int = PAGE_BYTES
 ) -> list[SessionRestore]:
     out = []
     piece = workload.piece_bytes
@@ -300,6 +300,46 @@ def verify(
     return verified, mismatched, examples
 
 
+def overlapping_engine(
+    engine: ReadEngine, pool: BufferPool, overlap_checksums: bool
+) -> DeferredVerifyEngine | None:
+    """``engine`` when it can check a layer apart from its read (and the buffers are host
+    memory, which the checker reads), so checks overlap the next layer's read; else None."""
+    if (
+        overlap_checksums
+        and isinstance(engine, DeferredVerifyEngine)
+        and engine.verify
+        and all(isinstance(b, np.ndarray) for b in pool.buffers)
+    ):
+        return engine
+    return None
+
+
+def restore_overlapped(
+    deferred: DeferredVerifyEngine,
+    checkers: ThreadPoolExecutor,
+    r: SessionRestore,
+    buf: Any,
+    out: list[ReadResult],
+) -> None:
+    """Read ``r`` layer by layer into ``buf``; check layer ``l`` on ``checkers`` while layer
+    ``l + 1`` is read. Each layer's result, with its check, goes to ``out`` in order."""
+    pending: tuple[ReadResult, Future[Verification]] | None = None
+    try:
+        for layer, plan in enumerate(r.plans):
+            dst = buf[r.layer_base[layer] : r.layer_base[layer] + plan.buffer_bytes]
+            got = deferred.read(plan, dst, verify=False)
+            if pending is not None:
+                out.append(pending[0].with_verification(pending[1].result()))
+            pending = (got, checkers.submit(deferred.verify_read, plan, dst))
+        if pending is not None:
+            out.append(pending[0].with_verification(pending[1].result()))
+            pending = None
+    finally:
+        if pending is not None:  # a read failed: let its layer's check finish, unreported
+            pending[1].exception()
+
+
 def run_restore(
     layout_name: str,
     restores: Sequence[SessionRestore],
@@ -328,14 +368,7 @@ def run_restore(
     wall = 0.0
     verified = mismatched = 0
     examples: list[str] = []
-    deferred: DeferredVerifyEngine | None = None
-    if (
-        overlap_checksums
-        and isinstance(engine, DeferredVerifyEngine)
-        and engine.verify
-        and all(isinstance(b, np.ndarray) for b in pool.buffers)
-    ):
-        deferred = engine
+    deferred = overlapping_engine(engine, pool, overlap_checksums)
     pool_exec = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="restore")
     # One check in flight per session at most, so as many checkers as sessions in flight.
     checkers = (
@@ -343,24 +376,6 @@ def run_restore(
         if deferred is not None
         else None
     )
-
-    def restore_overlapped(r: SessionRestore, buf: Any, out: list[ReadResult]) -> None:
-        """Read layer by layer; check layer ``l`` on a checker while layer ``l + 1`` is read."""
-        assert deferred is not None and checkers is not None
-        pending: tuple[ReadResult, Future[Verification]] | None = None
-        try:
-            for layer, plan in enumerate(r.plans):
-                dst = buf[r.layer_base[layer] : r.layer_base[layer] + plan.buffer_bytes]
-                got = deferred.read(plan, dst, verify=False)
-                if pending is not None:
-                    out.append(pending[0].with_verification(pending[1].result()))
-                pending = (got, checkers.submit(deferred.verify_read, plan, dst))
-            if pending is not None:
-                out.append(pending[0].with_verification(pending[1].result()))
-                pending = None
-        finally:
-            if pending is not None:  # a read failed: let its layer's check finish, unreported
-                pending[1].exception()
 
     try:
         for start in range(0, len(restores), pool.slots):
@@ -373,8 +388,8 @@ def run_restore(
             def one(i: int, buf: Any) -> None:
                 r = restores[i]
                 t0 = time.perf_counter()
-                if deferred is not None:
-                    restore_overlapped(r, buf, results[i])
+                if deferred is not None and checkers is not None:
+                    restore_overlapped(deferred, checkers, r, buf, results[i])
                 else:
                     for layer, plan in enumerate(r.plans):
                         base = r.layer_base[layer]
@@ -404,7 +419,6 @@ def run_restore(
         checkers.shutdown(wait=True)
 
     flat_results = [x for rs in results for x in rs]
-    notes = tuple(dict.fromkeys(x.note for x in flat_results if x.note))
     return RunResult(
         layout=layout_name,
         concurrency=concurrency,
@@ -418,7 +432,7 @@ def run_restore(
         mismatch_examples=tuple(examples),
         o_direct=bool(flat_results) and all(x.o_direct for x in flat_results),
         gds=next((x.gds for x in flat_results), None),
-        notes=notes,
+        notes=tuple(dict.fromkeys(x.note for x in flat_results if x.note)),
         checksum_verified_bytes=sum(x.verified_bytes for x in flat_results),
         checksums_verified=bool(flat_results) and all(x.verified for x in flat_results),
         waves=-(-len(restores) // pool.slots) if restores else 0,

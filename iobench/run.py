@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import errno
 import importlib.util
+import logging
 import platform
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,7 +30,6 @@ from fcctl.common.progress import Progress
 from fcctl.common.provenance import collect_provenance, utc_now
 from fcctl.layout.engines import ReadEngine
 from fcctl.layout.errors import LayoutError
-from fcctl.layout.geometry import model_geometry
 
 from . import fio as fio_mod
 from .config import IobenchConfig
@@ -64,7 +63,7 @@ from .sizing import (
     check_synthetic_size,
     workload_size,
 )
-from .workload import Workload, load_trace_workload, synthetic_workload
+from .workload import IoWorkload, load_trace_io_workload, synthetic_io_workload
 
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
 
@@ -144,29 +143,33 @@ def failure_message(phase: str, e: OSError | LayoutError) -> str:
         where = f" ({os_error.filename})" if os_error.filename else where
         return (
             f"{phase} failed: the filesystem is out of space ({name}: {os_error.strerror})"
-            f"{where}; free space or pass another --dir"
+            f"{where}; free space or pass another `directory`"
         )
     what = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
     return f"{phase} failed: {what}{where}"
 
 
+#: Notes and warnings of a run; the CLI shows them on stderr (fcctl.errors.library_log_shown).
+log = logging.getLogger(__name__)
+
+
 def _log(progress: bool, message: str) -> None:
     if progress:
-        print(f"iobench: {message}", file=sys.stderr)
+        log.info("iobench: %s", message)
 
 
 # ----------------------------------------------------------------------------- checks
 
 
-def build_workload(config: IobenchConfig, *, progress: bool = False) -> Workload:
+def build_io_workload(config: IobenchConfig, *, progress: bool = False) -> IoWorkload:
     """The workload ``config`` describes: a trace's sessions or synthetic ones."""
-    geometry = model_geometry(
-        config.model, config_path=config.model_config, tp=config.tp, kv_dtype=config.kv_dtype
-    )
+    geometry = config.geometry
     if config.trace is not None:
         if not Path(config.trace).exists():
-            raise FcctlInputError(f"--trace: file not found; got {str(config.trace)!r}")
-        return load_trace_workload(
+            raise FcctlInputError(
+                f"trace: file not found; got {str(config.trace)!r}", parameter="trace"
+            )
+        return load_trace_io_workload(
             Path(config.trace),
             geometry,
             trace_format=config.trace_format,
@@ -179,7 +182,7 @@ def build_workload(config: IobenchConfig, *, progress: bool = False) -> Workload
     # From the flags alone, before a session is built: --sessions 100000000 is refused with
     # what it would need, not after allocating it.
     check_synthetic_size(geometry, config)
-    return synthetic_workload(
+    return synthetic_io_workload(
         geometry,
         block_tokens=config.block_tokens,
         sessions=config.sessions,
@@ -189,7 +192,7 @@ def build_workload(config: IobenchConfig, *, progress: bool = False) -> Workload
     )
 
 
-def bytes_needed(workload: Workload, layouts: Sequence[str]) -> int:
+def bytes_needed(workload: IoWorkload, layouts: Sequence[str]) -> int:
     """Bytes the run writes: each layout's files and the fio iologs (at most one command per
     piece per layout)."""
     total = sum(LAYOUTS[name].bytes_needed(workload) for name in layouts)
@@ -202,7 +205,9 @@ def check_engine_name(requested: str | None) -> None:
     from fcctl.layout.engines import ENGINES
 
     if requested is not None and requested not in ENGINES:
-        raise FcctlInputError(f"--engine: must be one of {', '.join(ENGINES)}; got {requested!r}")
+        raise FcctlInputError(
+            f"engine: must be one of {', '.join(ENGINES)}; got {requested!r}", parameter="engine"
+        )
 
 
 def choose_engine(requested: str | None, directory: str | None = None) -> tuple[str, str]:
@@ -217,7 +222,9 @@ def choose_engine(requested: str | None, directory: str | None = None) -> tuple[
     if requested is not None:
         ok, why = probe_engine(requested, directory=directory)
         if not ok:
-            raise EngineUnavailable(f"--engine {requested}: cannot read here: {why}")
+            raise EngineUnavailable(
+                f"engine: {requested} cannot read here: {why}", parameter="engine"
+            )
         return requested, f"requested with --engine ({why})"
     _, posix_why = probe_engine("posix", directory=directory)
     if importlib.util.find_spec("kvikio") is None:
@@ -256,22 +263,25 @@ def use_gpu_buffers(choice: str, engine_name: str) -> bool:
         ok = cupy.cuda.runtime.getDeviceCount() > 0
     except Exception as e:  # no CuPy or no driver: say so only when GPU buffers were demanded
         if choice == "gpu":
-            raise FcctlInputError(f"--buffers gpu: CuPy cannot use a GPU here ({e})") from None
+            raise FcctlInputError(
+                f"buffers: CuPy cannot use a GPU here ({e}); got 'gpu'", parameter="buffers"
+            ) from None
         return False
     if choice == "gpu" and not ok:
-        raise FcctlInputError("--buffers gpu: CuPy sees no GPU here")
+        raise FcctlInputError("buffers: CuPy sees no GPU here; got 'gpu'", parameter="buffers")
     return ok and (choice == "gpu" or engine_name == "kvikio")
 
 
-def _check_buckets(workload: Workload, config: IobenchConfig) -> None:
+def _check_buckets(workload: IoWorkload, config: IobenchConfig) -> None:
     if "eviction" in config.layouts and config.bucket_bytes < workload.block_bytes:
         raise FcctlInputError(
-            f"--bucket-size: must hold at least one block of {workload.block_bytes} bytes "
-            f"(all layers of {workload.block_tokens} tokens); got {config.bucket_bytes!r}"
+            f"bucket_bytes: must hold at least one block of {workload.block_bytes} bytes "
+            f"(all layers of {workload.block_tokens} tokens); got {config.bucket_bytes!r}",
+            parameter="bucket_bytes",
         )
 
 
-def _concurrency_notes(workload: Workload, config: IobenchConfig) -> list[str]:
+def _concurrency_notes(workload: IoWorkload, config: IobenchConfig) -> list[str]:
     n_sessions = len(workload.sessions)
     over = [c for c in config.concurrency if c > n_sessions]
     if not over:
@@ -302,7 +312,7 @@ def run_iobench(
     """Run the whole benchmark described by ``config`` (see the module docstring)."""
     hooks = hooks or RunHooks()
     started = utc_now()
-    workload = build_workload(config, progress=progress)
+    workload = build_io_workload(config, progress=progress)
     _check_buckets(workload, config)
     check_engine_name(config.engine)
     check_fits_machine(workload_size(workload, config))
@@ -387,7 +397,7 @@ def _open_engines(engine_name: str, config: IobenchConfig) -> dict[str, ReadEngi
 
 
 def _write_layouts(
-    workload: Workload, config: IobenchConfig, root: Path, bar: Progress
+    workload: IoWorkload, config: IobenchConfig, root: Path, bar: Progress
 ) -> dict[str, WrittenLayout]:
     written: dict[str, WrittenLayout] = {}
     total = workload.bytes * len(config.layouts)
@@ -404,7 +414,7 @@ def _fio_round_or_skip(
     restores: Mapping[str, list[SessionRestore]],
     fio_dir: Path,
     config: IobenchConfig,
-    workload: Workload,
+    workload: IoWorkload,
     round_index: int,
     on_phase: Callable[[str], None],
 ) -> FioRound | str:
@@ -426,12 +436,12 @@ def _fio_round_or_skip(
         if os_error is not None and os_error.errno in _NO_SPACE:
             raise BenchFailed(failure_message("fio", os_error)) from e
         reason = f"fio failed: {e}"
-        print(f"iobench: fio reference skipped: {reason}", file=sys.stderr)
+        log.warning("iobench: fio reference skipped: %s", reason)
         return reason
 
 
 def _measure(
-    workload: Workload,
+    workload: IoWorkload,
     config: IobenchConfig,
     restores: Mapping[str, list[SessionRestore]],
     written: Mapping[str, WrittenLayout],
@@ -526,7 +536,7 @@ def _checksum_info(config: IobenchConfig, measured: _Measured) -> ChecksumInfo:
 
 def _result(
     config: IobenchConfig,
-    workload: Workload,
+    workload: IoWorkload,
     measured: _Measured,
     setup: FioSetup,
     written: Mapping[str, WrittenLayout],

@@ -26,11 +26,11 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import shlex
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -40,6 +40,9 @@ from fcctl.common.errors import FcctlInputError
 from fcctl.common.signals import first_interrupt_raises as _first_interrupt_raises
 from fcctl.common.signals import held_signals as _held_signals
 from fcctl.common.signals import interruption
+
+#: Warnings of a run; the CLI shows them on stderr (fcctl.errors.library_log_shown).
+log = logging.getLogger(__name__)
 
 GiB = 2**30
 MARGIN_MIN_BYTES = 1 * GiB
@@ -61,11 +64,16 @@ def check_free_space(path: Path, bytes_needed: int, margin: int | None = None) -
     keep = margin_bytes(usage.total, margin)
     room = usage.free - keep
     if bytes_needed > room:
-        rule = f"--free-margin {keep}" if margin is not None else "max(1 GiB, 5%), --free-margin"
+        rule = (
+            f"`free_margin_bytes` {keep}"
+            if margin is not None
+            else "max(1 GiB, 5%), `free_margin_bytes`"
+        )
         raise FcctlInputError(
-            f"--dir {path}: not enough free space: the benchmark writes {bytes_needed} bytes, "
-            f"free space minus the margin ({rule}) is {max(room, 0)} bytes; "
-            f"lower --size-limit or the workload; got {usage.free} bytes free"
+            f"directory: {path}: not enough free space: the benchmark writes {bytes_needed} "
+            f"bytes, free space minus the margin ({rule}) is {max(room, 0)} bytes; "
+            f"lower `size_limit_bytes` or the workload; got {usage.free} bytes free",
+            parameter="directory",
         )
 
 
@@ -156,13 +164,14 @@ def remove_command(paths: tuple[Path, ...]) -> str:
 
 def _report_leftovers(found: Leftovers) -> None:
     for p in found.removed:
-        print(f"iobench: removed {p}, left by an earlier run that was killed", file=sys.stderr)
+        log.warning("iobench: removed %s, left by an earlier run that was killed", p)
     if found.unknown:
-        print(
-            f"iobench: note: {len(found.unknown)} run directories of unknown owner left in "
-            f"{found.unknown[0].parent}; if no iobench is running, remove them with: "
-            f"{remove_command(found.unknown)}",
-            file=sys.stderr,
+        log.warning(
+            "iobench: note: %d run directories of unknown owner left in %s; if no iobench is "
+            "running, remove them with: %s",
+            len(found.unknown),
+            found.unknown[0].parent,
+            remove_command(found.unknown),
         )
 
 
@@ -230,10 +239,13 @@ def prepare_workspace(
     created: Path | None = None
     if directory.exists():
         if not directory.is_dir():
-            raise FcctlInputError(f"--dir: must be a directory; got a file {str(directory)!r}")
+            raise FcctlInputError(
+                f"directory: must be a directory; got a file {str(directory)!r}",
+                parameter="directory",
+            )
         found = clear_leftovers(directory)
         for p in found.removed:
-            print(f"iobench: removed {p}, left by an earlier run that was killed", file=sys.stderr)
+            log.warning("iobench: removed %s, left by an earlier run that was killed", p)
         if any(directory.iterdir()) and not force:
             hint = ""
             if found.unknown:
@@ -242,8 +254,9 @@ def prepare_workspace(
                     f"if no iobench is running, remove them with: {remove_command(found.unknown)}"
                 )
             raise FcctlInputError(
-                f"--dir: directory is not empty (pass --force to use it; iobench then writes only "
-                f"in a new subdirectory){hint}; got {str(directory)!r}"
+                f"directory: not empty (pass `force` to use it; iobench then writes only "
+                f"in a new subdirectory){hint}; got {str(directory)!r}",
+                parameter="directory",
             )
         if force:
             _report_leftovers(Leftovers(unknown=found.unknown))
@@ -252,18 +265,22 @@ def prepare_workspace(
         parent = directory.parent
         if not parent.is_dir():
             raise FcctlInputError(
-                f"--dir: the parent directory does not exist; got {str(directory)!r}"
+                f"directory: the parent directory does not exist; got {str(directory)!r}",
+                parameter="directory",
             )
         check_free_space(parent, bytes_needed, margin)
         try:
             directory.mkdir()
         except OSError as e:
             raise FcctlInputError(
-                f"--dir: cannot create it ({e.strerror}); got {str(directory)!r}"
+                f"directory: cannot create it ({e.strerror}); got {str(directory)!r}",
+                parameter="directory",
             ) from None
         created = directory
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise FcctlInputError(f"--dir: not writable; got {str(directory)!r}")
+        raise FcctlInputError(
+            f"directory: not writable; got {str(directory)!r}", parameter="directory"
+        )
     return _new_workspace(directory, created, keep)
 
 

@@ -26,7 +26,7 @@ from fcctl.layout.session_format import DATA_START, file_bytes
 
 from .config import IobenchConfig
 from .restore import pool_slots
-from .workload import Workload
+from .workload import IoWorkload
 
 # Bytes of Python objects per item, about twice the measured figures (module docstring).
 SESSION_BYTES = 2_000  # schedule entry, restore object, per-session lists
@@ -116,7 +116,7 @@ def synthetic_size(geometry: KvGeometry, config: IobenchConfig) -> WorkloadSize:
     )
 
 
-def workload_size(workload: Workload, config: IobenchConfig) -> WorkloadSize:
+def workload_size(workload: IoWorkload, config: IobenchConfig) -> WorkloadSize:
     """The size of a built workload (a trace's, after scaling)."""
     from .flat import flat_bytes_needed
 
@@ -151,15 +151,16 @@ def check_synthetic_size(geometry: KvGeometry, config: IobenchConfig) -> None:
         fits_pages = limit // config.sessions // block_bytes
         options = []
         if fits_sessions >= 1:
-            options.append(f"--sessions to at most {fits_sessions}")
+            options.append(f"`sessions` to at most {fits_sessions}")
         if fits_pages >= config.turns:
-            options.append(f"--tokens to at most {fits_pages * config.block_tokens}")
+            options.append(f"`tokens` to at most {fits_pages * config.block_tokens}")
         lower = f"lower {', or '.join(options)}, or " if options else ""
         raise FcctlInputError(
-            f"--size-limit: the synthetic workload needs {size.describe()} "
+            f"size_limit_bytes: the synthetic workload needs {size.describe()} "
             f"({config.sessions} sessions x {pages} pages x {block_bytes} bytes); "
-            f"{lower}raise --size-limit to at least {size.kv_bytes}; "
-            f"got --size-limit {limit!r}"
+            f"{lower}raise `size_limit_bytes` to at least {size.kv_bytes}; "
+            f"got {limit!r}",
+            parameter="size_limit_bytes",
         )
     check_fits_machine(size)
 
@@ -185,8 +186,9 @@ def check_fits_machine(size: WorkloadSize) -> None:
     have = available_memory_bytes()
     if have is not None and size.memory_bytes > have:
         raise FcctlInputError(
-            f"--sessions/--tokens: the workload is too large for this machine: it needs "
+            f"sessions: the workload is too large for this machine: it needs "
             f"{size.describe()}, and {format_bytes(have)} of memory is available; "
-            f"lower --sessions, --tokens or --size-limit; got {size.memory_bytes} bytes of "
-            "memory needed"
+            f"lower `sessions`, `tokens` or `size_limit_bytes`; got {size.memory_bytes} bytes "
+            "of memory needed",
+            parameter="sessions",
         )

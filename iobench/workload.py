@@ -1,10 +1,11 @@
-"""The workload a benchmark writes and restores: a session schedule and the KV geometry.
+"""The workload a benchmark writes to disk and restores (:class:`IoWorkload`): a session
+schedule and the KV geometry. Named apart from the replay's ``Workload`` (the simulator's
+per-request arrays), which is another thing.
 
 The sessions' turns (token growth per turn, whole pages, arrival order) are derived by
 :mod:`fcctl.analyzers.kvmodel.turns`, the one definition the replay simulator shares; this module
-adds
-the KV geometry (bytes per piece and block, one rank's) and the size limit. All sizes are one
-rank's bytes (one GPU's restore).
+adds the KV geometry (bytes per piece and block, one rank's) and the size limit. All sizes are
+one rank's bytes (one GPU's restore).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Workload:
+class IoWorkload:
     """A :class:`TurnSchedule` laid out with one model's KV geometry."""
 
     geometry: KvGeometry
@@ -76,7 +77,7 @@ class Workload:
         return self.sessions[session].blocks * self.block_bytes
 
 
-def synthetic_workload(
+def synthetic_io_workload(
     geometry: KvGeometry,
     *,
     block_tokens: int,
@@ -84,23 +85,24 @@ def synthetic_workload(
     tokens: int,
     turns: int,
     size_limit_bytes: int | None = None,
-) -> Workload:
+) -> IoWorkload:
     """``sessions`` equal sessions of ``tokens`` tokens appended in ``turns`` turns."""
     schedule = synthetic_turns(
         block_tokens=block_tokens, sessions=sessions, tokens=tokens, turns=turns
     )
-    wl = Workload(geometry, schedule)
+    wl = IoWorkload(geometry, schedule)
     if size_limit_bytes is not None and wl.bytes > size_limit_bytes:
         raise FcctlInputError(
-            f"--size-limit: the synthetic workload needs {wl.bytes} bytes "
+            f"size_limit_bytes: the synthetic workload needs {wl.bytes} bytes "
             f"({sessions} sessions x {tokens // block_tokens} pages x {wl.block_bytes} bytes); "
-            "raise --size-limit or shrink --sessions/--tokens; "
-            f"got --size-limit {size_limit_bytes!r}"
+            "raise `size_limit_bytes` or shrink `sessions` or `tokens`; "
+            f"got {size_limit_bytes!r}",
+            parameter="size_limit_bytes",
         )
     return wl
 
 
-def trace_workload(
+def trace_io_workload(
     requests: pl.DataFrame,
     geometry: KvGeometry,
     *,
@@ -109,7 +111,7 @@ def trace_workload(
     scale: float = 1.0,
     size_limit_bytes: int,
     source: str = "trace",
-) -> Workload:
+) -> IoWorkload:
     """Sessions from a canonical trace table (rules: :mod:`fcctl.analyzers.kvmodel.turns`)."""
     schedule = trace_turns(
         requests,
@@ -120,10 +122,10 @@ def trace_workload(
         scale=scale,
         source=source,
     )
-    return Workload(geometry, schedule)
+    return IoWorkload(geometry, schedule)
 
 
-def load_trace_workload(
+def load_trace_io_workload(
     path: Path,
     geometry: KvGeometry,
     *,
@@ -133,12 +135,12 @@ def load_trace_workload(
     scale: float,
     size_limit_bytes: int,
     progress: bool = False,
-) -> Workload:
+) -> IoWorkload:
     """Read ``path`` with :func:`fcctl.analyzers.traces.readers.read_trace`, build the workload."""
     from fcctl.analyzers.traces.readers import read_trace
 
     trace = read_trace(path, trace_format, progress=progress)
-    return trace_workload(
+    return trace_io_workload(
         trace.requests,
         geometry,
         block_tokens=block_tokens,

@@ -32,9 +32,11 @@ Conventions
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import math
 import os
+import re
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -290,44 +292,38 @@ class KvGeometry:
         }
 
 
-# Published model configs (Hugging Face config.json), bf16 KV cache, tp=1.
-def _preset(
-    name: str, model_type: str, hidden: int, heads: int, context: int, **kv: Any
-) -> KvGeometry:
-    return KvGeometry(name, info=ModelInfo("preset", model_type, hidden, heads, context), **kv)
+#: The model presets: one file each, ``NAME.json``, shaped as the model's published Hugging Face
+#: config.json (its KV fields, copied from the model's repository) plus ``_sources``, where each
+#: number came from. A preset is read by :func:`geometry_from_hf_config`, exactly as a user's
+#: ``config_path`` is, so a preset file can be given as ``config_path`` too.
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
 
-MODEL_PRESETS: dict[str, KvGeometry] = {
-    g.name: g
-    for g in (
-        # max_position_embeddings: 131072 for Llama 3.1, 32768 for Qwen2.5 (its YaRN 128K
-        # mode is opt-in), 163840 for DeepSeek-V3 (their config.json files).
-        _preset("llama-3.1-8b", "llama", 4096, 32, 131072, layers=32, kv_heads=8, head_dim=128),
-        _preset("llama-3.1-70b", "llama", 8192, 64, 131072, layers=80, kv_heads=8, head_dim=128),
-        _preset(
-            "llama-3.1-405b", "llama", 16384, 128, 131072, layers=126, kv_heads=8, head_dim=128
-        ),
-        _preset("qwen2.5-7b", "qwen2", 3584, 28, 32768, layers=28, kv_heads=4, head_dim=128),
-        _preset("qwen2.5-72b", "qwen2", 8192, 64, 32768, layers=80, kv_heads=8, head_dim=128),
-        # MLA: kv_lora_rank 512 + qk_rope_head_dim 64 per token per layer.
-        _preset(
-            "deepseek-v3",
-            "deepseek_v3",
-            7168,
-            128,
-            163840,
-            layers=61,
-            kv_heads=0,
-            head_dim=0,
-            latent_dim=576,
-        ),
-    )
-}
+def _natural(name: str) -> tuple[Any, ...]:
+    # llama-3.1-8b before llama-3.1-70b: numbers compare as numbers.
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 def preset_names() -> tuple[str, ...]:
-    """Every preset :func:`model_geometry` accepts, in a stable order (for ``--help``)."""
-    return tuple(MODEL_PRESETS)
+    """Every preset :func:`model_geometry` accepts, in a stable order (for ``--help``); read from
+    the file names only, so ``fcctl --help`` parses nothing."""
+    return tuple(sorted((p.stem for p in PRESET_DIR.glob("*.json")), key=_natural))
+
+
+@functools.cache
+def preset_geometry(name: str) -> KvGeometry:
+    """The preset ``name`` (bf16 KV, tp 1): its file read as a Hugging Face config, named by the
+    preset and marked ``source="preset"``."""
+    if name not in preset_names():
+        known = ", ".join(preset_names())
+        raise LayoutError(
+            f"model: unknown preset (known: {known}; or give a Hugging Face config.json as "
+            f"config_path); got {name!r}",
+            parameter="model",
+        )
+    geom = geometry_from_hf_config(PRESET_DIR / f"{name}.json")
+    info = replace(geom.info or ModelInfo(), source="preset")
+    return replace(geom, name=name, info=info)
 
 
 def dtype_bytes(name: str) -> int:
@@ -351,16 +347,10 @@ def model_geometry(
     """Resolve a preset name or a Hugging Face ``config.json`` into a :class:`KvGeometry`."""
     if config_path is not None:
         geom = geometry_from_hf_config(config_path)
+    elif not isinstance(model, str):
+        raise LayoutError(f"model: must be a preset name; got {model!r}", parameter="model")
     else:
-        try:
-            geom = MODEL_PRESETS[model.lower()]
-        except KeyError:
-            known = ", ".join(preset_names())
-            raise LayoutError(
-                f"model: unknown preset (known: {known}; or give a Hugging Face config.json as "
-                f"config_path); got {model!r}",
-                parameter="model",
-            ) from None
+        geom = preset_geometry(model.lower())
     if tp is not None and (not isinstance(tp, int) or isinstance(tp, bool) or tp < 1):
         raise LayoutError(f"tp: must be an integer >= 1; got {tp!r}", parameter="tp")
     return geom.with_overrides(tp=tp, dtype_bytes=dtype_bytes(kv_dtype) if kv_dtype else None)
@@ -372,6 +362,15 @@ def _cfg_int(cfg: dict[str, Any], path: str, key: str, default: int | None = Non
         raise LayoutError(f"{path}: field {key!r}: required for the KV geometry; missing")
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise LayoutError(f"{path}: field {key!r}: must be a non-negative integer; got {value!r}")
+    return value
+
+
+def _cfg_positive(cfg: dict[str, Any], path: str, key: str) -> int:
+    """A required count that must be >= 1 (layers, KV heads): a zero here would surface later
+    as a geometry error that names neither the file nor the field."""
+    value = _cfg_int(cfg, path, key)
+    if value < 1:
+        raise LayoutError(f"{path}: field {key!r}: must be >= 1; got {value!r}")
     return value
 
 
@@ -562,7 +561,7 @@ def geometry_from_hf_config(path: str | Path, *, max_bytes: int = MAX_CONFIG_BYT
         raise LayoutError(f"{where}: model config must be a JSON object; got {type(raw).__name__}")
     text_config = raw.get("text_config")
     cfg: dict[str, Any] = text_config if isinstance(text_config, dict) else raw
-    layers = _cfg_int(cfg, where, "num_hidden_layers")
+    layers = _cfg_positive(cfg, where, "num_hidden_layers")
     dbytes = _cfg_dtype_bytes(cfg, raw, where)
     name = str(raw.get("_name_or_path") or raw.get("model_type") or p.stem)
     model_type = str(cfg.get("model_type") or raw.get("model_type") or "")
@@ -591,7 +590,8 @@ def geometry_from_hf_config(path: str | Path, *, max_bytes: int = MAX_CONFIG_BYT
             info=info,
         )
     heads = _cfg_int(cfg, where, "num_attention_heads")
-    kv_heads = _cfg_int(cfg, where, "num_key_value_heads", heads)
+    kv_key = "num_key_value_heads" if "num_key_value_heads" in cfg else "num_attention_heads"
+    kv_heads = _cfg_positive(cfg, where, kv_key)
     head_dim = cfg.get("head_dim")
     if head_dim is None:
         hidden_size = _cfg_int(cfg, where, "hidden_size")

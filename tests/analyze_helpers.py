@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
+import pytest
 
 from fcctl.analyzers.traces.schema import SCHEMA, Trace
 from fcctl.layout.geometry import KvGeometry
@@ -83,3 +84,18 @@ def one_line_exit_2(result: Any) -> str:
     err = result.stderr.strip()
     assert err.startswith("fcctl: error: ") and "\n" not in err and "Traceback" not in err
     return err
+
+
+def approx_equal(got: Any, want: Any, where: str = "$") -> None:
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), where
+        for k in want:
+            approx_equal(got[k], want[k], f"{where}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            approx_equal(g, w, f"{where}[{i}]")
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, rel=1e-9), where
+    else:
+        assert got == want, where

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from fcctl.iobench.workload import Workload, synthetic_workload
+import typer
+
+from fcctl.commands.iobench import register
+from fcctl.iobench.run import RunHooks
+from fcctl.iobench.workload import IoWorkload, synthetic_io_workload
 from fcctl.layout.geometry import KvGeometry
+from tests.conftest import REPO
 
 # 2 (K and V) x 1 head x 64 dims x 2 bytes x 16 tokens = 4096 bytes per block per layer.
 TINY = KvGeometry("tiny", layers=4, kv_heads=1, head_dim=64)
@@ -27,9 +35,11 @@ def trace_frame():
     )
 
 
-def tiny_workload(sessions: int = 6, blocks: int = 40, turns: int = 4, layers: int = 4) -> Workload:
+def tiny_workload(
+    sessions: int = 6, blocks: int = 40, turns: int = 4, layers: int = 4
+) -> IoWorkload:
     geometry = KvGeometry("tiny", layers=layers, kv_heads=1, head_dim=64)
-    return synthetic_workload(
+    return synthetic_io_workload(
         geometry, block_tokens=16, sessions=sessions, tokens=16 * blocks, turns=turns
     )
 
@@ -58,3 +68,57 @@ def wait_for_restores(bench: Path, timeout_s: float = 60) -> None:
     while time.monotonic() < deadline and not any(bench.glob("*/fio")):
         time.sleep(0.05)
     assert any(bench.glob("*/fio")), "the benchmark never reached the restore runs"
+
+
+def app_with_hooks(hooks: RunHooks) -> typer.Typer:
+    """An app whose iobench runs with ``hooks`` (register's documented parameter)."""
+    hooked = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+    @hooked.callback()
+    def _root() -> None:  # a group, so "iobench" stays a subcommand
+        pass
+
+    register(hooked, hooks=hooks)
+    return hooked
+
+
+def small_iobench_args(tmp_path: Path) -> list[str]:
+    cfg = tiny_model_config(tmp_path / "tiny.json")
+    return [
+        "iobench",
+        "--model-config",
+        str(cfg),
+        "--sessions",
+        "4",
+        "--tokens",
+        "320",
+        "--turns",
+        "4",
+        "--bucket-size",
+        "64KiB",
+        "--concurrency",
+        "1,2",
+    ]
+
+
+def start_iobench(tmp_path, bench, *args):
+    """A real `python -m fcctl iobench --no-fio` process on a 32-layer tiny model, under bench."""
+    cfg = tiny_model_config(tmp_path / "tiny.json", layers=32)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fcctl",
+            "iobench",
+            "--model-config",
+            str(cfg),
+            "--no-fio",
+            *args,
+            "--dir",
+            str(bench),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+    )

@@ -21,8 +21,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_TRACE = REPO / "samples" / "claude_code_sample.jsonl.gz"
 REPORT_DATA = REPO / "tests" / "report_data"
-REPLAY_DOC = REPORT_DATA / "replay_issue8.json"
-RECOMMEND_DOC = REPORT_DATA / "recommend_issue9.json"
+REPLAY_DOC = REPORT_DATA / "replay_hand_written.json"
+RECOMMEND_DOC = REPORT_DATA / "recommend_hand_written.json"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fcctl.cli import app
+from tests.analyze_helpers import approx_equal
 from tests.conftest import SAMPLES
 
 runner = CliRunner()
@@ -46,21 +47,6 @@ def _comparable(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def _approx_equal(got: Any, want: Any, where: str = "$") -> None:
-    if isinstance(want, dict):
-        assert isinstance(got, dict) and set(got) == set(want), where
-        for k in want:
-            _approx_equal(got[k], want[k], f"{where}.{k}")
-    elif isinstance(want, list):
-        assert isinstance(got, list) and len(got) == len(want), where
-        for i, (g, w) in enumerate(zip(got, want, strict=True)):
-            _approx_equal(g, w, f"{where}[{i}]")
-    elif isinstance(want, float):
-        assert got == pytest.approx(want, rel=1e-9), where
-    else:
-        assert got == want, where
-
-
 @pytest.mark.parametrize(
     "sample", ["claude_code_sample.jsonl.gz", "mooncake_conversation_2k.jsonl"]
 )
@@ -74,7 +60,7 @@ def test_json_matches_golden(sample: str) -> None:
     got = _comparable(doc)
     if os.environ.get("UPDATE_GOLDEN") == "1":
         golden.write_text(json.dumps(got, indent=2, allow_nan=False) + "\n")
-    _approx_equal(got, json.loads(golden.read_text()))
+    approx_equal(got, json.loads(golden.read_text()))
 
 
 def test_json_keys_and_types_claude_code() -> None:
@@ -303,7 +289,7 @@ def test_canonical_parquet_gives_the_same_figures(tmp_path: Path) -> None:
         doc["trace"].pop("format")
         doc["trace"].pop("converted_from")  # the Parquet names its source; the source, none
         doc.pop("notes")
-    _approx_equal(via, direct)
+    approx_equal(via, direct)
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from fcctl.cli import app
 from tests.analyze_helpers import one_line_exit_2 as _one_line_exit_2
 from tests.conftest import SAMPLES
-from tests.test_readers_issue10 import GENERIC_SAMPLE_MAP
+from tests.readers_helpers import GENERIC_SAMPLE_MAP
 
 runner = CliRunner()
 MOONCAKE = SAMPLES / "mooncake_conversation_2k.jsonl"

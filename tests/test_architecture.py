@@ -140,3 +140,88 @@ def test_the_recommender_uses_replay_through_its_package() -> None:
     )
     assert not bad, "\n".join(bad)
     assert replay in _graph()["fcctl.analyzers.recommend.sweep"]  # the check sees the imports
+
+
+#: Inside fcctl.analyzers the subpackages point one way too (docs/architecture.md): traces ->
+#: kvmodel / reuse -> replay -> recommend, with summary (the shared trace and kv objects) below
+#: all but traces. What each may import of the others:
+ANALYZERS = {
+    "kvmodel": set(),
+    "summary": set(),
+    "traces": set(),
+    "reuse": {"traces", "summary"},
+    "replay": {"traces", "reuse", "kvmodel", "summary"},
+    "recommend": {"traces", "replay"},
+}
+#: The one import against that order: the synthetic generator asks reuse.bounded for the memory
+#: budget (a lazy import inside the function that needs it).
+ANALYZERS_EXCEPTIONS = {("fcctl.analyzers.traces.synth", "fcctl.analyzers.reuse.bounded")}
+
+
+def _analyzer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["fcctl", "analyzers"] else None
+
+
+def test_the_analyzers_point_one_way() -> None:
+    graph = _graph()
+    found = {_analyzer(m) for m in graph} - {None}
+    assert found == set(ANALYZERS), found  # a new subpackage needs its row here
+    bad = sorted(
+        f"{mod} ({_analyzer(mod)}) imports {dep} ({_analyzer(dep)})"
+        for mod, deps in graph.items()
+        for dep in deps
+        if (a := _analyzer(mod)) is not None
+        and _analyzer(dep) not in (None, a, *ANALYZERS[a])
+        and (mod, dep) not in ANALYZERS_EXCEPTIONS
+    )
+    assert not bad, "\n".join(bad)
+    # The check sees the arrows it allows, so an empty list above means something.
+    assert "fcctl.analyzers.replay" in graph["fcctl.analyzers.recommend.sweep"]
+    assert all(dep in graph[mod] for mod, dep in ANALYZERS_EXCEPTIONS)
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in ``tests/*_helpers.py`` (or conftest.py): importing a test module
+    would collect and run its tests a second time, and couples two modules' tests."""
+    bad = []
+    for path in sorted((REPO / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            bad += [f"{path.name} imports {n}" for n in names if n.startswith("tests.test_")]
+    assert not bad, "\n".join(bad)
+
+
+#: Library functions allowed to print, with the reason.
+PRINTS_ALLOWED = {
+    # Runs inside a signal handler, where a logging handler's lock could deadlock.
+    ("fcctl.common.signals", "_say_cleaning_up"),
+    # The emitted package's own command line (python -m PKG.smoke).
+    ("fcctl.layout.smoke", "main"),
+}
+
+
+def test_no_print_in_library_code() -> None:
+    """Libraries log (``logging.getLogger(__name__)``) or return text; the CLI decides where it
+    goes (fcctl.errors.library_log_shown puts the log on stderr)."""
+    found = []
+    for name, path in _modules().items():
+        if _layer(name) is None:
+            continue  # the CLI, fcctl.api and fcctl.planning
+        tree = ast.parse(path.read_text(), str(path))
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(func):
+                is_print = (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id == "print"
+                )
+                if is_print and (name, func.name) not in PRINTS_ALLOWED:
+                    found.append(f"{name}.{func.name} (line {node.lineno})")
+    assert not found, "print in library code:\n" + "\n".join(sorted(set(found)))

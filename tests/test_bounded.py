@@ -151,7 +151,7 @@ def test_plan_memory() -> None:
     assert smaller.sample_rate is not None and smaller.sample_rate < big.sample_rate
     assert smaller.block_passes > big.block_passes
     assert plan_memory(10, 100, 8 << 30, sample_rate=1).exact
-    with pytest.raises(FcctlInputError, match=r"memory_budget: .* too small"):
+    with pytest.raises(FcctlInputError, match=r"memory_budget_bytes: .* too small"):
         plan_memory(690_000, 10**12, 1 << 30)
     for bad in (0, -5, 1.5, True):
         with pytest.raises(FcctlInputError, match="memory_budget"):

@@ -13,6 +13,7 @@ from fcctl.analyzers.traces.canonical import traces_equal
 from fcctl.analyzers.traces.readers import read_trace
 from fcctl.cli import app
 from tests.conftest import SAMPLES
+from tests.convert_helpers import tiny_fs  # noqa: F401 - the 1 MiB tmpfs fixture
 
 runner = CliRunner()
 
@@ -170,25 +171,7 @@ def test_control_characters_in_file_names_are_quoted(tmp_path: Path) -> None:
     assert result.exit_code == 0 and repr(str(out)) in result.output, result.output
 
 
-@pytest.fixture
-def tiny_fs(tmp_path: Path):
-    """A 1 MiB tmpfs mounted for the test (needs root); skipped where mounting fails."""
-    import subprocess
-
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
-
-
-def test_convert_onto_a_full_disk_is_run_failed(tiny_fs: Path, tmp_path: Path) -> None:
+def test_convert_onto_a_full_disk_is_run_failed(tiny_fs: Path, tmp_path: Path) -> None:  # noqa: F811
     import random
 
     rng = random.Random(7)

@@ -23,7 +23,7 @@ from fcctl.analyzers.traces.trace_metadata import (
 )
 from fcctl.cli import app
 from tests.conftest import SAMPLES
-from tests.test_convert_cli import tiny_fs  # noqa: F401 - the 1 MiB tmpfs fixture
+from tests.convert_helpers import tiny_fs  # noqa: F401 - the 1 MiB tmpfs fixture
 
 runner = CliRunner()
 MOONCAKE = SAMPLES / "mooncake_conversation_2k.jsonl"

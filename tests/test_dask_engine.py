@@ -334,7 +334,6 @@ def _free_port() -> int:
 
 
 def test_cli_unreachable_scheduler_exit_2(data: dict[str, Path]) -> None:
-    started = time.monotonic()
     line = one_line_exit_2(
         _run(
             str(data["claude"]),
@@ -345,7 +344,6 @@ def test_cli_unreachable_scheduler_exit_2(data: dict[str, Path]) -> None:
         )
     )
     assert line.startswith("fcctl: error: --scheduler: cannot reach a Dask scheduler")
-    assert time.monotonic() - started < 30
 
 
 @pytest.mark.parametrize(

@@ -22,12 +22,13 @@ from fcctl.analyzers.recommend.emit import (
     GENERATED,
     MANIFEST,
     PROJECT_FILES,
+    core_data,
     core_modules,
     emit_package,
 )
 from fcctl.analyzers.replay import PRESETS, ReplayConfig, build_workload, simulate, with_values
 from fcctl.analyzers.traces.readers import read_trace
-from fcctl.layout.geometry import model_geometry
+from fcctl.layout.geometry import model_geometry, preset_names
 from fcctl.layout.placement import Placement, PlacementRule, PlacementSignals
 from tests.conftest import SAMPLES
 
@@ -53,7 +54,8 @@ def emitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_modules_are_the_cores_bytes_and_manifest_is_right(emitted: Path) -> None:
     pkg = emitted / "flatcake_store"
     files = sorted(p.relative_to(pkg).as_posix() for p in pkg.rglob("*") if p.is_file())
-    copied = core_modules()
+    copied = (*core_modules(), *core_data())
+    assert core_data() and all(rel.startswith("presets/") for rel in core_data())
     assert files == sorted([*copied, *GENERATED, MANIFEST])
     # Everything the facade and the smoke test need, and the modules the issue names.
     for name in (
@@ -105,6 +107,13 @@ def _import_emitted(emitted: Path, module: str) -> Any:
         return importlib.import_module(f"flatcake_store.{module}")
     finally:
         sys.path.remove(str(emitted))
+
+
+def test_the_emitted_package_resolves_every_model_preset(emitted: Path) -> None:
+    geometry = _import_emitted(emitted, "geometry")
+    assert geometry.preset_names() == preset_names()
+    for name in preset_names():
+        assert geometry.model_geometry(name).to_dict() == model_geometry(name).to_dict(), name
 
 
 def test_generated_thresholds(

@@ -9,7 +9,6 @@ import pytest
 
 from fcctl.layout.errors import InputError
 from fcctl.layout.geometry import (
-    MODEL_PRESETS,
     KvGeometry,
     geometry_from_hf_config,
     model_geometry,
@@ -115,6 +114,19 @@ def test_hf_config_mla_and_nested_text_config(tmp_path: Path) -> None:
         ('{"num_attention_heads": 8}', "'num_hidden_layers'"),
         ('{"num_hidden_layers": "32", "num_attention_heads": 8}', "'num_hidden_layers'"),
         ('{"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": -1}', "'head_dim'"),
+        (
+            '{"num_hidden_layers": 0, "num_attention_heads": 8, "head_dim": 64}',
+            "'num_hidden_layers'",
+        ),
+        (
+            '{"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 0, '
+            '"head_dim": 64}',
+            "'num_key_value_heads'",
+        ),
+        (
+            '{"num_hidden_layers": 2, "num_attention_heads": 0, "head_dim": 64}',
+            "'num_attention_heads'",
+        ),
     ],
 )
 def test_hf_config_errors_name_file_and_field(tmp_path: Path, content: str, needle: str) -> None:
@@ -195,7 +207,6 @@ def test_tp_must_divide_kv_heads_or_be_a_multiple(tp: int) -> None:
 
 
 def test_every_preset_is_listed_and_described() -> None:
-    assert preset_names() == tuple(MODEL_PRESETS)
     assert {
         "llama-3.1-8b",
         "llama-3.1-70b",

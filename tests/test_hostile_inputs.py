@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_readers_issue10 import (
+from tests.readers_helpers import (
     CSV_LOG,
     CSV_MAP,
     cli_error,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -43,9 +42,7 @@ def _one_line_exit_2(proc: subprocess.CompletedProcess[str], *needles: str) -> N
 def test_fifo_hardware_file_refused_without_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "hw.toml"
     os.mkfifo(fifo)
-    start = time.monotonic()
-    proc = _replay("--hardware", str(fifo), timeout=30)
-    assert time.monotonic() - start < 30
+    proc = _replay("--hardware", str(fifo), timeout=30)  # a blocking open would time out
     _one_line_exit_2(proc, "hw.toml", "hardware file", "FIFO")
 
 

@@ -4,17 +4,17 @@ from fcctl.analyzers.kvmodel.tiered import eviction_order
 from fcctl.analyzers.kvmodel.turns import SessionTurns, TurnSchedule
 from fcctl.iobench.eviction import write_eviction_layout
 from fcctl.iobench.flat import session_file_bytes, write_flat_layout
-from fcctl.iobench.workload import Workload
+from fcctl.iobench.workload import IoWorkload
 from fcctl.layout.session_file import SessionFile
 from tests.iobench_helpers import TINY, tiny_workload
 
 
-def _two_by_two() -> Workload:
+def _two_by_two() -> IoWorkload:
     sessions = (SessionTurns(0, "s0", (1, 1)), SessionTurns(1, "s1", (1, 1)))
-    return Workload(TINY, TurnSchedule(16, sessions, ((0, 0), (1, 0), (0, 1), (1, 1))))
+    return IoWorkload(TINY, TurnSchedule(16, sessions, ((0, 0), (1, 0), (0, 1), (1, 1))))
 
 
-def simulate_eviction(wl: Workload, memory_tier_bytes: int):
+def simulate_eviction(wl: IoWorkload, memory_tier_bytes: int):
     return eviction_order(
         wl.schedule, block_bytes=wl.block_bytes, memory_tier_bytes=memory_tier_bytes
     )

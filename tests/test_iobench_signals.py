@@ -20,8 +20,13 @@ from fcctl.cli import app
 from fcctl.iobench.run import RunHooks
 from fcctl.iobench.safety import LOCK_NAME, PREFIX
 from tests.conftest import REPO
-from tests.iobench_helpers import tiny_model_config, wait_for_restores
-from tests.test_iobench_cli import _app_with, _small_args, _start_iobench
+from tests.iobench_helpers import (
+    app_with_hooks,
+    small_iobench_args,
+    start_iobench,
+    tiny_model_config,
+    wait_for_restores,
+)
 
 runner = CliRunner()
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -55,6 +60,13 @@ def _children_named(pid: int, name: str) -> list[int]:
         if ppid == pid and comm == name:
             out.append(int(entry))
     return out
+
+
+def _stop(proc: subprocess.Popen | None) -> None:  # type: ignore[type-arg]
+    """Kill and reap a child a failed test left running."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 def _popen_with_default_interrupts(args: list[str], **kwargs) -> subprocess.Popen:  # type: ignore[no-untyped-def, type-arg]
@@ -141,8 +153,9 @@ def test_a_second_ctrl_c_during_cleanup_does_not_abort_it(tmp_path):
         pytest.skip("no tmpfs at /dev/shm")
     bench = shm / f"fcctl-test-ctrlc-{os.getpid()}"
     bench.mkdir()
+    proc = None
     try:
-        proc = _start_iobench(
+        proc = start_iobench(
             tmp_path,
             bench,
             "--sessions",
@@ -173,19 +186,22 @@ def test_a_second_ctrl_c_during_cleanup_does_not_abort_it(tmp_path):
         assert list(bench.iterdir()) == [], "a second Ctrl-C cut the cleanup short"
         assert "Traceback" not in text
     finally:
+        _stop(proc)
         shutil.rmtree(bench, ignore_errors=True)
 
 
 def test_the_run_directory_of_a_sigkilled_run_is_removed_by_the_next_run(tmp_path):
     bench = tmp_path / "bench"
     bench.mkdir()
-    proc = _start_iobench(tmp_path, bench, "--sessions", "8", "--tokens", "16384")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not any(bench.rglob("*.fcc")):
-        time.sleep(0.05)
-    assert any(bench.rglob("*.fcc")), "the benchmark never started writing"
-    proc.kill()  # SIGKILL: no cleanup can run
-    proc.wait()
+    proc = start_iobench(tmp_path, bench, "--sessions", "8", "--tokens", "16384")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(bench.rglob("*.fcc")):
+            time.sleep(0.05)
+        assert any(bench.rglob("*.fcc")), "the benchmark never started writing"
+    finally:
+        proc.kill()  # SIGKILL: no cleanup can run (and, on a failure above, no child is left)
+        proc.wait()
     (left,) = bench.iterdir()
     assert left.name.startswith(PREFIX)
     pid, _ = (left / LOCK_NAME).read_text().split()
@@ -221,7 +237,7 @@ def test_the_run_directory_of_a_sigkilled_run_is_removed_by_the_next_run(tmp_pat
 def test_a_run_directory_of_unknown_owner_is_named_with_the_command_to_remove_it(tmp_path):
     bench = tmp_path / "bench"
     (bench / f"{PREFIX}old").mkdir(parents=True)  # no lock: another tool's, or an old fcctl's
-    result = runner.invoke(app, [*_small_args(tmp_path), "--no-fio", "--dir", str(bench)])
+    result = runner.invoke(app, [*small_iobench_args(tmp_path), "--no-fio", "--dir", str(bench)])
     assert result.exit_code == 2
     line = result.stderr.strip()
     assert line.count("\n") == 0 and "not empty" in line
@@ -285,9 +301,9 @@ def test_a_disk_that_fills_mid_run_fails_naming_the_phase_and_enospc(small_tmpfs
             _fill(root)
 
     bench = small_tmpfs / "bench"
-    args = [*_small_args(small_tmpfs), "--dir", str(bench), "--free-margin", "0"]
+    args = [*small_iobench_args(small_tmpfs), "--dir", str(bench), "--free-margin", "0"]
     args += ["--fio-runtime", "0.1"] if phase == "fio" else ["--no-fio"]
-    result = runner.invoke(_app_with(RunHooks(on_phase=fill_at)), args)
+    result = runner.invoke(app_with_hooks(RunHooks(on_phase=fill_at)), args)
     assert result.exit_code == 1, result.stdout + result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"fcctl: error: {phase} failed: the filesystem is out of space (ENOSPC")

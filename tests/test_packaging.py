@@ -39,3 +39,14 @@ def test_wheel_holds_only_fcctl_and_every_module(tmp_path: Path) -> None:
     }
     missing = sorted(expected - names)
     assert not missing, f"modules left out of the wheel (add their package to pyproject): {missing}"
+    data = {
+        f"{FOLDERS[folder]}/{p.relative_to(REPO / folder).as_posix()}"
+        for folder, pattern in (
+            ("layout", "presets/*.json"),
+            ("analyzers", "replay/presets/*.toml"),
+        )
+        for p in (REPO / folder).glob(pattern)
+    }
+    assert len(data) >= 10, data  # the model and hardware presets
+    missing = sorted(data - names)
+    assert not missing, f"preset files left out of the wheel (pyproject package-data): {missing}"

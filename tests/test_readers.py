@@ -16,6 +16,7 @@ from fcctl.analyzers.traces.readers import FORMATS, detect_format, read_trace
 from fcctl.analyzers.traces.readers.claude_code import LOCAL_ID_BITS, namespace_base
 from fcctl.analyzers.traces.schema import SCHEMA, SourceTrace
 from tests.conftest import SAMPLES
+from tests.readers_helpers import canonical_frame
 
 
 def write_jsonl(path: Path, rows: list[object], *, gz: bool = False) -> Path:
@@ -340,22 +341,6 @@ def test_format_override(tmp_path: Path) -> None:
     assert trace.format == "mooncake"
     assert column(trace, "timestamp_s") == [0.002]  # Mooncake timestamps are milliseconds
     assert column(trace, "session_id") == [None]
-
-
-def canonical_frame(**overrides) -> pl.DataFrame:
-    data = {
-        "request_index": [10, 11, 12],
-        "session_id": ["s", "s", None],
-        "turn": [0, 1, None],
-        "parent_request": [None, 10, None],
-        "timestamp_s": [5.0, 7.0, 1.0],
-        "input_tokens": [1, 2, 3],
-        "output_tokens": [4, 5, 6],
-        "block_size_tokens": [16, 16, 16],
-        "hash_ids": [[1], [1, 2], [3]],
-    }
-    data.update(overrides)
-    return pl.DataFrame(data)
 
 
 def test_parquet_without_metadata_is_time_ordered_and_renumbered(tmp_path: Path) -> None:

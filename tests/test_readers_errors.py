@@ -101,7 +101,7 @@ def test_empty_gzip(tmp_path: Path) -> None:
 def test_unknown_format(tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("hello, this is not a trace\n")
-    expect_error(path, "unknown trace format", "--format")
+    expect_error(path, "unknown trace format", "pass `format` to choose")
     expect_error(path, "unknown format 'nope'", fmt="nope")
 
 
@@ -241,7 +241,7 @@ def test_azure_missing_column(tmp_path: Path) -> None:
 def test_parquet_missing_and_mistyped_columns(tmp_path: Path) -> None:
     import polars as pl
 
-    from tests.test_readers import canonical_frame
+    from tests.readers_helpers import canonical_frame
 
     path = tmp_path / "a.parquet"
     canonical_frame().drop("turn").write_parquet(path)

@@ -52,7 +52,7 @@ def doc() -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
-def test_json_keys_exactly_as_issue_9(doc: dict[str, Any]) -> None:
+def test_json_keys_are_exactly_the_documented_ones(doc: dict[str, Any]) -> None:
     assert list(doc) == [
         "schema_version",
         "recommendation",

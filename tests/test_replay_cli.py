@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fcctl.cli import app
+from tests.analyze_helpers import approx_equal
 from tests.conftest import SAMPLES
-from tests.test_analyze_cli import _approx_equal
 
 runner = CliRunner()
 GOLDEN = Path(__file__).parent / "golden"
@@ -117,7 +117,7 @@ def test_json_document_and_golden() -> None:
     golden = GOLDEN / "replay_claude_code_sample.json"
     if os.environ.get("UPDATE_GOLDEN") == "1":
         golden.write_text(json.dumps(got, indent=2, allow_nan=False) + "\n")
-    _approx_equal(got, json.loads(golden.read_text()))
+    approx_equal(got, json.loads(golden.read_text()))
 
 
 def test_human_table() -> None:

@@ -34,7 +34,7 @@ def test_non_finite_value_in_hw_toml_names_the_file(tmp_path: Path) -> None:
 def test_gpus_checked_against_the_memory_budget_before_allocation() -> None:
     geometry = model_geometry("llama-3.1-8b")
     hw = with_values(load_hardware(None), {"gpus": 10_000_000}, "--gpus")
-    with pytest.raises(FcctlInputError, match=r"^--gpus: .*memory budget of [\d,]+ bytes"):
+    with pytest.raises(FcctlInputError, match=r"^gpus: .*memory budget of [\d,]+ bytes"):
         workers_of(geometry, hw)
     assert workers_of(geometry, with_values(hw, {"gpus": 8}, "--gpus")) == 8
     assert WORKER_STATE_BYTES > 0
@@ -44,13 +44,13 @@ def test_gpus_checked_against_the_memory_budget_before_allocation() -> None:
     "name", ["numpy", "json", "os", "sys", "torch", "kvikio", "fcctl", "vllm", "sglang", "lmcache"]
 )
 def test_emit_name_that_shadows_an_import_is_refused(name: str) -> None:
-    with pytest.raises(FcctlInputError, match=rf"^--emit-name: must not shadow.*got '{name}'"):
+    with pytest.raises(FcctlInputError, match=rf"^emit_name: must not shadow.*got '{name}'"):
         check_name(name)
 
 
 @pytest.mark.parametrize("name", ["not-a-name", "class", "1pkg", ""])
 def test_emit_name_must_be_an_identifier(name: str) -> None:
-    with pytest.raises(FcctlInputError, match=r"^--emit-name: must be a Python identifier"):
+    with pytest.raises(FcctlInputError, match=r"^emit_name: must be a Python identifier"):
         check_name(name)
 
 
@@ -64,7 +64,7 @@ def test_out_and_emit_must_not_overlap(tmp_path: Path) -> None:
         (tmp_path / "x", tmp_path / "x" / "p"),
         (tmp_path / "x" / "p", tmp_path / "x"),
     ]:
-        with pytest.raises(FcctlInputError, match=r"^--out, --emit: must be separate"):
+        with pytest.raises(FcctlInputError, match=r"^`out`, `emit`: must be separate"):
             check_distinct_outputs(out, emit)
     check_distinct_outputs(tmp_path / "a", tmp_path / "b")
     check_distinct_outputs(None, tmp_path / "b")

@@ -148,7 +148,7 @@ def test_every_rate_of_fcctl_goes_through_the_one_rule() -> None:
     geometry, hw = model_geometry("llama-3.1-8b"), PRESETS["h100-8x"]
     trace = _trace(THREE)
     for config, message in [
-        (ReplayConfig(geometry, hw, rates=(0.0,)), f"--rates: each rate {RATE_RULE}; got 0.0"),
+        (ReplayConfig(geometry, hw, rates=(0.0,)), f"rates: each rate {RATE_RULE}; got 0.0"),
         (ReplayConfig(geometry, hw, operating_rate=-1.0), f"operating_rate: {RATE_RULE}; got -1.0"),
     ]:
         with pytest.raises(FcctlInputError) as e:
@@ -157,7 +157,7 @@ def test_every_rate_of_fcctl_goes_through_the_one_rule() -> None:
     rec = RecommendConfig(geometry, hw, target_rate=float("inf"))
     with pytest.raises(FcctlInputError) as e:
         recommend_thresholds(trace, rec)
-    assert str(e.value) == f"--target-rate: each rate {RATE_RULE}; got inf"
+    assert str(e.value) == f"target_rate: each rate {RATE_RULE}; got inf"
 
 
 def test_bad_concurrency_and_time_ordered_traces_are_refused() -> None:

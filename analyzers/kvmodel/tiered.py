@@ -74,7 +74,10 @@ def eviction_order(
     ``"head-first"`` or the replay's ``"tail-first"``.
     """
     if memory_tier_bytes < 0:
-        raise FcctlInputError(f"--memory-tier: must be >= 0; got {memory_tier_bytes!r}")
+        raise FcctlInputError(
+            f"memory_tier_bytes: must be >= 0; got {memory_tier_bytes!r}",
+            parameter="memory_tier_bytes",
+        )
     if block_bytes < 1:
         raise FcctlInputError(f"block_bytes: must be >= 1; got {block_bytes!r}")
     if touch not in TOUCH_ORDERS:
@@ -212,8 +215,9 @@ def place_in_buckets(
     """
     if bucket_bytes < block_bytes:
         raise FcctlInputError(
-            f"--bucket-size: must hold at least one block of {block_bytes} bytes; "
-            f"got {bucket_bytes!r}"
+            f"bucket_bytes: must hold at least one block of {block_bytes} bytes; "
+            f"got {bucket_bytes!r}",
+            parameter="bucket_bytes",
         )
     if memory_tier_bytes is None:
         memory_tier_bytes = default_memory_tier_bytes(schedule.blocks * block_bytes)

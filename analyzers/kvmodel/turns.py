@@ -74,9 +74,9 @@ class TurnSchedule:
 
 
 def check_positive(name: str, value: int) -> None:
-    """``value`` must be an int >= 1 (a bool is not one); ``name`` is the flag in the message."""
+    """``value`` must be an int >= 1 (a bool is not one); ``name`` is the parameter."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise FcctlInputError(f"{name}: must be an integer >= 1; got {value!r}")
+        raise FcctlInputError(f"{name}: must be an integer >= 1; got {value!r}", parameter=name)
 
 
 def even_turn_blocks(pages: int, turns: int) -> tuple[int, ...]:
@@ -86,15 +86,16 @@ def even_turn_blocks(pages: int, turns: int) -> tuple[int, ...]:
 
 def synthetic_turns(*, block_tokens: int, sessions: int, tokens: int, turns: int) -> TurnSchedule:
     """``sessions`` equal sessions of ``tokens`` tokens appended in ``turns`` turns, round-robin."""
-    check_positive("--block-tokens", block_tokens)
-    check_positive("--sessions", sessions)
-    check_positive("--tokens", tokens)
-    check_positive("--turns", turns)
+    check_positive("block_tokens", block_tokens)
+    check_positive("sessions", sessions)
+    check_positive("tokens", tokens)
+    check_positive("turns", turns)
     pages = tokens // block_tokens
     if pages < turns:
         raise FcctlInputError(
-            f"--tokens: {turns} turns need at least {turns * block_tokens} tokens "
-            f"({turns} whole pages of {block_tokens}); got {tokens!r}"
+            f"tokens: {turns} turns need at least {turns * block_tokens} tokens "
+            f"({turns} whole pages of {block_tokens}); got {tokens!r}",
+            parameter="tokens",
         )
     per_turn = even_turn_blocks(pages, turns)
     specs = tuple(SessionTurns(i, f"synthetic-{i:04d}", per_turn) for i in range(sessions))
@@ -175,16 +176,18 @@ def trace_turns(
     """
     import polars as pl
 
-    check_positive("--block-tokens", block_tokens)
-    check_positive("--sessions", sessions)
+    check_positive("block_tokens", block_tokens)
+    check_positive("sessions", sessions)
     if not (scale > 0):
-        raise FcctlInputError(f"--scale: must be > 0; got {scale!r}")
+        raise FcctlInputError(f"scale: must be > 0; got {scale!r}", parameter="scale")
     if size_limit_bytes < 1:
-        raise FcctlInputError(f"--size-limit: must be > 0; got {size_limit_bytes!r}")
+        raise FcctlInputError(
+            f"size_limit_bytes: must be > 0; got {size_limit_bytes!r}", parameter="size_limit_bytes"
+        )
     growth = token_growth(requests)
     if growth.height == 0:
         raise FcctlInputError(
-            f"{source}: the trace has no session ids; use --sessions/--tokens/--turns"
+            f"{source}: the trace has no session ids; use `sessions`, `tokens` and `turns`"
         )
     chosen = choose_sessions(growth, sessions)
     rank = {sid: i for i, sid in enumerate(chosen)}
@@ -210,7 +213,7 @@ def trace_turns(
     if not specs:
         raise FcctlInputError(
             f"{source}: scaled by {effective:.3g} no session fills a single page of {block_tokens} "
-            "tokens; raise --size-limit or --scale"
+            "tokens; raise `size_limit_bytes` or `scale`"
         )
     session_of_rank = {rank[s.session_id]: s.index for s in specs}
     arrivals = tuple((session_of_rank[r], t) for _, r, t in sorted(stamps))

@@ -64,6 +64,8 @@ ROOTS: tuple[str, ...] = (
     "adapters/sglang.py",
     "adapters/vllm.py",
 )
+#: Data files the core reads at run time (the model presets), copied beside the modules.
+CORE_DATA: tuple[str, ...] = ("presets/*.json",)
 GENERATED: tuple[str, ...] = ("thresholds.py", "thresholds.toml", "README.md")
 #: Written beside the package (``DIR/``), listed in its MANIFEST as ``../<name>``.
 PROJECT_FILES: tuple[str, ...] = ("pyproject.toml",)
@@ -110,6 +112,11 @@ def _relative_imports(rel: str, core: Path) -> set[str]:
     return out
 
 
+def core_data(core: Path = CORE_DIR) -> tuple[str, ...]:
+    """The core's data files (:data:`CORE_DATA`), as sorted relative paths."""
+    return tuple(sorted(p.relative_to(core).as_posix() for g in CORE_DATA for p in core.glob(g)))
+
+
 def core_modules(core: Path = CORE_DIR, roots: tuple[str, ...] = ROOTS) -> tuple[str, ...]:
     """The roots and every core module they import, transitively (sorted relative paths)."""
     seen: set[str] = set()
@@ -140,12 +147,14 @@ def check_name(name: str) -> str:
     """
     if not name.isidentifier() or keyword.iskeyword(name):
         raise FcctlInputError(
-            f"--emit-name: must be a Python identifier, not a keyword; got {name!r}"
+            f"emit_name: must be a Python identifier, not a keyword; got {name!r}",
+            parameter="emit_name",
         )
     if name in sys.stdlib_module_names or name in IMPORTED_TOP_LEVEL:
         raise FcctlInputError(
-            f"--emit-name: must not shadow a module the package imports (the standard library, "
-            f"{', '.join(IMPORTED_TOP_LEVEL)}); got {name!r}"
+            f"emit_name: must not shadow a module the package imports (the standard library, "
+            f"{', '.join(IMPORTED_TOP_LEVEL)}); got {name!r}",
+            parameter="emit_name",
         )
     return name
 
@@ -161,7 +170,7 @@ def check_distinct_outputs(out: Path | None, emit: Path | None) -> None:
     a, b = Path(out).resolve(), Path(emit).resolve()
     if a == b or a in b.parents or b in a.parents:
         raise FcctlInputError(
-            f"--out, --emit: must be separate directories, neither inside the other; "
+            f"`out`, `emit`: must be separate directories, neither inside the other; "
             f"got {str(out)!r} and {str(emit)!r}"
         )
 
@@ -212,7 +221,9 @@ def fcctl_version() -> str:
     return str(__version__).split("+", 1)[0]
 
 
-def pyproject_text(name: str, version: str, packages: list[str]) -> str:
+def pyproject_text(
+    name: str, version: str, packages: list[str], data: tuple[str, ...] = CORE_DATA
+) -> str:
     """The emitted ``pyproject.toml``: numpy the only requirement, one extra per engine."""
     extras = {
         **{engine: [pin] for engine, pin in ENGINE_PINS.items()},
@@ -240,7 +251,7 @@ def pyproject_text(name: str, version: str, packages: list[str]) -> str:
         f"packages = [{', '.join(map(q, packages))}]",
         "",
         "[tool.setuptools.package-data]",
-        f"{name} = [{', '.join(map(q, ('thresholds.toml', 'README.md', MANIFEST)))}]",
+        f"{name} = [{', '.join(map(q, ('thresholds.toml', 'README.md', MANIFEST, *data)))}]",
     ]
     return "\n".join(lines) + "\n"
 
@@ -285,7 +296,8 @@ def emit_package(
     if source is None or toml_text is None:
         raise ValueError("emit_package: give a result, or the source and toml_text")
     check_name(name)
-    copied = core_modules()
+    modules = core_modules()
+    copied = (*modules, *core_data())
     marker = f"{name}/{MANIFEST}"
     with atomic_out_dir(
         directory, force=force, marker=marker, command="--emit", flag="--emit"
@@ -302,7 +314,7 @@ def emit_package(
         (pkg / "README.md").write_text(
             readme_text(name, short_reply_tokens, agent_context_tokens, source)
         )
-        packages = sorted({".".join([name, *Path(rel).parent.parts]) for rel in copied})
+        packages = sorted({".".join([name, *Path(rel).parent.parts]) for rel in modules})
         version = package_version(short_reply_tokens, agent_context_tokens)
         (tmp / "pyproject.toml").write_text(pyproject_text(name, version, packages))
         files = sorted([*copied, *GENERATED, *(f"../{f}" for f in PROJECT_FILES)])

@@ -286,7 +286,8 @@ def pick(cells: Sequence[GridCell], objective: str) -> GridCell:
     """The recommended cell among ``cells`` (one rate) by the module docstring's rule."""
     if objective not in OBJECTIVES:
         raise FcctlInputError(
-            f"--objective: must be one of {', '.join(OBJECTIVES)}; got {objective!r}"
+            f"objective: must be one of {', '.join(OBJECTIVES)}; got {objective!r}",
+            parameter="objective",
         )
     if not cells:
         raise FcctlInputError("the threshold grid is empty")
@@ -496,16 +497,19 @@ def _checked(config: RecommendConfig) -> tuple[Execution, tuple[float, ...], flo
     """Where the cells run, the rates (the target among them) and the target rate."""
     if config.objective not in OBJECTIVES:
         raise FcctlInputError(
-            f"--objective: must be one of {', '.join(OBJECTIVES)}; got {config.objective!r}"
+            f"objective: must be one of {', '.join(OBJECTIVES)}; got {config.objective!r}",
+            parameter="objective",
         )
     if config.jobs is not None and (not isinstance(config.jobs, int) or config.jobs < 1):
-        raise FcctlInputError(f"--jobs: must be an integer >= 1; got {config.jobs!r}")
+        raise FcctlInputError(
+            f"jobs: must be an integer >= 1; got {config.jobs!r}", parameter="jobs"
+        )
     execution = Execution(config.engine, config.jobs, config.scheduler, config.memory_budget_bytes)
     check_execution(execution)
     check_margins(config.decision_margin_pp, config.decision_ttft_margin)
-    rates = check_rates(config.rates, "--rates")
+    rates = check_rates(config.rates, "rates")
     if config.target_rate is not None:
-        target = check_rates([config.target_rate], "--target-rate")[0]
+        target = check_rates([config.target_rate], "target_rate")[0]
         rates = tuple(sorted({*rates, target}))
     else:
         target = max(rates)

@@ -5,7 +5,9 @@ Sizes are bytes, rates bytes/s (or tokens/s), times seconds. Capacities are per 
 ``Hardware`` carries ``sources``: for every field, the preset, file, flag or measurement that
 set it, so the JSON document says where each number came from.
 
-Presets (``h100-8x``, ``h200-8x``, ``b200-8x``): eight GPUs, one serving instance each.
+Presets (``h100-8x``, ``h200-8x``, ``b200-8x``): eight GPUs, one serving instance each. Each is a
+data file, ``presets/NAME.toml``, that states every figure with its source; a user's hw.toml is
+read by the same reader (:func:`load_hardware`). Where the figures come from:
 
 * HBM per GPU: 80 GB (H100 SXM), 141 GB (H200 SXM), 180 GB (B200 in DGX/HGX B200: 1,440 GB over
   8 GPUs); NVIDIA datasheets. ``gpu_kv_bytes`` = half of it: weights, activations and the
@@ -69,18 +71,6 @@ from fcctl.common.errors import FcctlInputError
 from fcctl.common.inputfile import parse_json, read_regular_text
 from fcctl.common.paths import display_path
 from fcctl.common.units import parse_size
-from fcctl.layout.reclaim import DEFAULT_HIGH_WATERMARK, DEFAULT_LOW_WATERMARK
-
-from ..kvmodel.tiered import DEFAULT_BUCKET_BYTES
-
-GB = 10**9
-GiB = 2**30
-TiB = 2**40
-
-_DRIVES = 8
-_DRIVE_BYTES_PER_S = 7 * GB
-_COMMAND_S_PER_DRIVE = 65536 / 0.99e9 - 65536 / 2.66e9
-
 
 # A hardware description is a few dozen lines; anything past this is not one.
 HARDWARE_FILE_CAP_BYTES = 1 * 2**20
@@ -171,79 +161,18 @@ _SIZES = {
 }
 _INTS = _SIZES | {"gpus", "window_streams", "max_batched_tokens", "prefill_chunk_tokens"}
 
-_COMMON_SOURCES = {
-    "gpus": "preset: 8 GPUs per node, one serving instance (worker) each",
-    "host_memory_bytes": "preset: 1 TiB, half of a DGX node's 2 TB system memory (assumption)",
-    "ssd_bytes": "preset: 4 TiB, the SSD budget of the FlatCake paper's Mooncake baseline",
-    "host_to_gpu_bytes_per_s": "preset: PCIe 5.0 x16 64 GB/s nominal (MLPerf Storage KV doc)",
-    "host_to_gpu_efficiency": "SGLang simulator mem_pool_host.py: B = 0.85 x configured",
-    "host_to_gpu_segment_s": "SGLang simulator mem_pool_host.py: 6.67 us per H2D segment",
-    "ssd_read_bytes_per_s": "preset: 8 NVMe drives (DGX datasheet) x 7 GB/s (Dynamo mocker "
-    "host<->disk default, config.rs)",
-    "ssd_command_s": "fcctl iobench on the dev machine (docs/benchmarks.md run 4, c16: 64 KiB "
-    "eviction pieces 0.99 GB/s vs flat 2.66 GB/s = 41.6 us per command) / 8 drives",
-    "staging_bytes": "8 GiB per worker: LMCache's suggested gds_buffer_size (docs)",
-    "window_streams": "FlatCake: 2 layers per stream; 2 streams as iobench's staging window",
-    "prefetch_timeout_base_s": "SGLang HiCache default prefetch timeout (PRs #10512, #23309)",
-    "prefetch_timeout_per_1k_tokens_s": "SGLang HiCache default prefetch timeout",
-    "prefetch_timeout_max_s": "SGLang HiCache default prefetch timeout cap",
-    "bucket_bytes": "Mooncake bucket backend, 256 MiB (fcctl.analyzers.kvmodel.tiered)",
-    "high_watermark": "LMCache L2 eviction trigger_watermark 0.9",
-    "low_watermark": "LMCache L2 eviction_ratio 0.1 below the trigger",
-    "max_batched_tokens": "SGLang ServerArgs default max_prefill_tokens (16384)",
-    "prefill_chunk_tokens": "SGLang ServerArgs default chunked_prefill_size (8192)",
-    "ssd_stream_bytes_per_s": "one drive, 7 GB/s (Dynamo mocker host<->disk default): a session "
-    "file, or one restore's read, sits on one drive",
-    "ssd_write_bytes_per_s": "8 drives x 7 GB/s: Dynamo mocker's host<->disk link has one "
-    "bandwidth for both directions (assumption: writes as fast as reads)",
-    "gpu_running_kv_bytes": "unset: running requests' KV and cached prefixes share gpu_kv_bytes "
-    "(vLLM's and SGLang's one KV pool)",
-    "prefill_tokens_per_s": "unset: Dynamo mocker's fitted prefill polynomial (timemodel.py)",
-    "host_scope": "node: one host pool per node, as Mooncake store's (the FlatCake paper's "
-    "Mooncake baseline); 'worker' is SGLang HiCache's per-instance host pool",
-}
-
-
-def _preset(name: str, hbm_bytes: int, hbm_bytes_per_s: float, gpu_label: str) -> Hardware:
-    sources = dict(_COMMON_SOURCES)
-    sources["hbm_bytes"] = f"NVIDIA {gpu_label} datasheet"
-    sources["hbm_bytes_per_s"] = f"NVIDIA {gpu_label} datasheet (peak HBM bandwidth)"
-    sources["gpu_kv_bytes"] = "half of HBM (assumption: weights and activations take the rest)"
-    return Hardware(
-        name=name,
-        gpus=8,
-        hbm_bytes=hbm_bytes,
-        gpu_kv_bytes=hbm_bytes // 2,
-        host_memory_bytes=TiB,
-        ssd_bytes=4 * TiB,
-        host_to_gpu_bytes_per_s=64 * GB,
-        host_to_gpu_efficiency=0.85,
-        host_to_gpu_segment_s=6.67e-6,
-        ssd_read_bytes_per_s=float(_DRIVES * _DRIVE_BYTES_PER_S),
-        ssd_command_s=_COMMAND_S_PER_DRIVE / _DRIVES,
-        staging_bytes=8 * 8 * GiB,
-        window_streams=2,
-        prefetch_timeout_base_s=2.0,
-        prefetch_timeout_per_1k_tokens_s=0.1,
-        prefetch_timeout_max_s=30.0,
-        bucket_bytes=DEFAULT_BUCKET_BYTES,
-        high_watermark=DEFAULT_HIGH_WATERMARK,
-        low_watermark=DEFAULT_LOW_WATERMARK,
-        hbm_bytes_per_s=hbm_bytes_per_s,
-        ssd_stream_bytes_per_s=float(_DRIVE_BYTES_PER_S),
-        ssd_write_bytes_per_s=float(_DRIVES * _DRIVE_BYTES_PER_S),
-        sources=sources,
-    )
-
-
-PRESETS: dict[str, Hardware] = {
-    h.name: h
-    for h in (
-        _preset("h100-8x", 80 * GB, 3.35e12, "H100 SXM (80 GB, 3.35 TB/s)"),
-        _preset("h200-8x", 141 * GB, 4.8e12, "H200 SXM (141 GB, 4.8 TB/s)"),
-        _preset("b200-8x", 180 * GB, 8e12, "DGX B200 (1,440 GB, 64 TB/s over 8 GPUs)"),
-    )
-}
+#: Fields a preset may leave unset (``{ source = "..." }`` with no value): those whose default is
+#: None.
+_NULLABLE = {f.name for f in dataclasses.fields(Hardware) if f.default is None}
+#: Fields a preset must give: those without a default.
+_REQUIRED = {
+    f.name
+    for f in dataclasses.fields(Hardware)
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+} - {"name"}
+#: The presets' files: ``NAME.toml``, every field as ``{ value, source }`` (the module docstring
+#: says where each figure comes from). Read by :func:`read_hardware_file`, as a user's file is.
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
 DEFAULT_PRESET = "h200-8x"
 
 
@@ -266,7 +195,8 @@ def _coerce(where: str, key: str, value: Any) -> Any:
     # here, where the source (flag or file) is still known.
     if not math.isfinite(value):
         raise HardwareError(f"{where}: field {key!r}: must be a finite number; got {value!r}")
-    return float(value)
+    # A whole number stays one (a preset's 64 GB/s is 64000000000 in its document, as written).
+    return value if isinstance(value, int) else float(value)
 
 
 def _check(hw: Hardware, where: str) -> Hardware:
@@ -319,23 +249,14 @@ def with_values(hw: Hardware, values: Mapping[str, Any], source: str) -> Hardwar
     return _check(dataclasses.replace(hw, **changes, sources=sources), source)
 
 
-def load_hardware(spec: str | None) -> Hardware:
-    """A preset name, or a TOML file of fields (optionally ``preset = "..."`` as its base)."""
-    if spec is None:
-        return PRESETS[DEFAULT_PRESET]
-    if spec in PRESETS:
-        return PRESETS[spec]
-    path = Path(spec)
-    if not path.suffix == ".toml" and not path.exists():
-        raise HardwareError(
-            f"--hardware: unknown preset (known: {', '.join(PRESETS)}; or a .toml file); "
-            f"got {spec!r}"
-        )
+def read_hardware_file(path: Path) -> dict[str, Any]:
+    """The TOML document of a hardware file, a preset's or a user's (at most
+    :data:`HARDWARE_FILE_CAP_BYTES`)."""
     text = read_regular_text(
         path, "hardware file", cap_bytes=HARDWARE_FILE_CAP_BYTES, error=HardwareError
     )
     try:
-        doc = tomllib.loads(text)
+        return tomllib.loads(text)
     except RecursionError:
         raise HardwareError(
             f"{path}: not usable TOML: nested deeper than the parser allows"
@@ -344,12 +265,89 @@ def load_hardware(spec: str | None) -> Hardware:
         raise HardwareError(f"{path}: not valid TOML: {e}") from None
     except ValueError as e:  # an integer past CPython's 4300-digit conversion limit
         raise HardwareError(f"{path}: not usable TOML: {e}") from None
+
+
+def split_sources(doc: Mapping[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """A hardware file's fields: each one's value, and its source where the file states one.
+
+    A field is a bare value (``gpus = 1``) or a table ``{ value = 1, source = "..." }``; a table
+    with only a source leaves a field that may be unset (:data:`_NULLABLE`) unset.
+    """
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key, item in doc.items():
+        if not isinstance(item, dict):
+            values[key] = item
+            continue
+        source = item.get("source")
+        if set(item) - {"value", "source"} or not isinstance(source, str | None):
+            raise HardwareError(
+                f"{where}: field {key!r}: a table holds a value and its source (a string); "
+                f"got {item!r}"
+            )
+        if "value" not in item and key not in _NULLABLE:
+            raise HardwareError(f"{where}: field {key!r}: value: required; missing")
+        values[key] = item.get("value")
+        if source is not None:
+            sources[key] = source
+    return values, sources
+
+
+def read_preset(path: Path) -> Hardware:
+    """A preset file: every field of :class:`Hardware` with its source, named by the file."""
+    where = str(path)
+    values, sources = split_sources(read_hardware_file(path), where)
+    missing = sorted(_REQUIRED - set(values))
+    if missing:
+        raise HardwareError(f"{where}: field {missing[0]!r}: required in a preset; missing")
+    unknown = sorted(set(values) - _FIELDS)
+    if unknown:
+        raise HardwareError(f"{where}: unknown field {unknown[0]!r}")
+    fields: dict[str, Any] = {
+        k: None if v is None and k in _NULLABLE else _coerce(where, k, v) for k, v in values.items()
+    }
+    hw = Hardware(name=path.stem, **fields, sources={k: sources.get(k, where) for k in values})
+    return _check(hw, where)
+
+
+def _by_memory(hw: Hardware) -> tuple[int, int, str]:
+    return (hw.gpus, hw.hbm_bytes, hw.name)
+
+
+#: The presets, smallest GPU memory first (h100-8x, h200-8x, b200-8x).
+PRESETS: dict[str, Hardware] = {
+    h.name: h for h in sorted((read_preset(p) for p in PRESET_DIR.glob("*.toml")), key=_by_memory)
+}
+
+
+def load_hardware(spec: str | None, *, parameter: str = "hardware") -> Hardware:
+    """A preset name, or a TOML file of fields (optionally ``preset = "..."`` as its base), read
+    as the presets are (:func:`split_sources`): a field's source is the one the file states, else
+    the file.
+
+    ``parameter``: the caller's name for ``spec``, which an unknown preset's message starts with.
+    """
+    if spec is None:
+        return PRESETS[DEFAULT_PRESET]
+    if spec in PRESETS:
+        return PRESETS[spec]
+    path = Path(spec)
+    if not path.suffix == ".toml" and not path.exists():
+        raise HardwareError(
+            f"{parameter}: unknown preset (known: {', '.join(PRESETS)}; or a .toml file); "
+            f"got {spec!r}",
+            parameter=parameter,
+        )
+    doc = read_hardware_file(path)
     base_name = doc.pop("preset", DEFAULT_PRESET)
     if base_name not in PRESETS:
         raise HardwareError(
             f"{path}: field 'preset': unknown (known: {', '.join(PRESETS)}); got {base_name!r}"
         )
-    hw = with_values(PRESETS[base_name], doc, str(path))
+    values, sources = split_sources(doc, str(path))
+    hw = PRESETS[base_name]
+    for key, value in values.items():
+        hw = with_values(hw, {key: value}, sources.get(key, str(path)))
     return dataclasses.replace(hw, name=f"{path.name} (on {base_name})")
 
 
@@ -377,12 +375,12 @@ def apply_io_profile(hw: Hardware, path: str | Path) -> Hardware:
       bandwidth, over its ``read_commands`` (0 when the difference is negative).
     """
     p = Path(path)
-    where = f"{display_path(p)}: --io-profile"
-    text = read_regular_text(p, "--io-profile", error=HardwareError)
+    where = f"{display_path(p)}: `io_profile`"
+    text = read_regular_text(p, "`io_profile`", error=HardwareError)
     doc = parse_json(text, where, error=HardwareError)
     if not isinstance(doc, dict) or doc.get("schema_version") != 1 or "layouts" not in doc:
         raise HardwareError(
-            f"{p}: --io-profile: expected a `fcctl iobench --json` document (schema_version 1 "
+            f"{p}: `io_profile`: expected a `fcctl iobench --json` document (schema_version 1 "
             "with 'layouts')"
         )
     layouts = doc["layouts"] if isinstance(doc["layouts"], dict) else {}
@@ -395,7 +393,7 @@ def apply_io_profile(hw: Hardware, path: str | Path) -> Hardware:
     common = sorted(c for c in set(flat) & set(evic) if isinstance(c, int))
     if not common:
         raise HardwareError(
-            f"{p}: --io-profile: field 'layouts': needs the flat and eviction layouts at a "
+            f"{p}: `io_profile`: field 'layouts': needs the flat and eviction layouts at a "
             "common concurrency"
         )
     c = common[-1]
@@ -404,7 +402,7 @@ def apply_io_profile(hw: Hardware, path: str | Path) -> Hardware:
     bandwidth = fio or flat_rate
     if bandwidth is None:
         raise HardwareError(
-            f"{p}: --io-profile: field 'layouts.flat[].restore_bytes_per_s': missing"
+            f"{p}: `io_profile`: field 'layouts.flat[].restore_bytes_per_s': missing"
         )
     e_rate = _profile_number(evic[c], str(p), "restore_bytes_per_s")
     e_bytes = _profile_number(evic[c], str(p), "bytes_requested")
@@ -412,7 +410,7 @@ def apply_io_profile(hw: Hardware, path: str | Path) -> Hardware:
     e_cmds = _profile_number(evic[c], str(p), "read_commands")
     if e_rate is None or e_bytes is None or e_cmds is None or e_read is None:
         raise HardwareError(
-            f"{p}: --io-profile: field 'layouts.eviction[]': needs restore_bytes_per_s, "
+            f"{p}: `io_profile`: field 'layouts.eviction[]': needs restore_bytes_per_s, "
             "bytes_requested and read_commands"
         )
     command_s = max(0.0, (e_bytes / e_rate - e_read / bandwidth) / e_cmds)

@@ -120,7 +120,7 @@ class LoadPlan:
             if not self.auto_rates:
                 # Still the flag's name, as before this class: the messages that name a flag
                 # move to parameter names tree-wide in one change (issue #34, item 5).
-                object.__setattr__(self, "rates", check_rates(self.rates, "--rates"))
+                object.__setattr__(self, "rates", check_rates(self.rates, "rates"))
             if self.operating_rate is not None:
                 object.__setattr__(
                     self, "operating_rate", check_rate(self.operating_rate, "operating_rate")

@@ -398,7 +398,7 @@ class ProcessRunner:
         except BrokenProcessPool:
             raise RunFailed(
                 f"a simulation worker process died (out of memory? {self._jobs} workers each "
-                "hold the workload); run with fewer --jobs"
+                "hold the workload); run with fewer `jobs`"
             ) from None
 
     def _drain(self, base: int, n: int, advance: Advance | None) -> None:
@@ -553,12 +553,16 @@ def _dask_runner(workload: Workload, fn: TaskFn, execution: Execution) -> Iterat
         ) as (client, facts):
             limit = facts.worker_memory_limit_bytes
             if limit is not None and limit < need:
-                where = "memory_budget" if local else "scheduler"
+                where = "memory_budget_bytes" if local else "scheduler"
                 raise FcctlInputError(
                     f"{where}: a simulation worker holding this workload peaks at about "
                     f"{need / 2**30:.2f} GiB, over the workers' memory limit of "
                     f"{limit / 2**30:.2f} GiB; give the workers more memory"
-                    + (" (a larger --memory-budget where the command has one)" if local else ""),
+                    + (
+                        " (a larger `memory_budget_bytes` where the command has one)"
+                        if local
+                        else ""
+                    ),
                     parameter=where,
                 )
             stage.name = "scattering the workload to the workers"
@@ -571,8 +575,8 @@ def _dask_runner(workload: Workload, fn: TaskFn, execution: Execution) -> Iterat
                 runner.close()
     except BaseException as e:
         todo = (
-            "give each worker more memory (a larger --memory-budget where the command has "
-            "one) or run on a cluster with more (--scheduler)"
+            "give each worker more memory (a larger `memory_budget_bytes` where the command "
+            "has one) or run on a cluster with more (`scheduler`)"
             if local
             else "give the workers more memory, or add workers"
         )

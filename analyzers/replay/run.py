@@ -178,8 +178,8 @@ def summarize(
         raise FcctlInputError(
             f"{w.path}: every request was rejected ({reasons}): one worker's GPU KV pool "
             f"holds {sim.pool_blocks:,} blocks of {sim.block_bytes:,} bytes and the model's "
-            f"context is {sim.max_context or 'unbounded'} tokens; give a larger --gpu-kv, --tp "
-            "or a model with a longer context"
+            f"context is {sim.max_context or 'unbounded'} tokens; give a larger `gpu_kv_bytes`, "
+            "`tp` or a model with a longer context"
         )
     ttft = table["ttft_s"].to_numpy()
     if np.isnan(ttft).any():
@@ -330,7 +330,8 @@ def workers_of(geometry: KvGeometry, hardware: Hardware) -> int:
     """Serving instances on the node: one per ``tp`` GPUs."""
     if hardware.gpus < geometry.tp:
         raise FcctlInputError(
-            f"--gpus: {hardware.gpus} GPUs cannot hold one instance of tp {geometry.tp}"
+            f"gpus: {hardware.gpus} GPUs cannot hold one instance of tp {geometry.tp}",
+            parameter="gpus",
         )
     workers = hardware.gpus // geometry.tp
     # Each instance costs the simulator per-worker state (event heap, store rows, busy flags)
@@ -340,9 +341,10 @@ def workers_of(geometry: KvGeometry, hardware: Hardware) -> int:
     cap = max(1, budget // WORKER_STATE_BYTES)
     if workers > cap:
         raise FcctlInputError(
-            f"--gpus: {hardware.gpus} GPUs make {workers:,} instances of tp {geometry.tp}; the "
+            f"gpus: {hardware.gpus} GPUs make {workers:,} instances of tp {geometry.tp}; the "
             f"simulator holds at most {cap:,} ({WORKER_STATE_BYTES:,} bytes each within the "
-            f"memory budget of {budget:,} bytes); got {hardware.gpus!r}"
+            f"memory budget of {budget:,} bytes); got {hardware.gpus!r}",
+            parameter="gpus",
         )
     return workers
 

@@ -130,7 +130,7 @@ class Workload:
         if bad.shape[0]:
             r = int(bad[0])
             raise FcctlInputError(
-                f"{self.path}: request {r}: arrival time at --rates {rate!r} must be finite "
+                f"{self.path}: request {r}: arrival time at `rates` {rate!r} must be finite "
                 f"after time scaling (timestamp_s {float(self.timestamps_s[r])!r}, first "
                 f"{float(self.timestamps_s.min())!r}); got {float(arrivals[r])!r}"
             )
@@ -145,7 +145,7 @@ def build_workload(trace: Trace, geometry: KvGeometry, workers: int) -> Workload
             f"({trace.format}) has sizes only"
         )
     if workers < 1:
-        raise FcctlInputError(f"--gpus: must be >= 1; got {workers!r}")
+        raise FcctlInputError(f"gpus: must be >= 1; got {workers!r}", parameter="gpus")
     req = trace.requests
     n = req.height
     if n == 0:

@@ -60,6 +60,7 @@ from fcctl.common.provenance import utc_now
 from fcctl.layout.geometry import KvGeometry
 
 from ..traces.dataset import Dataset
+from ..traces.schema import Trace
 from .analyze import (
     AnalysisResult,
     BlockFigures,
@@ -241,7 +242,7 @@ def largest_capacity_blocks(
     return max(caps) // geometry.bytes_per_block(block)
 
 
-def check_budget(value: object, name: str = "memory_budget") -> int:
+def check_budget(value: object, name: str = "memory_budget_bytes") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise FcctlInputError(
             f"{name}: must be a whole number of bytes >= 1; got {value!r}", parameter=name
@@ -275,7 +276,8 @@ def check_engine(engine: str, scheduler: str | None) -> None:
         )
     if scheduler is not None and engine != "dask":
         raise FcctlInputError(
-            "scheduler: names a Dask scheduler, so it needs --engine dask", parameter="scheduler"
+            "scheduler: names a Dask scheduler, so it needs the dask `engine`",
+            parameter="scheduler",
         )
     if engine == "dask":
         import importlib
@@ -334,12 +336,12 @@ def plan_memory(
     if rate is None or room <= 0:
         need = max(shards_bytes(smallest), fixed + (1 << 20))
         raise FcctlInputError(
-            f"memory_budget: {budget:,} bytes is too small for this trace ({requests:,} "
+            f"memory_budget_bytes: {budget:,} bytes is too small for this trace ({requests:,} "
             f"requests, {accesses:,} block accesses): the "
             + (f"sample at rate {smallest:g}" if rate is None else "request table")
-            + f" needs about {need:,} bytes; raise --memory-budget"
-            + (" or lower --sample-rate" if sample_rate is not None else ""),
-            parameter="memory_budget",
+            + f" needs about {need:,} bytes; raise `memory_budget_bytes`"
+            + (" or lower `sample_rate`" if sample_rate is not None else ""),
+            parameter="memory_budget_bytes",
         )
     passes = max(1, math.ceil(accesses * BYTES_PER_BUCKET_ACCESS / room))
     peak = max(shards_bytes(rate), fixed + math.ceil(accesses / passes) * BYTES_PER_BUCKET_ACCESS)
@@ -506,10 +508,10 @@ class BlockTotals:
         )
         if uniq.shape[0] > self.max_seconds_values:
             raise FcctlInputError(
-                f"memory_budget: the exact reuse distances in seconds hold {uniq.shape[0]:,} "
+                f"memory_budget_bytes: the exact reuse distances in seconds hold {uniq.shape[0]:,} "
                 "distinct values (one per distinct gap between a request and the one it "
-                "re-reads), more than the budget allows; raise --memory-budget",
-                parameter="memory_budget",
+                "re-reads), more than the budget allows; raise `memory_budget_bytes`",
+                parameter="memory_budget_bytes",
             )
 
 
@@ -704,7 +706,7 @@ def refuse_schedule(
             raise FcctlInputError(
                 f"{parameter}: a session schedule needs the whole trace in memory, and this "
                 f"one is analysed in bounded memory ({plan.describe()}); raise "
-                "--memory-budget or drop the flag",
+                "`memory_budget_bytes` or leave it out",
                 parameter=parameter,
             )
 
@@ -750,29 +752,9 @@ def analyze_bounded(
             seconds_cdf_frame(reuse.histograms),
         ]
     )
-    sessions: SessionMetrics | None = None
-    notes: list[Note] = []
-    if session is not None:
-        assert totals.session_distinct is not None
-        sessions = session_summary(
-            trace.requests,
-            session,
-            ids,
-            n_sessions,
-            totals.session_distinct,
-            block_size_tokens=block_tokens,
-            bytes_per_token=geometry.bytes_per_token,
-            inferred=False,
-        )
-    else:
-        notes.append(
-            Note(
-                NoteCode.NO_INFERRED_SESSIONS,
-                "The trace has no session ids, and inferring sessions from prefix chains needs "
-                "the whole access stream in memory; per-session figures are not reported "
-                "(raise --memory-budget to analyse it exactly).",
-            )
-        )
+    sessions, notes = _bounded_sessions(
+        trace, (session, ids, n_sessions), totals, block_tokens, geometry
+    )
     assert totals.reused_per_request is not None  # set by BlockTotals.__post_init__
     blocks = BlockFigures(
         block_accesses=total,
@@ -792,39 +774,8 @@ def analyze_bounded(
         block_bytes=block_bytes,
         capacities_bytes=capacities,
     )
-    sampling = Sampling(
-        method="shards-fixed-rate",
-        rate=sampled.rate,
-        exact_below_blocks=sampled.exact_below_blocks,
-        sampled_accesses=sampled.sampled_accesses,
-        sampled_blocks=sampled.sampled_blocks,
-        memory_budget_bytes=plan.budget_bytes,
-        block_passes=plan.block_passes,
-        sampled_figures=SAMPLED_FIGURES,
-        exact_figures=EXACT_FIGURES,
-        error_bound=error_bound(sampled.rate, exact_head=sampled.exact_below_blocks > 0),
-    )
-    bound = sampling.error_bound
-    stated = (
-        f"measured error at this rate: {bound.hit_share_mean_abs_pp:.3g} pp mean, "
-        f"{bound.hit_share_max_abs_pp:.3g} pp max on the hit curve, "
-        f"{bound.stack_percentile_rel:.1%} on stack-distance percentiles"
-        if bound.hit_share_mean_abs_pp is not None
-        and bound.hit_share_max_abs_pp is not None
-        and bound.stack_percentile_rel is not None
-        else "no error measured at this rate"
-    )
-    notes.insert(
-        0,
-        Note(
-            NoteCode.SAMPLED,
-            f"Analysed in bounded memory (budget {plan.budget_bytes / 2**30:.1f} GiB): LRU "
-            f"stack distances and memory-tier points above {sampled.exact_below_blocks:,} "
-            f"blocks are estimated from a SHARDS sample at rate {sampled.rate:g} "
-            f"({sampled.sampled_accesses:,} of {total:,} accesses; {stated}); every other "
-            "figure is exact.",
-        ),
-    )
+    sampling = _bounded_sampling(plan, sampled)
+    notes.insert(0, _sampled_note(plan, sampled, sampling, total))
     schedule_summary: ScheduleSummary = summarize_schedule(trace.order, None, None, sessions)
     return assemble_result(
         trace,
@@ -838,6 +789,78 @@ def analyze_bounded(
         sampling=sampling,
         dataset=summary,
         extra_notes=notes,
+    )
+
+
+def _bounded_sessions(
+    trace: Trace,
+    index: tuple[np.ndarray | None, list[str], int],
+    totals: BlockTotals,
+    block_tokens: int,
+    geometry: KvGeometry,
+) -> tuple[SessionMetrics | None, list[Note]]:
+    """Per-session figures from the passes' distinct blocks per session (``index``: each
+    request's session ordinal, the ids, their count); a note instead without session ids."""
+    session, ids, n_sessions = index
+    if session is None:
+        return None, [
+            Note(
+                NoteCode.NO_INFERRED_SESSIONS,
+                "The trace has no session ids, and inferring sessions from prefix chains needs "
+                "the whole access stream in memory; per-session figures are not reported "
+                "(raise `memory_budget_bytes` to analyse it exactly).",
+            )
+        ]
+    assert totals.session_distinct is not None
+    sessions = session_summary(
+        trace.requests,
+        session,
+        ids,
+        n_sessions,
+        totals.session_distinct,
+        block_size_tokens=block_tokens,
+        bytes_per_token=geometry.bytes_per_token,
+        inferred=False,
+    )
+    return sessions, []
+
+
+def _bounded_sampling(plan: MemoryPlan, sampled: SampledStack) -> Sampling:
+    """What the sample was and the error measured at its rate (docs/scale.md)."""
+    assert plan.sample_rate is not None
+    return Sampling(
+        method="shards-fixed-rate",
+        rate=sampled.rate,
+        exact_below_blocks=sampled.exact_below_blocks,
+        sampled_accesses=sampled.sampled_accesses,
+        sampled_blocks=sampled.sampled_blocks,
+        memory_budget_bytes=plan.budget_bytes,
+        block_passes=plan.block_passes,
+        sampled_figures=SAMPLED_FIGURES,
+        exact_figures=EXACT_FIGURES,
+        error_bound=error_bound(sampled.rate, exact_head=sampled.exact_below_blocks > 0),
+    )
+
+
+def _sampled_note(plan: MemoryPlan, sampled: SampledStack, sampling: Sampling, total: int) -> Note:
+    """The note that says which figures are estimated, from how much, and how well."""
+    bound = sampling.error_bound
+    stated = (
+        f"measured error at this rate: {bound.hit_share_mean_abs_pp:.3g} pp mean, "
+        f"{bound.hit_share_max_abs_pp:.3g} pp max on the hit curve, "
+        f"{bound.stack_percentile_rel:.1%} on stack-distance percentiles"
+        if bound.hit_share_mean_abs_pp is not None
+        and bound.hit_share_max_abs_pp is not None
+        and bound.stack_percentile_rel is not None
+        else "no error measured at this rate"
+    )
+    return Note(
+        NoteCode.SAMPLED,
+        f"Analysed in bounded memory (budget {plan.budget_bytes / 2**30:.1f} GiB): LRU "
+        f"stack distances and memory-tier points above {sampled.exact_below_blocks:,} "
+        f"blocks are estimated from a SHARDS sample at rate {sampled.rate:g} "
+        f"({sampled.sampled_accesses:,} of {total:,} accesses; {stated}); every other "
+        "figure is exact.",
     )
 
 

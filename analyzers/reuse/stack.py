@@ -173,6 +173,61 @@ def flatten_accesses(requests: pl.DataFrame) -> Accesses:
     return Accesses(dense, offsets, int(n))
 
 
+# The Fenwick tree of the kernel below holds a 1 at each block's last access position. Numba
+# links its helpers into the kernel, where LLVM inlines them: the kernel ran as fast as when it
+# was one function (8 M accesses, medians of 5, 4 alternating runs: ratios 0.92-1.00), while
+# numba's own inline="always" made it 15-25 % slower.
+
+
+@njit(cache=True)
+def _marks_between(tree: np.ndarray, p: int, i: int) -> int:  # pragma: no cover - numba
+    """Ones at 1-based (p+1, i] = 0-based positions p+1..i-1: the two prefix-sum walks meet at
+    the common high bits, so this costs O(log(i - p))."""
+    d = 0
+    x = i
+    c = p + 1
+    while x != c:
+        if x > c:
+            d += tree[x]
+            x -= x & (-x)
+        else:
+            d -= tree[c]
+            c -= c & (-c)
+    return d
+
+
+@njit(cache=True)
+def _move_mark(tree: np.ndarray, p: int, i: int, n: int) -> None:  # pragma: no cover - numba
+    """Move a block's mark from position p to i. Nodes covering both p+1 and i+1 would get -1
+    and +1: skip them, so both walks stop where the paths merge."""
+    j = p + 1
+    while j <= i:
+        tree[j] -= 1
+        j += j & (-j)
+    j = i + 1
+    while j <= n and j - (j & (-j)) >= p + 1:
+        tree[j] += 1
+        j += j & (-j)
+
+
+@njit(cache=True)
+def _add_mark(tree: np.ndarray, i: int, n: int) -> None:  # pragma: no cover - numba
+    """A first access: a mark at position i."""
+    j = i + 1
+    while j <= n:
+        tree[j] += 1
+        j += j & (-j)
+
+
+@njit(cache=True)
+def _seconds_bucket(dt: float, min_dt: float, min_exp: int, top: int) -> int:  # pragma: no cover
+    """The log2 bucket of a reuse distance in seconds: 0 below ``min_dt``, at most ``top``."""
+    if dt < min_dt:
+        return 0
+    k = int(np.floor(np.log2(dt))) - min_exp + 1
+    return top if k > top else k
+
+
 @njit(cache=True)
 def _reuse_chunk(  # pragma: no cover - numba
     r_start: int,
@@ -227,18 +282,7 @@ def _reuse_chunk(  # pragma: no cover - numba
                     # mark at p (inside the window) left, the mark at i-1 entered; same distance.
                     d = run_d
                 else:
-                    # Ones at 1-based (p+1, i] = 0-based positions p+1..i-1: the two prefix-sum
-                    # walks meet at the common high bits, so this costs O(log(i - p)).
-                    d = 0
-                    x = i
-                    c = p + 1
-                    while x != c:
-                        if x > c:
-                            d += tree[x]
-                            x -= x & (-x)
-                        else:
-                            d -= tree[c]
-                            c -= c & (-c)
+                    d = _marks_between(tree, p, i)
                 run_p = p
                 run_d = d
                 stack_count[d] += 1
@@ -257,37 +301,20 @@ def _reuse_chunk(  # pragma: no cover - numba
                         run_dt[runs] = dt
                         run_n[runs] = 1
                         runs += 1
-                    if dt < min_dt:
-                        k = 0
-                    else:
-                        k = int(np.floor(np.log2(dt))) - min_exp + 1
-                        if k > seconds_hist.shape[0] - 1:
-                            k = seconds_hist.shape[0] - 1
+                    k = _seconds_bucket(dt, min_dt, min_exp, seconds_hist.shape[0] - 1)
                 else:
                     run_n[runs - 1] += 1
                 seconds_hist[k] += 1
                 reused_per_request[r] += 1
                 if keep:
                     per_access[i] = d
-                # Move the block's mark from p to i. Nodes covering both p+1 and i+1 would get
-                # -1 and +1: skip them, so both walks stop where the paths merge.
-                j = p + 1
-                while j <= i:
-                    tree[j] -= 1
-                    j += j & (-j)
-                j = i + 1
-                while j <= n and j - (j & (-j)) >= p + 1:
-                    tree[j] += 1
-                    j += j & (-j)
+                _move_mark(tree, p, i, n)
             else:
                 distinct += 1
                 run_p = -2
                 if keep:
                     per_access[i] = -1
-                j = i + 1
-                while j <= n:
-                    tree[j] += 1
-                    j += j & (-j)
+                _add_mark(tree, i, n)
             last[b] = i
             last_req[b] = r
     state[0] = distinct

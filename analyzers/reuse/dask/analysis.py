@@ -169,7 +169,7 @@ def analyze_dask(
                     progress=progress,
                     thresholds=thresholds,
                     exact_head=exact_head,
-                    parameter="memory_budget" if local else "scheduler",
+                    parameter="memory_budget_bytes" if local else "scheduler",
                     stage=stage,
                 )
     except BaseException as e:

@@ -72,9 +72,9 @@ def local_workers(budget_bytes: int, min_worker_bytes: int = MIN_LOCAL_WORKER_BY
         cpus = os.cpu_count() or 1
     if budget_bytes < MIN_LOCAL_WORKER_BYTES:
         raise FcctlInputError(
-            f"memory_budget: {budget_bytes:,} bytes is too small for a local Dask worker, "
-            f"which needs at least {MIN_LOCAL_WORKER_BYTES:,}; raise --memory-budget",
-            parameter="memory_budget",
+            f"memory_budget_bytes: {budget_bytes:,} bytes is too small for a local Dask worker, "
+            f"which needs at least {MIN_LOCAL_WORKER_BYTES:,}; raise `memory_budget_bytes`",
+            parameter="memory_budget_bytes",
         )
     return max(1, min(cpus, budget_bytes // max(min_worker_bytes, MIN_LOCAL_WORKER_BYTES)))
 
@@ -146,7 +146,7 @@ def _connect(scheduler: str) -> Client:
         raise FcctlInputError(
             f"scheduler: cannot reach a Dask scheduler at {scheduler!r} within "
             f"{CONNECT_TIMEOUT_S:g} s ({reason}); start one (`dask scheduler`, then "
-            "`dask worker ADDRESS` on each node) or leave --scheduler out for a local cluster",
+            "`dask worker ADDRESS` on each node) or leave `scheduler` out for a local cluster",
             parameter="scheduler",
         ) from None
     try:

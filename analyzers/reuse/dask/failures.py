@@ -64,7 +64,7 @@ def cluster_failure(
     limit = facts.worker_memory_limit_bytes if facts is not None else None
     memory = f"worker memory limit {limit / 2**30:.2f} GiB" if limit else "worker memory"
     todo = todo or (
-        "raise --memory-budget, or run on more workers (--scheduler)"
+        "raise `memory_budget_bytes`, or run on more workers (`scheduler`)"
         if local
         else "give the workers more memory, or add workers"
     )

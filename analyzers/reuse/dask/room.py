@@ -133,7 +133,9 @@ def plan_shuffle(
     """
     task = room.task_bytes
     more = (
-        "raise --memory-budget" if parameter == "memory_budget" else "give the workers more memory"
+        "raise `memory_budget_bytes`"
+        if parameter == "memory_budget_bytes"
+        else "give the workers more memory"
     )
     piece = min(MAX_PIECE_ACCESSES, task // BYTES_PER_EXPLODED_ACCESS)
     widest_or_none = dataset.requests["n_blocks"].max()

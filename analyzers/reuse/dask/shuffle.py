@@ -115,7 +115,7 @@ def _explode_piece(
         raise FcctlInputError(
             f"{path}: a request at analysis position {int(rank[-1]):,} or one of "
             f"{int(lens.max()):,} blocks is past what the Dask engine encodes (2^32 requests, "
-            f"2^{POSITION_BITS} blocks a request); use --engine local"
+            f"2^{POSITION_BITS} blocks a request); use the local `engine`"
         )
     position = _positions(np.ascontiguousarray(rank, dtype=np.int64), lens, ids.shape[0])
     del lens

@@ -129,7 +129,7 @@ def detect_format(path: str | Path, *, max_line_bytes: int = DEFAULT_MAX_LINE_BY
         path,
         None,
         f"unknown trace format (expected one of {', '.join(FORMATS)}; "
-        f"pass --format to choose, or --columns to map a log's columns); got first bytes "
+        f"pass `format` to choose, or `columns` to map a log's columns); got first bytes "
         f"{show(first[:60])}",
     )
 
@@ -175,7 +175,7 @@ def read_trace(
             path,
             None,
             "is a directory; only the claude-code format reads directories "
-            f"(got --format {format})",
+            f"(got format {format!r})",
         )
     try:
         if isinstance(progress, Progress):

@@ -107,8 +107,8 @@ def line_too_long(path: Path, lineno: int, max_line_bytes: int) -> TraceFormatEr
     error = fail(
         path,
         f"line {lineno}",
-        f"line is longer than the limit of {mib(max_line_bytes)} (max_line_bytes; "
-        "--max-line-bytes to raise it); stopped reading there",
+        f"line is longer than the limit of {mib(max_line_bytes)} (`max_line_bytes` "
+        "to raise it); stopped reading there",
     )
     error.line = None  # not a sign of gzip damage: blame_gzip must not decompress the rest
     return error

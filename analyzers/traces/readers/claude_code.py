@@ -251,7 +251,7 @@ class ClaudeCodeReader:
             file,
             None,
             f"session file is larger than the limit of {mib(max_line_bytes)} "
-            "(max_line_bytes; --max-line-bytes to raise it)",
+            "(`max_line_bytes` to raise it)",
         )
 
     def _trace(self, path: Path, sessions: list[_Session]) -> Trace:

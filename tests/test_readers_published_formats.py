@@ -1,4 +1,5 @@
-"""Issue #10 §4: the optional ``type`` column, and the readers of the traces people publish now.
+"""The optional ``type`` column, and the readers of the traces people publish now (TraceLab
+rounds, Dynamo agentic, Bailian/Qwen, generic logs through ``--columns``).
 
 Every case is a tiny hand-made file whose figures (requests, sessions, blocks, reuse) are
 worked out by hand in the comments.
@@ -15,37 +16,24 @@ import pytest
 from typer.testing import CliRunner
 
 from fcctl.analyzers.traces.canonical import read_canonical, traces_equal, write_canonical
-from fcctl.analyzers.traces.readers import TraceFormatError, read_trace
+from fcctl.analyzers.traces.readers import read_trace
 from fcctl.analyzers.traces.readers._common import build_frame, null_hash_column
 from fcctl.analyzers.traces.schema import COLUMNS, OPTIONAL_COLUMNS, SCHEMA, Trace, table_columns
 from fcctl.cli import app
 from tests.conftest import SAMPLES
-
-
-def write_jsonl(path: Path, rows: list[object]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
+from tests.readers_helpers import (
+    CSV_LOG,
+    CSV_MAP,
+    GENERIC_SAMPLE_MAP,
+    cli_error,
+    error_of,
+    tracelab_round,
+    write_jsonl,
+)
 
 
 def column(trace: Trace, name: str) -> list:
     return trace.requests[name].to_list()
-
-
-def error_of(path: Path, **kwargs: object) -> str:
-    with pytest.raises(TraceFormatError) as caught:
-        read_trace(path, **kwargs)  # type: ignore[arg-type]
-    message = str(caught.value)
-    assert "\n" not in message
-    return message
-
-
-def cli_error(*args: str) -> str:
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1, result.output
-    return lines[0]
 
 
 # --- the optional ``type`` column -----------------------------------------------------------
@@ -128,22 +116,6 @@ def analyze_json(*args: str) -> dict:
 
 S1, S2 = "claude:s1", "codex:s2"
 B1, B2 = 1 << 40, 2 << 40  # namespace of the 1st and 2nd session in file order
-
-
-def tracelab_round(
-    session: str, index: int, total: int, prefix: int, output: int, events: list[tuple[str, str]]
-) -> dict:
-    return {
-        "provider": session.split(":")[0],
-        "session_id": session,
-        "round_index": index,
-        "model": "m",
-        "input_tokens_total": total,
-        "prefix_tokens": prefix,
-        "newly_append_tokens": total - prefix,
-        "output_tokens": output,
-        "timing_events": [{"event_type": k, "timestamp": t} for k, t in events],
-    }
 
 
 def tracelab_rows() -> list[dict]:
@@ -532,16 +504,6 @@ def test_qwen_bad_type(tmp_path: Path) -> None:
 
 # --- the generic reader ---------------------------------------------------------------------
 
-CSV_LOG = """rid,sid,ts,in,out,h,par,kind
-a1,s1,10.5,100,5,1 2,,chat
-b1,s2,10.0,50,1,[9],,chat
-a2,s1,12,200,7,"[1, 2, 3]",a1,tool
-"""
-CSV_MAP = (
-    "id=rid,session=sid,timestamp=ts,input=in,output=out,hashes=h,block_size=16,parent=par,"
-    "type=kind"
-)
-
 
 def test_generic_csv(tmp_path: Path) -> None:
     path = tmp_path / "log.csv"
@@ -767,12 +729,7 @@ def test_gzip_and_fifo(tmp_path: Path) -> None:
 
 # --- the samples ----------------------------------------------------------------------------
 
-GENERIC_SAMPLE_MAP = (
-    "session=session,timestamp=ts_ms,timestamp_unit=ms,input=prompt_tokens,"
-    "output=completion_tokens,hashes=block_hashes,block_size=64,id=request_id,parent=parent_id,"
-    "type=kind"
-)
-SAMPLES_10 = {
+PUBLISHED_SAMPLES = {
     "tracelab_rounds.jsonl": ("tracelab", [], 21, 3),
     "dynamo_agentic.jsonl": ("dynamo", [], 13, 5),
     "qwen_coder_sample.jsonl": ("bailian", [], 28, 12),
@@ -780,9 +737,9 @@ SAMPLES_10 = {
 }
 
 
-@pytest.mark.parametrize("name", list(SAMPLES_10))
+@pytest.mark.parametrize("name", list(PUBLISHED_SAMPLES))
 def test_samples_through_the_cli(name: str) -> None:
-    fmt, extra, requests, sessions = SAMPLES_10[name]
+    fmt, extra, requests, sessions = PUBLISHED_SAMPLES[name]
     doc = analyze_json(str(SAMPLES / name), *extra)
     assert doc["trace"]["format"] == fmt
     assert (doc["trace"]["requests"], doc["trace"]["sessions"]) == (requests, sessions)
@@ -801,6 +758,6 @@ def test_samples_are_small_and_reproducible(tmp_path: Path) -> None:
     script = tmp_path / "make_agent_samples.py"
     shutil.copy(SAMPLES / "make_agent_samples.py", script)
     subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path)
-    for name in SAMPLES_10:
+    for name in PUBLISHED_SAMPLES:
         assert (tmp_path / name).read_bytes() == (SAMPLES / name).read_bytes(), name
         assert (SAMPLES / name).stat().st_size < 32 * 1024

@@ -1,5 +1,5 @@
-"""Issue #7 for ``fcctl analyze``: schedules, verdict wording and flags, session sizes, model
-summary, Parquet provenance, SIGTERM during ``--out``, library warnings, float flags.
+"""``fcctl analyze`` beyond its figures: schedules, verdict wording and flags, session sizes,
+model summary, Parquet provenance, SIGTERM during ``--out``, library warnings, float flags.
 
 Library figures come from hand-made traces (``tests/analyze_helpers``) and are computed by hand
 in the comments; CLI behaviour goes through typer's runner or the real console entry point.
