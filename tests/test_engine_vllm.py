@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from fcctl import api
+from tests import engine_helpers
 from tests.engine_helpers import import_or_skip
 
 torch = pytest.importorskip("torch")
@@ -232,6 +233,7 @@ def test_capture_analyses_to_the_chats_figures(tmp_path: Path) -> None:
     assert (t.block_accesses, t.distinct_blocks) == (24, 12)
     assert result.once_only_block_share == pytest.approx(4 / 12)
     assert result.reuse_access_share == pytest.approx(12 / 24)
+    engine_helpers.check_trace(trace, requests=3, block_accesses=24, distinct_blocks=12)
 
 
 @pytest.mark.gpu
