@@ -361,13 +361,15 @@ Session id: the request's `kv_transfer_params` (`{{"session_id": "chat-7"}}`, op
 | layer-ordered session files | yes: a store's blocks, layer by layer, in the session's file |
 | coalesced reads | yes: each session's whole turns through the read planner |
 | direct reads into the GPU | partly (1) |
-| two queues (waiting for SSD apart from ready) | no (2) |
+| two queues (waiting for SSD apart from ready) | partly (2) |
 
 1. The worker holds the GPU KV tensors: a load of whole turns goes into them through the
    staging window (GDS with kvikio when usable); a load that starts inside a turn goes
    through host memory.
-2. Not the interface: the adapter runs each transfer synchronously inside `submit_load`, so
-   vLLM never sees a load in flight; the interface allows asynchronous loads (`get_finished`).
+2. vLLM's scheduler keeps a request whose load is in flight (`WAITING_FOR_REMOTE_KVS`) apart
+   from runnable ones; but the adapter runs each transfer inside `submit_load`, one at a time
+   in submission order, not ordered by the design's priority (the interface would allow it:
+   transfers complete through `get_finished`).
 
 ### SGLang 0.5.23: `adapters.sglang.FlatCakeHiCacheStorage`
 
