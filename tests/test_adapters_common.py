@@ -127,7 +127,7 @@ def test_trace_recorder_bounded_and_appending(tmp_path: Path) -> None:
         input_tokens=40,
         output_tokens=None,
     )
-    assert not path.exists()  # buffered
+    assert path.read_text() == ""  # buffered (the file is made, empty, at construction)
     rec.record(
         timestamp_s=2.0, session_id="s", session_source="x", keys=[b"a"], block_size_tokens=16
     )

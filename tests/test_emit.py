@@ -134,10 +134,9 @@ def test_generated_thresholds(
     assert thresholds.RECOMMENDED.short_reply_tokens == SHORT
     readme = (emitted / "flatcake_store" / "README.md").read_text()
     for hook in (
-        "get_num_new_matched_tokens",
-        "start_load_kv",
-        "wait_for_layer_load",
-        "save_kv_layer",
+        "OffloadingConnector",
+        "spec_module_path",
+        "kv_transfer_params",
         "HiCacheStorage",
         "extra_info",
         "StoragePluginInterface",

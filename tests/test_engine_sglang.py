@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests import engine_helpers
 from tests.engine_helpers import import_or_skip
 
 torch = pytest.importorskip("torch")
@@ -110,6 +111,7 @@ def test_prefix_keys_chain_turns_into_one_session_and_trace(tmp_path: Path) -> N
     # Two queries: the first (two batches, one record) and the last.
     assert [len(r["hash_ids"]) for r in rows] == [6, 6]
     assert rows[0]["engine"] == "sglang" and rows[0]["input_tokens"] == 6 * PAGE_TOKENS
+    engine_helpers.check_trace(trace, requests=2, block_accesses=12, distinct_blocks=6)
 
 
 def test_zero_copy_v1_with_sglangs_host_pool(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from fcctl import api
+from tests import engine_helpers
 from tests.engine_helpers import import_or_skip
 
 torch = pytest.importorskip("torch")
@@ -232,6 +233,7 @@ def test_capture_analyses_to_the_chats_figures(tmp_path: Path) -> None:
     assert (t.block_accesses, t.distinct_blocks) == (24, 12)
     assert result.once_only_block_share == pytest.approx(4 / 12)
     assert result.reuse_access_share == pytest.approx(12 / 24)
+    engine_helpers.check_trace(trace, requests=3, block_accesses=24, distinct_blocks=12)
 
 
 @pytest.mark.gpu
@@ -244,3 +246,207 @@ def test_gpu_chat_through_the_staging_window(tmp_path: Path) -> None:
     # GDS when kvikio is usable, else posix reads, said in the note (never silently).
     assert (worker.engine is not None) or "GDS not used" in worker.engine_note
     worker.shutdown()
+
+
+# vLLM's own scheduler and connector -----------------------------------------------------------
+# A real ``Scheduler`` (chunked prefill, prefix caching) with vLLM's ``OffloadingConnector`` on
+# both sides, the spec loaded from ``spec_module_path``; each step goes scheduler -> worker
+# connector (``bind_connector_metadata``, ``start_load_kv``, ``wait_for_save``,
+# ``get_finished``) -> ``update_from_output``, as vLLM's KV-connector unit tests drive it on
+# CPU; the model is a local ``config.json`` (no weights: the forward pass is not run, the KV
+# tensors hold random bytes standing for what it would write).
+
+sched_mod = import_or_skip("vllm.v1.core.sched.scheduler", "vLLM's scheduler")
+vllm_config = import_or_skip("vllm.config", "vLLM's config")
+kv_iface = import_or_skip("vllm.v1.kv_cache_interface", "vLLM's KV cache specs")
+so_mod = import_or_skip("vllm.v1.structured_output", "vLLM's structured output manager")
+conn_mod = import_or_skip(
+    "vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector",
+    "vLLM's OffloadingConnector",
+)
+roles = import_or_skip("vllm.distributed.kv_transfer.kv_connector.v1", "vLLM's connector roles")
+request_mod = import_or_skip("vllm.v1.request", "vLLM's requests")
+hashing = import_or_skip("vllm.v1.core.kv_cache_utils", "vLLM's block hashing")
+hash_fns = import_or_skip("vllm.utils.hashing", "vLLM's hash functions")
+outputs = import_or_skip("vllm.v1.outputs", "vLLM's model runner outputs")
+forward = import_or_skip("vllm.forward_context", "vLLM's forward context")
+sampling = import_or_skip("vllm.sampling_params", "vLLM's sampling parameters")
+
+GPU_BLOCKS, BLOCK, HEADS_V, DIM_V = 64, 16, 2, 16
+MODEL_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": HEADS_V,
+    "num_hidden_layers": 2,
+    "vocab_size": 1000,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float16",
+}
+
+
+class VllmEngine:
+    """vLLM's scheduler and a worker's connector, stepped as the engine core steps them."""
+
+    def __init__(self, tmp_path: Path, trace: Path) -> None:
+        model = tmp_path / "model"
+        model.mkdir()
+        (model / "config.json").write_text(json.dumps(MODEL_CONFIG))
+        config = vllm_config.VllmConfig(
+            model_config=vllm_config.ModelConfig(
+                model=str(model), skip_tokenizer_init=True, dtype="float16", max_model_len=1024
+            ),
+            cache_config=vllm_config.CacheConfig(block_size=BLOCK),
+            scheduler_config=vllm_config.SchedulerConfig(
+                max_num_batched_tokens=64,  # a 130-token prompt is prefilled in chunks
+                max_num_seqs=4,
+                max_model_len=1024,
+                enable_chunked_prefill=True,
+                is_encoder_decoder=False,
+            ),
+            device_config=vllm_config.DeviceConfig("cpu"),
+            kv_transfer_config=vllm_config.KVTransferConfig(
+                kv_connector="OffloadingConnector",
+                kv_role="kv_both",
+                kv_connector_extra_config={
+                    "spec_name": "FlatCakeOffloadingSpec",
+                    "spec_module_path": adapter.__name__,
+                    "directory": str(tmp_path / "kv"),
+                    "extent_bytes": 1 << 16,
+                    "trace": str(trace),
+                },
+            ),
+        )
+        layers = ("layer.0", "layer.1")
+        spec = kv_iface.FullAttentionSpec(
+            block_size=BLOCK, num_kv_heads=HEADS_V, head_size=DIM_V, dtype=torch.float16
+        )
+        kv_config = kv_iface.KVCacheConfig(
+            num_blocks=GPU_BLOCKS,
+            kv_cache_tensors=[],
+            kv_cache_groups=[kv_iface.KVCacheGroupSpec(list(layers), spec)],
+        )
+        config.cache_config.num_gpu_blocks = GPU_BLOCKS
+        self.scheduler = sched_mod.Scheduler(
+            vllm_config=config,
+            kv_cache_config=kv_config,
+            log_stats=True,
+            structured_output_manager=so_mod.StructuredOutputManager(config),
+            block_size=BLOCK,
+        )
+        g = torch.Generator().manual_seed(3)
+        self.kv = {
+            n: torch.randn((GPU_BLOCKS, 2, BLOCK, HEADS_V, DIM_V), generator=g).half()
+            for n in layers
+        }
+        with vllm_config.set_current_vllm_config(config):
+            self.worker = conn_mod.OffloadingConnector(
+                config, roles.KVConnectorRole.WORKER, kv_config
+            )
+            self.worker.register_kv_caches(self.kv)
+        hashing.init_none_hash(hash_fns.sha256)
+        self.hasher = hashing.get_request_block_hasher(BLOCK, hash_fns.sha256)
+        self.ctx = forward.ForwardContext(no_compile_layers={}, attn_metadata={}, slot_mapping={})
+        self.loaded: dict[str, int] = {}  # request -> tokens its first schedule had computed
+        self.blocks: dict[str, list[int]] = {}  # request -> its GPU block ids
+
+    def request(self, rid: str, prompt: list[int], reply: list[int], session: str) -> None:
+        """Run one request to its end: its prompt prefilled in chunks, ``reply`` decoded."""
+        params = sampling.SamplingParams(max_tokens=len(reply))
+        params.update_from_generation_config({}, 2)
+        req = request_mod.Request(
+            request_id=rid,
+            prompt_token_ids=prompt,
+            sampling_params=params,
+            pooling_params=None,
+            block_hasher=self.hasher,
+        )
+        req.kv_transfer_params = {"session_id": session}
+        self.scheduler.add_request(req)
+        tokens, idle = iter(reply), 0
+        for _ in range(4 * (len(prompt) + len(reply))):  # ample steps: a hang fails, not waits
+            # Two idle steps after the request ends: the connector reports its last stores and
+            # finishes the request with the manager a step after the scheduler lets it go.
+            idle += not self.scheduler.requests
+            if idle > 2:
+                break
+            out = self.scheduler.schedule()
+            for new in out.scheduled_new_reqs:
+                self.loaded[new.req_id] = new.num_computed_tokens
+                self.blocks[new.req_id] = list(new.block_ids[0])
+            cached = out.scheduled_cached_reqs  # later chunks and decode steps add blocks
+            for r, more in zip(cached.req_ids, cached.new_block_ids, strict=True):
+                self.blocks[r] += list(more[0]) if more else []
+            meta = out.kv_connector_metadata
+            self.worker.handle_preemptions(meta)
+            self.worker.bind_connector_metadata(meta)
+            self.worker.start_load_kv(self.ctx)
+            if out.total_num_scheduled_tokens > 0:
+                self.worker.wait_for_save()
+            sending, recving = self.worker.get_finished(out.finished_req_ids)
+            worker_meta = self.worker.build_connector_worker_meta()
+            self.worker.clear_connector_metadata()
+            running = [r.request_id for r in self.scheduler.running]
+            # A request still in its prefill samples nothing; the last chunk samples a token.
+            sampled = [
+                [next(tokens, 2)]
+                if out.num_scheduled_tokens.get(r, 0)
+                and self.scheduler.requests[r].num_computed_tokens + out.num_scheduled_tokens[r]
+                >= self.scheduler.requests[r].num_prompt_tokens
+                else []
+                for r in running
+            ]
+            self.scheduler.update_from_output(
+                out,
+                outputs.ModelRunnerOutput(
+                    req_ids=running,
+                    sampled_token_ids=sampled,
+                    kv_connector_output=outputs.KVConnectorOutput(
+                        finished_sending=sending,
+                        finished_recving=recving,
+                        kv_connector_worker_meta=worker_meta,
+                    ),
+                ),
+            )
+        assert not self.scheduler.requests, f"{rid} did not finish"
+
+
+def test_vllms_scheduler_drives_the_spec_over_a_three_turn_chat(tmp_path: Path) -> None:
+    """Three turns of one chat, each prompt the last prompt, its reply and new input: vLLM's
+    connector looks the prefix up in the manager, loads it asynchronously (the request waits in
+    ``WAITING_FOR_REMOTE_KVS``, apart from runnable ones) into the blocks the scheduler gave it,
+    and stores the blocks each step completes; every loaded byte is the one stored."""
+    trace = tmp_path / "capture.jsonl"
+    engine = VllmEngine(tmp_path, trace)
+    g = torch.Generator().manual_seed(9)
+    words = torch.randint(10, 900, (400,), generator=g).tolist()
+    prompt: list[int] = words[:80]
+    before: dict[str, Any] = {}
+    for turn in range(3):
+        rid = f"turn-{turn}"
+        reply = words[300 + 20 * turn : 320 + 20 * turn]
+        engine.request(rid, prompt, reply, "chat-4")
+        hit = engine.loaded[rid]
+        blocks = engine.blocks[rid]
+        if turn:  # the loaded prefix is what the previous turn's blocks held
+            for name, t in engine.kv.items():
+                assert torch.equal(t[blocks[: hit // BLOCK]], before[name][: hit // BLOCK])
+        before = {name: t[blocks].clone() for name, t in engine.kv.items()}
+        # The GPU forgets everything between turns (as if evicted) and its blocks get other
+        # bytes, so the next turn's prefix can only come back from FlatCake.
+        assert engine.scheduler.reset_prefix_cache()
+        for t in engine.kv.values():
+            t.copy_(torch.randn(t.shape, generator=g).half())
+        prompt = prompt + reply + words[200 + 30 * turn : 230 + 30 * turn]
+    # Turn 1 found turn 0's prompt (5 blocks), turn 2 turn 1's prompt (8 blocks): the blocks
+    # a prefill completed were stored; the reply's last partial block never is.
+    assert [engine.loaded[f"turn-{t}"] for t in range(3)] == [0, 5 * BLOCK, 8 * BLOCK]
+    engine.worker.shutdown()
+    engine.scheduler.shutdown()
+    rows = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [r["session_id"] for r in rows] == ["chat-4"] * 3
+    assert [len(r["hash_ids"]) for r in rows] == [5, 8, 11]
+    engine_helpers.check_trace(trace, requests=3, block_accesses=24, distinct_blocks=11)

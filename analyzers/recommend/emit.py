@@ -353,23 +353,104 @@ Check it runs here: `python -m {name}.smoke`.
 
 ## Adapters (`{name}.adapters`)
 
-Each is a thin module over `FlatStore`, importing its engine only when it is imported itself.
-Set `FLATCAKE_TRACE=/path/capture.jsonl` to record what each sees (`fcctl analyze` reads it).
+Each is a thin module over `FlatStore` that imports its engine when it is imported itself, and
+loads through the engine's own configuration (no fork, no patch). What each engine's interface
+lets it deliver of the design, and what it prevents, is in the table under each.
 
-* vLLM 0.34.0: `--kv-transfer-config '{{"kv_connector": "OffloadingConnector", "kv_role":
-  "kv_both", "kv_connector_extra_config": {{"spec_name": "FlatCakeOffloadingSpec",
-  "spec_module_path": "{name}.adapters.vllm", "directory": "/nvme/kv"}}}}'`; per request
-  `"kv_transfer_params": {{"session_id": "..."}}`.
-* SGLang 0.5.23: `--hicache-storage-backend dynamic --hicache-storage-backend-extra-config
-  '{{"backend_name": "flatcake", "module_path": "{name}.adapters.sglang", "class_name":
-  "FlatCakeHiCacheStorage", "interface_v1": 1, "directory": "/nvme/kv"}}'`.
-* LMCache 0.5.6: `storage_plugins: ["flatcake"]`, `extra_config:
-  {{storage_plugin.flatcake.module_path: {name}.adapters.lmcache,
-  storage_plugin.flatcake.class_name: FlatCakeStoragePlugin, flatcake.directory: /nvme/kv}}`;
-  per request the tag `lmcache.tag.session_id`.
+Shared by all three: `adapters.common` (`SessionKV`, one rank's store behind an engine's page
+or chunk keys; `KeyIndex`, keys to sessions and the write-time session rule; `StoreOptions`)
+and `adapters.trace` (`TraceRecorder`). Without a session id an adapter links a write to the
+session whose last stored block ends the request's prefix chain, else starts a new session.
 
-Without a session id an adapter links a write to the session whose last stored block ends
-the request's prefix chain, else starts a new one (`adapters/common.py`).
+**Recording a trace.** Set `FLATCAKE_TRACE=/path/capture.jsonl` in the engine's environment:
+each adapter appends one JSON line per request (a lookup followed by its retrieve is one
+request), which `fcctl analyze` and `fcctl replay` read. Every rank and every restart may
+share the path: each writes whole lines with `O_APPEND`, and Parquet parts of its own
+(`capture.jsonl.part-<pid>-<time>-<random>-NNNNN.parquet`, renamed into place when complete).
+The path is checked when the adapter starts: a directory, a missing folder or no permission
+stops the adapter with one line naming `$FLATCAKE_TRACE`.
+
+### vLLM 0.34.0: `adapters.vllm.FlatCakeOffloadingSpec`
+
+An `OffloadingSpec` loaded by vLLM's own `OffloadingConnector` (`spec_module_path`); it ships
+`FlatCakeOffloadingSpec`, its scheduler-side `FlatCakeManager` (an `OffloadingManager`), its
+worker-side `FlatCakeWorker` (an `OffloadingWorker`) and their `FlatCakeStoreSpec` /
+`FlatCakeLoadSpec`.
+
+    vllm serve MODEL --kv-transfer-config '{{"kv_connector": "OffloadingConnector",
+      "kv_role": "kv_both", "kv_connector_extra_config": {{"spec_name": "FlatCakeOffloadingSpec",
+      "spec_module_path": "{name}.adapters.vllm", "directory": "/nvme/kv"}}}}'
+
+Session id: the request's `kv_transfer_params` (`{{"session_id": "chat-7"}}`, optionally
+`"previous_reply_tokens"` and `"prefix_ref_count"`).
+
+| part of the design | vLLM |
+|---|---|
+| write-time placement | yes (reply length: `kv_transfer_params`, else the finished request) |
+| layer-ordered session files | yes: a store's blocks, layer by layer, in the session's file |
+| coalesced reads | yes: each session's whole turns through the read planner |
+| direct reads into the GPU | partly (1) |
+| two queues (waiting for SSD apart from ready) | partly (2) |
+
+1. The worker holds the GPU KV tensors: a load of whole turns goes into them through the
+   staging window (GDS with kvikio when usable); a load that starts inside a turn goes
+   through host memory.
+2. vLLM's scheduler keeps a request whose load is in flight (`WAITING_FOR_REMOTE_KVS`) apart
+   from runnable ones; but the adapter runs each transfer inside `submit_load`, one at a time
+   in submission order, not ordered by the design's priority (the interface would allow it:
+   transfers complete through `get_finished`).
+
+### SGLang 0.5.23: `adapters.sglang.FlatCakeHiCacheStorage`
+
+A `HiCacheStorage` (HiCache's L3 tier) loaded by SGLang's `dynamic` storage backend.
+
+    --enable-hierarchical-cache --hicache-storage-backend dynamic
+    --hicache-storage-backend-extra-config '{{"backend_name": "flatcake",
+      "module_path": "{name}.adapters.sglang", "class_name": "FlatCakeHiCacheStorage",
+      "interface_v1": 1, "directory": "/nvme/kv"}}'
+
+Session id: SGLang's cache controller sends none, so sessions come from the prefix chain it
+does send (`extra_info.prefix_keys`, with `"interface_v1": 1`): a write joins the session whose
+last page ends its prefix. (Without `interface_v1` there is no chain: each batch of pages is a
+session of its own.)
+
+| part of the design | SGLang |
+|---|---|
+| write-time placement | partly: no reply length reaches storage: placed as a first turn |
+| layer-ordered session files | no: HiCache loads L3 into host pages before the request runs (1) |
+| coalesced reads | yes: a prefetch restores each session's whole turns in one planned read |
+| direct reads into the GPU | no: L3 fills SGLang's host-memory tier only |
+| two queues | no: SGLang's prefetch policy (`best_effort`, `wait_complete`, `timeout`) |
+
+1. No reader goes layer by layer, so a page is kept whole (the host pool's flat page).
+
+### LMCache 0.5.6: `adapters.lmcache.FlatCakeStoragePlugin`
+
+A `StoragePluginInterface` loaded by LMCache's `storage_plugins`, beside its own backends.
+
+    storage_plugins: ["flatcake"]
+    extra_config:
+      storage_plugin.flatcake.module_path: {name}.adapters.lmcache
+      storage_plugin.flatcake.class_name: FlatCakeStoragePlugin
+      flatcake.directory: /nvme/kv
+
+Session id: the request tag `lmcache.tag.session_id` (vLLM:
+`"kv_transfer_params": {{"lmcache.tag.session_id": "chat-7"}}`), which LMCache puts in every
+chunk key. Both lookup paths work, blocking and `enable_async_loading` (LMCache's prefetch:
+`batched_async_contains` / `batched_get_non_blocking`). A plugin that cannot start (a bad
+directory, a bad `FLATCAKE_TRACE`) raises `PluginStartupFailure`: LMCache's launcher would
+log any ordinary exception and start without the plugin, so this one, a `BaseException`,
+passes it and the engine's startup fails with the cause.
+
+| part of the design | LMCache |
+|---|---|
+| write-time placement | partly: no reply length reaches storage: placed as a first turn |
+| layer-ordered session files | no: LMCache's GPU connector takes a retrieved chunk whole |
+| coalesced reads | yes: the chunks asked for, one planned read per session |
+| direct reads into the GPU | no: a plugin returns CPU memory objects that LMCache copies (1) |
+| two queues | no: LMCache decides the retrieval order |
+
+1. LMCache's own `GdsBackend` reads into the GPU; a storage plugin cannot.
 
 ## What is ready
 
@@ -383,12 +464,12 @@ the request's prefix chain, else starts a new one (`adapters/common.py`).
 | readers: posix O_DIRECT, kvikio (GDS) | `engines/` | ready; kvikio needs `kvikio-cu12` |
 | GPU staging window, two layers per stream | `staging.py` | ready; needs torch |
 | per-session reclamation | `reclaim.py` | ready |
-| two-queue scheduler (FC-MAS) | `scheduler.py` | ready |
+| two-queue scheduler (FC-MAS) | `scheduler.py` | ready; no adapter drives it yet (above) |
 | engine facade `FlatStore` | `store.py` | ready |
-| engine adapters | `adapters/` | ready: vLLM 0.34.0, SGLang 0.5.23, LMCache 0.5.6 |
+| engine adapters | `adapters/` | vLLM 0.34.0, SGLang 0.5.23, LMCache 0.5.6 (tables above) |
 | thresholds as data | `rule_file.py`, `thresholds.toml` | ready (`FLATCAKE_THRESHOLDS`) |
 
-## How an engine calls it
+## How an engine calls the store itself
 
 Every call takes the engine's clock `now_s` (seconds); nothing starts a thread or reads the wall
 clock. Sizes are one tensor-parallel rank's KV.
@@ -401,74 +482,41 @@ store of a (node, rank) already open is refused (`StoreBusy`, naming the holder'
 session file already there (an earlier run's) is never replaced, and `close(remove=True)`
 deletes only the files that store created.
 
+This runs as written (a test runs it on every emitted package):
+
 ```python
+import tempfile
+
 import numpy as np
+
 from {name}.geometry import model_geometry
-from {name}.placement import Medium
 from {name}.store import FlatStore
 from {name}.thresholds import RULE
 
-store = FlatStore.open("/nvme/kv", model_geometry("llama-3.1-8b", tp=tp), block_tokens=16,
-                       host_bytes=64 << 30, ssd_bytes=2 << 40, rule=RULE, now_s=now,
-                       node=node_id, rank=tp_rank)   # this process's own files and lock
-# before prefill: where will this turn's new KV go?
-p = store.place(turn=t, context_tokens=ctx, previous_reply_tokens=prev_reply,
-                prefix_ref_count=refs, new_tokens=new, now_s=now)
-# a new request: how much of its history is stored, and how much of it is on SSD?
-plan = store.plan_restore(session, history_tokens, now_s=now)
-store.submit(request_id, arrival_s=now, ssd_bytes=plan.ssd_read_bytes, now_s=now)
-for r in store.start_prefetches(now):      # start these SSD restores (window permitting)
-    ...                                    # store.restore(plan, out, now_s=now), or into paged
-                                           # GPU KV: store.restore_to_pages(plan, kv, pages, ...)
-store.prefetch_done(request_id, now)       # when its restore finished
-for r in store.ready(now):                 # prefill these, in this order
-    ...
-# after prefill: store the turn's new KV, layer-ordered (layers x layer_bytes_for(new) bytes)
-store.write_turn(session, t, kv_bytes, tokens=new, medium=p.medium, now_s=now)
-store.reclaim(now)                         # at the watermark, whole sessions
+geometry = model_geometry("llama-3.1-8b", tp=8)  # one tensor-parallel rank's KV
+now = 0.0  # the engine's clock, in seconds
+with tempfile.TemporaryDirectory() as directory:  # your NVMe directory in production
+    store = FlatStore.open(directory, geometry, block_tokens=16, host_bytes=1 << 30,
+                           ssd_bytes=8 << 30, rule=RULE, now_s=now, node=0, rank=0)
+    # Before prefill: where will this turn's new KV go? (a first turn goes to SSD)
+    p = store.place(turn=0, context_tokens=48, previous_reply_tokens=None,
+                    prefix_ref_count=1, new_tokens=48, now_s=now)
+    # After prefill: the turn's new KV in layer order, layers x layer_bytes_for(48) bytes.
+    rng = np.random.default_rng(0)
+    kv = rng.integers(0, 256, (geometry.layers, store.layer_bytes_for(48)), dtype=np.uint8)
+    store.write_turn("chat-7", 0, kv, tokens=48, medium=p.medium, now_s=now)
+
+    # The session's next request: how much is stored, how much of it is on SSD?
+    now = 2.0
+    plan = store.plan_restore("chat-7", 48, now_s=now)
+    store.submit("request-2", arrival_s=now, ssd_bytes=plan.ssd_read_bytes, now_s=now)
+    out = np.empty((geometry.layers, plan.layer_bytes), dtype=np.uint8)  # (layers, layer_bytes)
+    for request in store.start_prefetches(now):  # the SSD reads the window has room for
+        store.restore(plan, out, now_s=now)  # or store.restore_to_pages(...) into paged GPU KV
+        store.prefetch_done(request, now)
+    assert store.ready(now) == ["request-2"]  # prefill these, in this order
+    assert np.array_equal(out, kv)
+    store.reclaim(now)  # at the watermark, whole sessions
+    store.close(remove=True)
 ```
-
-## Hook points (where each engine's calls go; what the adapters implement or why not)
-
-**vLLM, `KVConnectorBase_V1`** (a connector class loaded through `kv_transfer_config`; the
-session id rides in the request's `kv_transfer_params`):
-* scheduler side, `get_num_new_matched_tokens(request, num_computed_tokens)`: `plan_restore`
-  gives the stored tokens; when part of them is on SSD, `submit` the request and return `None`
-  ("needs more time") until `ready(now)` lists it, then the matched token count, so the request
-  is deferred while its SSD read runs instead of holding the batch;
-* `update_state_after_alloc` / `build_connector_meta`: the page ids the restore scatters into;
-* worker side, `start_load_kv(forward_context)`: start the layer-by-layer restore
-  (`store.restore_to_pages(plan, kv_cache, page_ids, engine=..., now_s=...)`: SSD turns
-  through the staging window, GDS with the kvikio engine; memory turns copied; run it on the
-  connector's own thread); `wait_for_layer_load(layer_name)`: wait until that layer is
-  scattered (its `on_layer(l)` callback); `save_kv_layer(layer_name, kv_layer,
-  attn_metadata, ...)`: collect the new turn's pages of that layer; `wait_for_save()`:
-  `write_turn` with the medium `place` chose before prefill.
-* Cannot deliver: `KVConnectorBase_V1` sees block hashes, not sessions (hence
-  `kv_transfer_params`); vLLM's own `OffloadingConnector` stages every secondary tier through
-  CPU (direct GPU-storage access is a stated non-goal there), so use this connector interface,
-  whose worker holds the GPU KV tensors, for GDS into the GPU.
-
-**SGLang HiCache** (`--hicache-storage-backend dynamic` with the backend's
-`{{backend_name, module_path, class_name}}`; the class implements `HiCacheStorage`):
-* `batch_exists(keys, extra_info)` returns the stored prefix length (from `plan_restore`);
-  `batch_get_v1(keys, host_indices, extra_info)` restores into the host pages
-  (`store.restore`); `batch_set_v1(keys, host_indices, extra_info)` writes a turn
-  (`place` + `write_turn`); `get`, `batch_get`, `set`, `batch_set`, `exists` as the abstract
-  interface requires. The session id comes through `extra_info`.
-* Cannot deliver: this interface fills SGLang's **host-memory tier** only, so there is no GDS
-  into the GPU and no GPU staging window; SGLang's prefetch policy (`best_effort`,
-  `wait_complete`, `timeout`) decides waiting, not the two-queue scheduler; keys are pages, so
-  a turn is written when its pages arrive.
-
-**LMCache** (its storage plugin interface; session id through `cache_salt`):
-* in-process `StoragePluginInterface` (`storage_plugins`): `contains`, `batched_submit_put_task`
-  (`write_turn`), `get_blocking` / `get_non_blocking` (`restore`), `pin` / `unpin`
-  (`begin_read` / `end_read` of the reclaimer), `remove`, `close`; `dst_device="cuda"` for a
-  GPU destination;
-* multi-process mode: the `"type": "plugin"` L2 adapter (`L2AdapterInterface`:
-  `submit_store_task`, `submit_lookup_and_lock_task`, `submit_load_task`, ...).
-* Cannot deliver: the multi-process L2 adapter loads into CPU L1 buffers (no GDS); chunks
-  (256 tokens by default) are keyed by hash, so a session's chunks must be mapped to its turn
-  segments by the adapter; the in-process interface is documented as deprecated for MP mode.
 """

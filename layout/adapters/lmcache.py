@@ -31,12 +31,27 @@ A chunk is kept whole (its ``MemoryObj`` bytes, padded to the largest chunk; one
 the GPU connector consumes retrieved chunks whole, not layer by layer. What it cannot deliver:
 the placement's reply-length signal (not passed to storage), the two-queue scheduler (LMCache
 decides retrieval order), and GDS into the GPU (use LMCache's own ``GdsBackend`` for that).
+
+Both lookup paths work: the blocking one (``batched_contains`` then ``batched_get_blocking``)
+and, with ``enable_async_loading``, the prefetch one (``batched_async_contains`` then
+``batched_get_non_blocking``, the read run on a worker thread so LMCache's event loop is never
+blocked by a disk read).
+
+A plugin that cannot start stops the engine: LMCache's launcher catches every ``Exception`` a
+plugin's constructor raises, logs it and starts the engine without the plugin, so a
+misconfigured deployment would run without FlatCake and nobody would know. The constructor
+therefore logs the cause at error level and raises :class:`PluginStartupFailure`, which is not
+an ``Exception`` (a ``BaseException``, like ``SystemExit``), past the launcher: the engine's
+startup fails with the cause in its message.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -71,7 +86,7 @@ from .common import (
     session_name,
     unpack_keys,
 )
-from .trace import TraceRecorder
+from .trace import OpenRequests, TraceRecorder
 
 ENGINE = "lmcache"
 SESSION_TAG = "session_id"
@@ -79,6 +94,13 @@ SESSION_SOURCE = "lmcache.tag"
 CONFIG_PREFIX = "flatcake."
 #: Lookup chains remembered for the fallback (chunk key -> its chain), bounded.
 MAX_CHAIN_KEYS = 65536
+
+logger = logging.getLogger(__name__)
+
+
+class PluginStartupFailure(BaseException):
+    """The plugin could not start (its cause chained). A ``BaseException`` on purpose: LMCache's
+    plugin launcher swallows ``Exception`` and would start the engine without FlatCake."""
 
 
 def _session_of(key: CacheEngineKey) -> Any:
@@ -115,6 +137,25 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
             local_cpu_backend=local_cpu_backend,
             loop=loop,
         )
+        try:
+            self._start(config, metadata, page_bytes, rule, trace)
+        except Exception as e:
+            logger.error("the FlatCake storage plugin cannot start: %s", e)
+            if loop is not None and loop.is_running():
+                # The storage manager's event loop runs in a non-daemon thread that its
+                # constructor (which this failure leaves unfinished) would have owned; stopped,
+                # so the failing engine's process can exit instead of hanging.
+                loop.call_soon_threadsafe(loop.stop)
+            raise PluginStartupFailure(f"the FlatCake storage plugin cannot start: {e}") from e
+
+    def _start(
+        self,
+        config: Any,
+        metadata: Any,
+        page_bytes: int | None,
+        rule: PlacementRule | str | os.PathLike[str] | None,
+        trace: str | os.PathLike[str] | None,
+    ) -> None:
         extra = dict(getattr(config, "extra_config", None) or {})
         ours = {k[len(CONFIG_PREFIX) :]: v for k, v in extra.items() if k.startswith(CONFIG_PREFIX)}
         rank = int(getattr(metadata, "worker_id", 0) or 0)
@@ -129,6 +170,9 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
         self.objects: dict[CacheEngineKey, tuple[torch.Size, torch.dtype, Any, int]] = {}
         self.chains: OrderedDict[CacheEngineKey, tuple[CacheEngineKey, ...]] = OrderedDict()
         self.pinned: dict[CacheEngineKey, int] = {}
+        self.requests = OpenRequests()  # one trace record per request (trace.OpenRequests)
+        self.lookup_pins: dict[str, list[CacheEngineKey]] = {}  # async lookups' pins
+        self.lock = threading.Lock()  # the engine's thread and LMCache's event loop both call
         if self.page_bytes:
             self._open(self.page_bytes)  # indexes what an earlier run stored (restart)
 
@@ -177,15 +221,49 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
         return found
 
     def batched_contains(self, keys: list[CacheEngineKey], pin: bool = False) -> int:
-        """The stored prefix of a request's chunk chain; the chain is remembered for the
-        fallback and recorded to the trace."""
-        self._remember(keys)
-        self._record(keys)
+        """The stored prefix of a request's chunk chain; a new request's chain is remembered
+        for the fallback and recorded to the trace (a retrieve's second lookup is not new)."""
+        with self.lock:
+            if self.requests.is_new(keys):
+                self._remember(keys)
+                self._record(keys)
         hits = 0 if self.kv is None else self.kv.lookup(keys)
         if pin:
             for k in keys[:hits]:
                 self.pin(k)
         return hits
+
+    async def batched_async_contains(
+        self, lookup_id: str, keys: list[CacheEngineKey], pin: bool = False
+    ) -> int:
+        """``batched_contains`` for LMCache's prefetch path; pins held for ``lookup_id`` until
+        its ``batched_get_non_blocking``."""
+        hits = self.batched_contains(keys, pin)
+        if pin and hits:
+            with self.lock:
+                self.lookup_pins.setdefault(lookup_id, []).extend(keys[:hits])
+        return hits
+
+    async def batched_get_non_blocking(
+        self, lookup_id: str, keys: list[CacheEngineKey], transfer_spec: Any = None
+    ) -> list[MemoryObj]:
+        """The chunks of ``keys`` restored on a worker thread (LMCache's event loop goes on),
+        up to the first one no longer stored: LMCache takes a shorter list as fewer chunks."""
+        try:
+            got = await asyncio.get_running_loop().run_in_executor(
+                None, self.batched_get_blocking, keys
+            )
+        finally:
+            with self.lock:
+                pinned = self.lookup_pins.pop(lookup_id, [])
+            for k in pinned:
+                self.unpin(k)
+        out: list[MemoryObj] = []
+        for obj in got:
+            if obj is None:
+                break
+            out.append(obj)
+        return out
 
     def _record(self, keys: Sequence[CacheEngineKey]) -> None:
         if self.recorder is None or not keys:
@@ -233,6 +311,8 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
         interface says for a synchronous put)."""
         if not keys:
             return None
+        with self.lock:
+            self.requests.close(keys)
         sizes = [o.get_size() for o in objs]
         kv = self._open(max(sizes))
         pages = np.zeros((len(keys), 1, kv.layer_page_bytes), dtype=np.uint8)
@@ -261,6 +341,8 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
     def batched_get_blocking(self, keys: list[CacheEngineKey]) -> list[MemoryObj | None]:
         """The chunks, restored with one coalesced read per session; ``None`` for a chunk not
         stored."""
+        with self.lock:
+            self.requests.close(keys)
         if self.kv is None:
             return [None] * len(keys)
         present = [k for k in keys if self.kv.lookup([k]) == 1]

@@ -18,29 +18,127 @@ adapter), each adapter appends one record per request it sees to ``PATH`` (JSON 
 * ``input_tokens`` / ``output_tokens``: where the engine gives them; ``null`` where it does not
   (the reader then counts ``hash_ids x block_size_tokens`` input tokens and 0 output).
 
-Memory is bounded: records wait in a buffer of at most ``flush_records`` and are appended (one
-``write`` per flush, ``O_APPEND``) when it fills, at :meth:`TraceRecorder.flush` and at
-:meth:`TraceRecorder.close`. When pyarrow is importable (``parquet=None``, the default; or
-``parquet=True``) each flush also writes a canonical Parquet part ``PATH.partNNNNN.parquet``
-beside the JSON Lines file: the nine columns of fcctl's canonical trace table, one row per
-record, ``request_index`` 0..n-1 within the part, ``turn`` and ``parent_request`` null (a part
-does not see the sessions' earlier rows; the JSON Lines file, read whole, links them).
+One record per request, whatever the engine calls: an engine that looks a prompt up, then
+looks it up again as it retrieves (LMCache), asks about one request several times.
+:class:`OpenRequests` tells the adapters which lookups belong to a request already recorded.
+
+Several writers, one ``PATH``: every rank of an engine, and the same engine after a restart,
+may be given the same ``FLATCAKE_TRACE``. Each flush is one ``write`` of whole lines with
+``O_APPEND`` (Linux appends one ``write`` to a regular file whole, never interleaved with
+another writer's), so the JSON Lines file keeps every writer's records. ``PATH`` is checked
+when the recorder is made (a directory, a missing folder, no permission to append: one
+:class:`TraceTargetError` naming ``trace`` or ``$FLATCAKE_TRACE``), not at the first flush
+inside a running engine.
+
+Memory is bounded: records wait in a buffer of at most ``flush_records`` and are appended when
+it fills, at :meth:`TraceRecorder.flush` and at :meth:`TraceRecorder.close`. When pyarrow is
+importable (``parquet=None``, the default; or ``parquet=True``) each flush also writes a
+canonical Parquet part ``PATH.part-<writer>-NNNNN.parquet`` beside the JSON Lines file, where
+``<writer>`` is the process id, the start time in nanoseconds and 32 random bits (unique per
+writer, so ranks and restarts never overwrite each other's parts), written to a temporary name
+and renamed, so a reader never sees half a part: the nine columns of fcctl's canonical trace
+table, one row per record, ``request_index`` 0..n-1 within the part, ``turn`` and
+``parent_request`` null (a part does not see the sessions' earlier rows; the JSON Lines file,
+read whole, links them).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import secrets
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
+
+from ..errors import InputError
 
 #: The environment variable that turns capture on in every adapter.
 TRACE_ENV = "FLATCAKE_TRACE"
 TRACE_VERSION = 1
 DEFAULT_FLUSH_RECORDS = 256
+#: Requests whose lookups are remembered as not yet served (:class:`OpenRequests`).
+MAX_OPEN_REQUESTS = 4096
+
+
+class TraceTargetError(InputError):
+    """The trace path cannot take records: a directory, a missing folder, no permission."""
+
+
+def check_target(path: str | os.PathLike[str], *, parameter: str) -> Path:
+    """``path`` as a JSON Lines file this process can append to, created when missing (empty);
+    a :class:`TraceTargetError` naming ``parameter`` otherwise."""
+    target = Path(path)
+    if target.is_dir():
+        raise TraceTargetError(
+            f"{parameter}: a trace is a JSON Lines file, not a directory; got {str(target)!r}",
+            parameter=parameter,
+        )
+    if not target.parent.is_dir():
+        raise TraceTargetError(
+            f"{parameter}: the folder {str(target.parent)!r} does not exist; create it or name "
+            f"a file in an existing folder; got {str(target)!r}",
+            parameter=parameter,
+        )
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as e:
+        why = "permission denied" if e.errno in (errno.EACCES, errno.EPERM) else e.strerror
+        raise TraceTargetError(
+            f"{parameter}: cannot append to the trace ({why}); got {str(target)!r}",
+            parameter=parameter,
+        ) from e
+    os.close(fd)
+    return target
+
+
+class OpenRequests:
+    """Which lookups belong to a request already recorded.
+
+    A request opens with its first lookup (its prefix chain of block keys) and stays open until
+    the engine loads or stores any of its keys (:meth:`close`); while it is open, a lookup whose
+    keys all belong to its chain (the same chain again, or the part of it a retrieve asks for)
+    is the same request. After the load or store, the same chain again is a new request (the
+    same prompt sent twice). At most ``limit`` requests are remembered (the oldest forgotten).
+    """
+
+    def __init__(self, limit: int = MAX_OPEN_REQUESTS) -> None:
+        self.limit = limit
+        self._chains: OrderedDict[int, tuple[Hashable, ...]] = OrderedDict()
+        self._owner: dict[Hashable, int] = {}
+        self._next = 0
+
+    def is_new(self, keys: Sequence[Hashable]) -> bool:
+        """``True`` (and the request opened) unless ``keys`` belong to an open request."""
+        if not keys:
+            return False
+        owner = self._owner.get(keys[0])
+        if owner is not None and all(self._owner.get(k) == owner for k in keys):
+            return False
+        self._next += 1
+        chain = tuple(keys)
+        self._chains[self._next] = chain
+        for k in chain:
+            self._owner[k] = self._next
+        while len(self._chains) > self.limit:
+            self._drop(next(iter(self._chains)))
+        return True
+
+    def close(self, keys: Sequence[Hashable]) -> None:
+        """The engine loaded or stored ``keys``: the requests they belong to are served."""
+        for owner in {self._owner.get(k) for k in keys} - {None}:
+            assert owner is not None
+            self._drop(owner)
+
+    def _drop(self, owner: int) -> None:
+        for k in self._chains.pop(owner, ()):
+            if self._owner.get(k) == owner:
+                del self._owner[k]
 
 
 def key_id(key: Hashable) -> int:
@@ -64,10 +162,14 @@ class TraceRecorder:
         engine: str,
         flush_records: int = DEFAULT_FLUSH_RECORDS,
         parquet: bool | None = None,
+        parameter: str = "trace",
     ) -> None:
         if not isinstance(flush_records, int) or flush_records < 1:
             raise ValueError(f"flush_records: must be an integer >= 1; got {flush_records!r}")
-        self.path = Path(path)
+        self.path = check_target(path, parameter=parameter)
+        # Unique per writer: ranks sharing a path, and this engine after a restart, each
+        # write parts of their own.
+        self.writer = f"{os.getpid()}-{time.time_ns():x}-{secrets.token_hex(4)}"
         self.engine = engine
         self.flush_records = flush_records
         self.parquet = parquet
@@ -80,9 +182,12 @@ class TraceRecorder:
     def from_environment(
         cls, trace: str | os.PathLike[str] | None, *, engine: str
     ) -> TraceRecorder | None:
-        """A recorder for ``trace`` when given, else for ``$FLATCAKE_TRACE`` when set."""
-        target = trace if trace is not None else os.environ.get(TRACE_ENV) or None
-        return None if target is None else cls(target, engine=engine)
+        """A recorder for ``trace`` when given, else for ``$FLATCAKE_TRACE`` when set; its path
+        checked now (:func:`check_target`)."""
+        if trace is not None:
+            return cls(trace, engine=engine)
+        target = os.environ.get(TRACE_ENV) or None
+        return None if target is None else cls(target, engine=engine, parameter="$" + TRACE_ENV)
 
     def record(
         self,
@@ -123,7 +228,9 @@ class TraceRecorder:
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows).encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, data)
+            view = memoryview(data)
+            while view:  # one write in practice; a short one (a full disk) goes on after it
+                view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
         self.records_written += len(rows)
@@ -152,8 +259,13 @@ class TraceRecorder:
                 "hash_ids": pa.array([r["hash_ids"] for r in rows], pa.list_(pa.uint64())),
             }
         )
-        part = self.path.with_name(f"{self.path.name}.part{self._parts:05d}.parquet")
-        pq.write_table(table, part)
+        part = self.path.with_name(f"{self.path.name}.part-{self.writer}-{self._parts:05d}.parquet")
+        temporary = part.with_name(part.name + ".tmp")
+        try:
+            pq.write_table(table, temporary)
+            os.replace(temporary, part)
+        finally:
+            temporary.unlink(missing_ok=True)
         self._parts += 1
 
     def close(self) -> None:
