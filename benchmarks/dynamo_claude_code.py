@@ -23,8 +23,8 @@ tokens over served requests; and the KV of running requests per worker over the 
 
 Extra configurations isolate the time model: ``gpu-only, think x100`` (fcctl ``--think-time
 scale:100``, Dynamo ``arrival_speedup_ratio`` 0.01: the trace's think times 100 times longer, so
-requests of different sessions rarely overlap) and ``gpu-only, fast prefill`` (fcctl only,
-``--prefill-tokens-per-s 1e7``).
+requests of different sessions rarely overlap; likewise ``gpu + host, think x100``) and
+``gpu-only, fast prefill`` (fcctl only, ``--prefill-tokens-per-s 1e7``).
 """
 
 from __future__ import annotations
@@ -238,6 +238,10 @@ def main() -> None:
         "gpu-only, think x100": (
             ["--host-memory", "0", "--think-time", "scale:100"],
             {"engine": gpu, "arrival_speedup_ratio": 0.01},
+        ),
+        "gpu + host, think x100": (
+            ["--host-scope", "worker", "--think-time", "scale:100"],
+            {"engine": host, "arrival_speedup_ratio": 0.01},
         ),
         "gpu-only, fast prefill": (
             ["--host-memory", "0", "--prefill-tokens-per-s", "1e7"],
