@@ -18,8 +18,8 @@ Printed per configuration, side by side: requests served; the hit share over the
 side served and over all the slice's requests (a request not served counts as a miss), in
 fcctl's unit (blocks) and Dynamo's (reused input tokens in full blocks, at most input - 1, over
 input tokens; fcctl's per-request delivered blocks converted to that unit); the difference in
-tokens over served requests; and the KV of running requests per worker over the first hour
-(blocks, time-weighted), the quantity that explains the GPU-only gap (docs/simulator.md).
+tokens over served requests; and the resident KV per worker over the first hour (blocks of the
+requests between admission and last token, time-weighted: what the engines' rule holds).
 
 Extra configurations isolate the time model: ``gpu-only, think x100`` (fcctl ``--think-time
 scale:100``, Dynamo ``arrival_speedup_ratio`` 0.01: the trace's think times 100 times longer, so
@@ -103,7 +103,8 @@ def build_slice(sessions: int, dest: Path) -> dict[str, int]:
 
 
 def _running_blocks(spans: list[tuple[float, float, int]], workers: int) -> float:
-    """Time-weighted mean KV blocks of running requests per worker over the first hour."""
+    """Time-weighted mean blocks of the requests between admission and last token, per worker,
+    over the first hour."""
     held = sum(
         (min(end, FIRST_HOUR_S) - start) * blocks
         for start, end, blocks in spans
@@ -288,7 +289,7 @@ def main() -> None:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """The comparison as a Markdown table (percentages; running KV in blocks per worker)."""
+    """The comparison as a Markdown table (percentages; resident KV in blocks per worker)."""
 
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{100 * x:.2f}"
@@ -302,7 +303,7 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "| configuration | served fcctl/Dynamo | fcctl blocks % served/all | fcctl tokens % "
         "served/all | Dynamo tokens % served/all | Dynamo - fcctl pp (tokens, served) | "
-        "running KV 1st h blocks/worker fcctl/Dynamo | TTFT mean s fcctl/Dynamo |",
+        "resident KV 1st h blocks/worker fcctl/Dynamo | TTFT mean s fcctl/Dynamo |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, c in results["configs"].items():
