@@ -120,8 +120,9 @@ def dynamo_worker(trace: str, settings_json: str) -> None:
     """Child mode (Dynamo's interpreter): one offline replay; print its summary as JSON.
 
     ``settings``: ``engine`` (engine arguments), ``num_workers``, ``trace_block_size``,
-    ``router_mode`` and optionally ``arrival_speedup_ratio`` (default 1) and ``trace_format``
-    (default ``mooncake``).
+    ``router_mode`` and optionally ``arrival_speedup_ratio`` (default 1), ``trace_format``
+    (default ``mooncake``; ``weka`` needs ``execution_model``, the target model's name) and
+    ``per_request`` (a list of per-request fields to print beside the summary).
     """
     from dynamo.replay import run_trace_replay
 
@@ -135,10 +136,15 @@ def dynamo_worker(trace: str, settings_json: str) -> None:
         trace_block_size=s["trace_block_size"],
         router_mode=s["router_mode"],
         arrival_speedup_ratio=s.get("arrival_speedup_ratio", 1.0),
+        **({"execution_model": s["execution_model"]} if "execution_model" in s else {}),
+        capture_per_request=bool(s.get("per_request")),
     )
     seconds = time.perf_counter() - start
     summary = dict(report.summary)
-    print(json.dumps({"seconds": seconds, "summary": summary}, default=str))
+    doc: dict[str, Any] = {"seconds": seconds, "summary": summary}
+    if s.get("per_request"):
+        doc["per_request"] = [{k: r.get(k) for k in s["per_request"]} for r in report.per_request]
+    print(json.dumps(doc, default=str))
 
 
 def dynamo_engine(
