@@ -32,7 +32,7 @@ from fcctl.common.units import parse_int_list, parse_size  # noqa: E402
 from fcctl.iobench.config import IobenchConfig  # noqa: E402
 from fcctl.iobench.run import run_iobench  # noqa: E402
 from fcctl.layout.geometry import model_geometry  # noqa: E402
-from fcctl.reports.iobench_report import render_table  # noqa: E402
+from fcctl.reports.iobench_report import print_summary  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     result = run_iobench(config, progress=True)
     elapsed = time.perf_counter() - t0
-    render_table(result, width=120)
+    print_summary(result, width=120)
 
     # The headline ratios are the result's own comparisons (the JSON's "comparisons"), so
     # this script, the table and the JSON cannot disagree.

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import IO, Any
 
 import polars as pl
 
-from fcctl.common.jsonio import to_jsonable, write_json, write_json_file
+from fcctl.common.jsonio import to_jsonable, write_json_file
 from fcctl.iobench.result import Comparisons, IobenchResult
 
 from . import format as fmt
@@ -83,7 +82,7 @@ def checksum_line(result: IobenchResult) -> str:
     return "flat layer checksums: the flat layout was not run"
 
 
-def render_table(
+def print_summary(
     result: IobenchResult, *, file: IO[str] | None = None, width: int | None = None
 ) -> None:
     """The summary onto ``file`` (``width`` columns), or onto stdout: a terminal's width, and
@@ -160,26 +159,23 @@ def render_summary(result: IobenchResult, console: Any) -> None:
         console.print(line)
 
 
-def print_json(result: IobenchResult, *, file: IO[str] | None = None) -> None:
-    """The ``--json`` document: exactly one JSON document and a newline."""
-    write_json(result, file or sys.stdout)
-
-
-def write_outputs(result: IobenchResult, out: Path) -> list[Path]:
+def write_out_dir(result: IobenchResult, out: Path, *, force: bool = False) -> list[str]:
     """``iobench.json``, ``runs.parquet``, ``restore_bytes_per_s.png`` and ``read_commands.png``
-    under ``out`` (the CLI passes the temporary directory of an atomic ``--out``)."""
-    out.mkdir(parents=True, exist_ok=True)
-    document = out / JSON_NAME
-    write_json_file(result, document)
-    written = [document]
-    frame = runs_frame(result)
-    parquet = out / "runs.parquet"
-    tmp = out / ".runs.parquet.tmp"
-    frame.write_parquet(tmp)
-    tmp.replace(parquet)
-    written.append(parquet)
-    written.extend(_charts(result, frame, out))
-    return written
+    in the new directory ``out``, all or nothing (``force`` replaces an earlier iobench
+    directory); the names written, in order."""
+    from fcctl.common.outdir import atomic_out_dir
+
+    with atomic_out_dir(out, force=force, marker=JSON_NAME, command="iobench") as tmp:
+        write_json_file(result, tmp / JSON_NAME)
+        written = [tmp / JSON_NAME]
+        frame = runs_frame(result)
+        parquet = tmp / "runs.parquet"
+        partial = tmp / ".runs.parquet.tmp"
+        frame.write_parquet(partial)
+        partial.replace(parquet)
+        written.append(parquet)
+        written.extend(_charts(result, frame, tmp))
+    return [str(path.relative_to(tmp)) for path in written]
 
 
 def _save_png(fig: Any, path: Path) -> None:

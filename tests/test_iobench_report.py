@@ -22,7 +22,7 @@ from fcctl.iobench.result import (
     compare,
     summarize,
 )
-from fcctl.reports.iobench_report import render_table, runs_frame
+from fcctl.reports.iobench_report import print_summary, runs_frame
 
 GB = 1e9
 
@@ -167,7 +167,7 @@ def test_runs_frame_and_table():
         GB,
     ]
     buf = io.StringIO()
-    render_table(result, file=buf, width=140)
+    print_summary(result, file=buf, width=140)
     text = buf.getvalue()
     assert "1,600" in text and "2.00 GB/s" in text and "0.40 GB/s" in text
     assert "best sequential direct read 2.50 GB/s (seq-4m-qd32)" in text
@@ -193,7 +193,7 @@ def test_repeats_table_says_all_verified_names_the_median_and_fits_80_columns():
     )
     result = _result(fio=fio, flat=flat, evic=evic)
     buf = io.StringIO()
-    render_table(result, file=buf, width=80)
+    print_summary(result, file=buf, width=80)
     lines = buf.getvalue().splitlines()
     assert max(len(line) for line in lines) <= 80
     rows = [
@@ -216,7 +216,7 @@ def test_a_concurrency_above_the_sessions_is_labelled_with_what_ran():
     assert result.layouts["flat"][0].concurrency_ran == 4
     assert json.loads(dumps(result))["layouts"]["eviction"][0]["concurrency_ran"] == 4
     buf = io.StringIO()
-    render_table(result, file=buf, width=140)
+    print_summary(result, file=buf, width=140)
     assert buf.getvalue().count("16 (ran 4: only 4 sessions)") == 2
 
 
@@ -230,12 +230,12 @@ def test_human_output_names_the_scale_of_a_trace_workload_and_the_checksums():
         checksums=ChecksumInfo(True, False, "layer checksums not verified (GPU destination)"),
     )
     buf = io.StringIO()
-    render_table(scaled, file=buf, width=140)
+    print_summary(scaled, file=buf, width=140)
     text = buf.getvalue()
     assert "workload: trace.jsonl, token counts scaled by 0.0123" in text
     assert "not checked in the timed region: layer checksums not verified (GPU" in text
     buf = io.StringIO()
-    render_table(base, file=buf, width=140)
+    print_summary(base, file=buf, width=140)
     assert "scaled by" not in buf.getvalue()
     assert "checked every layer checksum inside the timed region" in buf.getvalue()
 

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fcctl.commands.options import FormatOpt, JsonOpt, KvDtypeOpt, ModelConfigOpt, ModelOpt
+from fcctl.commands.options import (
+    FormatOpt,
+    JsonOpt,
+    KvDtypeOpt,
+    ModelConfigOpt,
+    ModelOpt,
+    print_result,
+)
 from fcctl.errors import cli_errors
 
 if TYPE_CHECKING:
@@ -132,7 +139,7 @@ def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
     ) -> None:
         """Write sessions as flat files and as eviction-ordered buckets; restore both cold; fio."""
         from fcctl import api
-        from fcctl.common.outdir import atomic_out_dir, check_out_dir
+        from fcctl.common.outdir import check_out_dir
 
         if out is not None:  # refused before the run, not after minutes of it
             check_out_dir(out, force=force, marker=OUT_MARKER, command="iobench")
@@ -171,15 +178,10 @@ def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
         if keep:
             print(f"iobench: kept the files in {result.directory}", file=sys.stderr)
 
-        from fcctl.reports.iobench_report import print_json, render_table, write_outputs
+        from fcctl.reports.iobench_report import print_summary, write_out_dir
 
-        if json_out:
-            print_json(result)
-        else:
-            render_table(result)
+        print_result(result, as_json=json_out, print_summary=print_summary)
         if out is not None:
-            with atomic_out_dir(out, force=force, marker=OUT_MARKER, command="iobench") as tmp:
-                written = write_outputs(result, tmp)
-            for path in written:
-                print(f"iobench: wrote {out / path.relative_to(tmp)}", file=sys.stderr)
+            for name in write_out_dir(result, out, force=force):
+                print(f"iobench: wrote {out / name}", file=sys.stderr)
         result.check_verified()  # a piece read back wrong: one line, exit 1
