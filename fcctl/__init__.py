@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from fcctl.common.version import __version__
 
 if TYPE_CHECKING:
+    from fcctl.analyzers.replay import LoadPlan, RunSpec
     from fcctl.api import (
         analyze,
         geometry,
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "LoadPlan",
+    "RunSpec",
     "__version__",
     "analyze",
     "geometry",
@@ -42,7 +45,12 @@ __all__ = [
     "recommend_thresholds",
     "replay",
 ]
-_API = frozenset(__all__) - {"__version__"}
+#: The settings objects the calls take, with the module each lives in.
+_TYPES = {
+    "LoadPlan": "fcctl.analyzers.replay",
+    "RunSpec": "fcctl.analyzers.replay",
+}
+_API = frozenset(__all__) - {"__version__", *_TYPES}
 
 
 class _Package(types.ModuleType):
@@ -65,6 +73,12 @@ def __getattr__(name: str) -> Any:
         from fcctl import api
 
         value = getattr(api, name)
+        globals()[name] = value
+        return value
+    if name in _TYPES:
+        import importlib
+
+        value = getattr(importlib.import_module(_TYPES[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'fcctl' has no attribute {name!r}")

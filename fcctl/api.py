@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from fcctl.analyzers.recommend import RecommendResult
-    from fcctl.analyzers.replay import Hardware, ReplayResult
+    from fcctl.analyzers.replay import Execution, Hardware, LoadPlan, ReplayResult, RunSpec
     from fcctl.analyzers.reuse.analyze import AnalysisResult
     from fcctl.analyzers.traces.sampling import SessionSample
     from fcctl.analyzers.traces.schema import Trace
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from fcctl.iobench.result import IobenchResult
     from fcctl.iobench.run import RunHooks
     from fcctl.layout.geometry import KvGeometry
-    from fcctl.planning import PlanResult
+    from fcctl.planning import PlanDirectory, PlanResult
 
 __all__ = [
     "analyze",
@@ -354,23 +354,6 @@ def hardware(
     return hw
 
 
-def split_sizes(value: str | None, parameter: str) -> tuple[str | None, list[str], bool]:
-    """A size flag's list ``"256GiB,1TiB,auto"``: the node's value (the first size, or None),
-    the other sizes to sweep, and whether ``auto`` was among them."""
-    if value is None:
-        return None, [], False
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    auto = "auto" in items
-    sizes = [v for v in items if v != "auto"]
-    if not sizes and not auto:
-        from fcctl.common.errors import FcctlInputError
-
-        raise FcctlInputError(
-            f"{parameter}: give a size or a list of sizes; got {value!r}", parameter=parameter
-        )
-    return (sizes[0] if sizes else None), sizes[1:], auto
-
-
 def _node(hw: Hardware | None) -> Hardware:
     """``hw``, or the default preset (a parameter named ``hardware`` hides :func:`hardware`)."""
     from fcctl.analyzers.replay import Hardware, load_hardware
@@ -387,9 +370,41 @@ def _node(hw: Hardware | None) -> Hardware:
     return hw
 
 
+#: :func:`replay`'s keywords that make its ``spec`` (a RunSpec) and its ``load`` (a LoadPlan).
+_SPEC_KEYWORDS = (
+    "model",
+    "model_config",
+    "tp",
+    "kv_dtype",
+    "hardware",
+    "short_reply_tokens",
+    "agent_context_tokens",
+    "seed",
+    "cancel",
+    "router",
+    "think_time",
+    "keep_tables",
+)
+_LOAD_KEYWORDS = (
+    "policies",
+    "rates",
+    "rate",
+    "concurrency",
+    "slo_ttft_p99_s",
+    "gpu_kv_sweep",
+    "host_memory_sweep",
+    "staging_sweep",
+    "host_memory_auto",
+    "decision_margin_pp",
+    "decision_ttft_margin",
+)
+
+
 def replay(
     source: str | Path | Trace,
     *,
+    spec: RunSpec | None = None,
+    load: LoadPlan | None = None,
     format: str | None = None,
     policies: str | Sequence[str] = ("memory-only", "tiered", "flat", "flat-fcfs"),
     rates: str | Sequence[float] | None = "auto",
@@ -425,7 +440,12 @@ def replay(
     TTFT, SSD traffic.
 
     ``source``: a trace file (anything :func:`read_trace` reads, with ``format``) or a trace
-    already read. ``policies``: registry names (``fcctl.analyzers.replay.POLICIES``), a list or
+    already read. ``spec``: one simulation's settings as a :class:`~fcctl.RunSpec` (geometry,
+    node, placement, seed, cancel, router, think time, tables kept), instead of the keywords
+    that make one; ``load``: the sweep as a :class:`~fcctl.LoadPlan` (policies, rates or
+    concurrency, operating point, SLO, size lists, margins), instead of its keywords. A keyword
+    given beside the object that holds its setting is an error naming the keyword.
+    ``policies``: registry names (``fcctl.analyzers.replay.POLICIES``), a list or
     comma-separated. ``rates``: requests/s offered, or ``"auto"`` (the default: from light load
     to saturation, analyzers/replay/sweep.py); ``rate``: the user's own operating point, run
     too and reported first (``operating_point``); or ``concurrency``: sessions kept active, a
@@ -453,28 +473,140 @@ def replay(
     ``engine="dask"`` runs them on the Dask cluster at ``scheduler`` (default a local one) as
     :func:`analyze` does. The figures are the same wherever they run.
     """
-    from fcctl.analyzers.replay import (
-        Execution,
-        LoadPlan,
-        RunSpec,
-        check_execution,
-        replay_trace,
-    )
-    from fcctl.analyzers.replay.load import parse_concurrency, parse_think_time
+    from fcctl.analyzers.replay import Execution, check_execution, replay_trace
     from fcctl.analyzers.replay.parallel import start_worker_server
-    from fcctl.analyzers.traces.schedule import check_rate, check_rates
-    from fcctl.common.errors import FcctlInputError
-    from fcctl.layout.placement import PlacementRule
 
-    auto = isinstance(rates, str) and rates.strip() == "auto"
-    if concurrency is not None and (rate is not None or (rates is not None and not auto)):
+    given = dict(locals())
+    spec_keywords = {k: given[k] for k in _SPEC_KEYWORDS}
+    load_keywords = {k: given[k] for k in _LOAD_KEYWORDS}
+    if load is None:
+        _check_load_axis(rates, rate, concurrency)
+    spec = _given("spec", spec, spec_keywords) or _run_spec(**spec_keywords)
+    _check_sample(sample_sessions)
+    _check_format(format)
+    load = _given("load", load, load_keywords) or _load_plan(**load_keywords)
+    budget = _optional_size(memory_budget_bytes, "memory_budget_bytes")
+    execution = Execution(engine, jobs, scheduler, budget)
+    check_execution(execution)
+    start_worker_server(execution)  # before the trace is read (parallel.worker_context)
+    with _progress(progress) as bar:
+        trace, sample = _sampled_trace(source, format, bar, memory_budget_bytes, sample_sessions)
+        return _with_sampling(
+            replay_trace(trace, spec, load, progress=bar, execution=execution), sample
+        )
+
+
+def _auto(rates: str | Sequence[float] | None) -> bool:
+    return isinstance(rates, str) and rates.strip() == "auto"
+
+
+def _check_load_axis(
+    rates: str | Sequence[float] | None,
+    rate: float | None,
+    concurrency: str | int | Sequence[int | str] | None,
+) -> None:
+    from fcctl.common.errors import FcctlInputError
+
+    if concurrency is not None and (rate is not None or (rates is not None and not _auto(rates))):
         raise FcctlInputError(
             "concurrency: the load axis is rates or concurrency, not both", parameter="concurrency"
         )
+
+
+_Settings = TypeVar("_Settings")
+
+
+def _given(name: str, settings: _Settings | None, keywords: Mapping[str, Any]) -> _Settings | None:
+    """``settings`` (a :class:`~fcctl.RunSpec` or :class:`~fcctl.LoadPlan` passed as ``name``),
+    checked to be one and to meet no keyword of :func:`replay` that would set what it holds;
+    None when not given."""
+    import inspect
+
+    from fcctl.analyzers.replay import LoadPlan, RunSpec
+    from fcctl.common.errors import FcctlInputError
+
+    if settings is None:
+        return None
+    kind = {"spec": RunSpec, "load": LoadPlan}[name]
+    if not isinstance(settings, kind):
+        raise FcctlInputError(
+            f"{name}: expected a fcctl.{kind.__name__}; got {settings!r}", parameter=name
+        )
+    defaults = inspect.signature(replay).parameters
+    for keyword, value in keywords.items():
+        default = defaults[keyword].default
+        same = (
+            tuple(value) == tuple(default)
+            if isinstance(value, list | tuple) and isinstance(default, list | tuple)
+            else value == default
+        )
+        if not same:
+            raise FcctlInputError(
+                f"{keyword}: `{name}` holds this setting; give one or the other; got {value!r}",
+                parameter=keyword,
+            )
+    return settings
+
+
+def _run_spec(
+    *,
+    model: str,
+    model_config: str | Path | None,
+    tp: int | None,
+    kv_dtype: str | None,
+    hardware: Hardware | None,
+    short_reply_tokens: int | None,
+    agent_context_tokens: int | None,
+    seed: int,
+    cancel: str,
+    router: str,
+    think_time: str,
+    keep_tables: bool,
+) -> RunSpec:
+    """:func:`replay`'s keywords for one simulation as a :class:`~fcctl.RunSpec`."""
+    from fcctl.analyzers.replay import RunSpec
+    from fcctl.analyzers.replay.load import parse_think_time
+    from fcctl.layout.placement import PlacementRule
+
     kv = geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
-    _check_sample(sample_sessions)
     _check_seed(seed)
-    _check_format(format)
+    rule_args = {}
+    if short_reply_tokens is not None:
+        rule_args["short_reply_tokens"] = short_reply_tokens
+    if agent_context_tokens is not None:
+        rule_args["agent_context_tokens"] = agent_context_tokens
+    return RunSpec(
+        geometry=kv,
+        hardware=_node(hardware),
+        placement=PlacementRule(**rule_args),
+        seed=seed,
+        cancel=cancel,
+        router=router,
+        think_time=parse_think_time(think_time),
+        keep_tables=keep_tables,
+    )
+
+
+def _load_plan(
+    *,
+    policies: str | Sequence[str],
+    rates: str | Sequence[float] | None,
+    rate: float | None,
+    concurrency: str | int | Sequence[int | str] | None,
+    slo_ttft_p99_s: float | None,
+    gpu_kv_sweep: Sequence[Size],
+    host_memory_sweep: Sequence[Size],
+    staging_sweep: Sequence[Size],
+    host_memory_auto: bool,
+    decision_margin_pp: float,
+    decision_ttft_margin: float,
+) -> LoadPlan:
+    """:func:`replay`'s sweep keywords as a :class:`~fcctl.LoadPlan`."""
+    from fcctl.analyzers.replay import LoadPlan
+    from fcctl.analyzers.replay.load import parse_concurrency
+    from fcctl.analyzers.traces.schedule import check_rate, check_rates
+
+    auto = _auto(rates)
     offered = () if auto or rates is None else _numbers(rates, "rates", "0.1,0.5 or auto")
     if offered:
         check_rates(offered, "rates")  # the simulator checks them too, after the trace is read
@@ -489,22 +621,7 @@ def replay(
         )
         if values
     }
-    rule_args = {}
-    if short_reply_tokens is not None:
-        rule_args["short_reply_tokens"] = short_reply_tokens
-    if agent_context_tokens is not None:
-        rule_args["agent_context_tokens"] = agent_context_tokens
-    spec = RunSpec(
-        geometry=kv,
-        hardware=_node(hardware),
-        placement=PlacementRule(**rule_args),
-        seed=seed,
-        cancel=cancel,
-        router=router,
-        think_time=parse_think_time(think_time),
-        keep_tables=keep_tables,
-    )
-    load = LoadPlan(
+    return LoadPlan(
         policies=_names(policies),
         rates=offered,
         concurrency=None if concurrency is None else parse_concurrency(concurrency),
@@ -516,15 +633,6 @@ def replay(
         decision_margin_pp=decision_margin_pp,
         decision_ttft_margin=decision_ttft_margin,
     )
-    budget = _optional_size(memory_budget_bytes, "memory_budget_bytes")
-    execution = Execution(engine, jobs, scheduler, budget)
-    check_execution(execution)
-    start_worker_server(execution)  # before the trace is read (parallel.worker_context)
-    with _progress(progress) as bar:
-        trace, sample = _sampled_trace(source, format, bar, memory_budget_bytes, sample_sessions)
-        return _with_sampling(
-            replay_trace(trace, spec, load, progress=bar, execution=execution), sample
-        )
 
 
 def _check_sample(sample_sessions: float | None) -> None:
@@ -831,29 +939,12 @@ def plan(
     recommend on sampled sessions (analyze reads the whole trace). ``jobs``, ``engine`` and
     ``scheduler`` say where the replay's and the recommendation's simulations run (the
     analysis runs here). Other parameters as :func:`fcctl.replay`."""
-    from fcctl.analyzers.recommend import RecommendResult
-    from fcctl.analyzers.recommend.emit import check_name, emit_package
-    from fcctl.analyzers.replay import Execution, ReplayResult, check_execution
+    from fcctl.analyzers.recommend.emit import check_name
+    from fcctl.analyzers.replay import Execution, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
-    from fcctl.common.jsonio import dumps, write_json_file
     from fcctl.common.progress import Progress
     from fcctl.common.version import __version__
-    from fcctl.planning import (
-        FILES,
-        PLAN_POLICIES,
-        STEP_WEIGHTS,
-        PlanResult,
-        PlanRunner,
-        decision_of,
-        file_identity,
-        fingerprint,
-        plan_directory,
-        read_document,
-        read_result,
-        summary_lines,
-        target_rate,
-    )
-    from fcctl.reports.html_report import make_report
+    from fcctl.planning import STEP_WEIGHTS, file_identity, plan_directory
 
     out = Path(out)
     _check_sample(sample_sessions)
@@ -867,18 +958,14 @@ def plan(
     node = _node(hardware)
     with _blame("source"):
         identity = file_identity(source, format)
-    common = {
-        "format": format,
-        "model": model,
-        "model_config": model_config,
-        "tp": tp,
-        "kv_dtype": kv_dtype,
-        "version": __version__,
-    }
+    kv_args = {"model": model, "model_config": model_config, "tp": tp, "kv_dtype": kv_dtype}
+    common = {"format": format, **kv_args, "version": __version__}
     bar = progress if isinstance(progress, Progress) else Progress(enabled=bool(progress))
-    docs: dict[str, Any] = {}
     with bar, plan_directory(out, resume=resume, force=force) as held:
-        runner = PlanRunner(held, resume, bar)
+        steps = _PlanSteps(
+            out, held, resume, bar, source, format, identity, common, kv_args, node, execution,
+            sample_sessions,
+        )  # fmt: skip
         with bar.task("plan", total=100, unit="%") as overall:
             done = 0.0
 
@@ -888,148 +975,246 @@ def plan(
                 overall.update(done)
 
             overall.describe("plan: analyze")
-            fp = fingerprint("analyze", identity, common)
-            runner.step(
-                "analyze",
-                fp,
-                lambda p: write_json_file(
-                    analyze(
-                        source,
-                        format=format,
-                        model=model,
-                        model_config=model_config,
-                        tp=tp,
-                        kv_dtype=kv_dtype,
-                        progress=bar,
-                    ),
-                    p,
-                ),
-            )
-            docs["analyze"] = read_document(out / FILES["analyze"])
+            steps.analyze()
             advance("analyze")
 
             overall.describe("plan: replay")
-            replay_params = {
-                "rate": rate,
-                "concurrency": concurrency,
-                "think_time": think_time,
-                "hardware": dumps(node),
-                "host_memory_sweep": list(map(str, host_memory_sweep)),
-                "host_memory_auto": host_memory_auto,
-                "slo": slo_ttft_p99_s,
-            }
-            if sample_sessions is not None:
-                replay_params["sample_sessions"] = sample_sessions
-            fp = fingerprint("replay", identity, common, replay_params)
-            trace_cache: list[Any] = []
-
-            def trace() -> Any:
-                if not trace_cache:
-                    trace_cache.extend(_sampled_trace(source, format, bar, None, sample_sessions))
-                return trace_cache[0]
-
-            def sampled(result: Any) -> Any:
-                return _with_sampling(result, trace_cache[1] if trace_cache else None)
-
-            runner.step(
-                "replay",
-                fp,
-                lambda p: write_json_file(
-                    sampled(
-                        replay(
-                            trace(),
-                            policies=PLAN_POLICIES,
-                            rates=None if concurrency is not None else "auto",
-                            rate=rate,
-                            concurrency=concurrency,
-                            think_time=think_time,
-                            hardware=node,
-                            model=model,
-                            model_config=model_config,
-                            tp=tp,
-                            kv_dtype=kv_dtype,
-                            host_memory_sweep=host_memory_sweep,
-                            host_memory_auto=host_memory_auto,
-                            slo_ttft_p99_s=slo_ttft_p99_s,
-                            jobs=jobs,
-                            engine=engine,
-                            scheduler=scheduler,
-                            progress=bar,
-                        )
-                    ),
-                    p,
-                ),
+            replayed = steps.replay(
+                rate, concurrency, think_time, host_memory_sweep, host_memory_auto, slo_ttft_p99_s
             )
-            docs["replay"] = read_document(out / FILES["replay"])
-            # Decided from the document read back, so a reused step reads as one that ran.
-            replayed = read_result(docs["replay"], out / FILES["replay"], ReplayResult.from_json)
             advance("replay")
 
             overall.describe("plan: recommend-thresholds")
-            target, target_why = target_rate(replayed, rate)
-            fp = fingerprint(
-                "recommend",
-                identity,
-                common,
-                replay_params["hardware"],
-                target,
-                *([] if sample_sessions is None else [sample_sessions]),
-            )
-            rec_result: list[Any] = []
-
-            def recommend(p: Path | None) -> None:
-                rec_result[:] = [
-                    sampled(
-                        recommend_thresholds(
-                            trace(),
-                            rates=(target,),
-                            model=model,
-                            model_config=model_config,
-                            tp=tp,
-                            kv_dtype=kv_dtype,
-                            hardware=node,
-                            jobs=jobs,
-                            engine=engine,
-                            scheduler=scheduler,
-                            progress=bar,
-                        )
-                    )
-                ]
-                if p is not None:
-                    write_json_file(rec_result[0], p)
-
-            runner.step("recommend", fp, recommend)
-            docs["recommend"] = read_document(out / FILES["recommend"])
-            recommended = read_result(
-                docs["recommend"], out / FILES["recommend"], RecommendResult.from_json
-            )
+            recommended, target, target_why, fp = steps.recommend(replayed, rate)
             advance("recommend")
 
             if emit:
-
-                def do_emit(p: Path) -> None:
-                    if not rec_result:  # the recommendation was reused: its object is needed
-                        recommend(None)  # its document stays the one recorded
-                    emit_package(p, rec_result[0], name=emit_name, force=True)
-
-                emit_fp = fingerprint("emit", fp, emit_name, __version__)
-                runner.step("emit", emit_fp, do_emit)
+                steps.emit(fp, emit_name)
             advance("emit")
 
             overall.describe("plan: report")
-            inputs = [out / FILES[s] for s in ("analyze", "replay", "recommend")]
-            fp = fingerprint("report", [fingerprint(docs[s]) for s in docs], __version__)
-            runner.step("report", fp, lambda p: make_report(inputs, p, force=True))
+            steps.report()
             advance("report")
+        return steps.finish(replayed, recommended, target, target_why)
+
+
+class _PlanSteps:
+    """:func:`plan`'s steps over one plan directory: each runs (or is reused, ``resume``) and
+    its document is read back, so a reused step reads as one that ran."""
+
+    def __init__(
+        self,
+        out: Path,
+        held: PlanDirectory,
+        resume: bool,
+        bar: Progress,
+        source: str | Path,
+        format: str | None,
+        identity: dict[str, Any],
+        common: dict[str, Any],
+        kv_args: dict[str, Any],
+        node: Hardware,
+        execution: Execution,
+        sample_sessions: float | None,
+    ) -> None:
+        from fcctl.common.jsonio import dumps
+        from fcctl.planning import PlanRunner
+
+        self.out = out
+        self.runner = PlanRunner(held, resume, bar)
+        self.bar = bar
+        self.source, self.format = source, format
+        self.identity, self.common, self.kv_args = identity, common, kv_args
+        self.node, self.node_json = node, dumps(node)
+        self.execution = execution
+        self.sample_sessions = sample_sessions
+        self.docs: dict[str, Any] = {}
+        self.target = 0.0  # the recommendation's rate, once recommend has run
+        self.trace_cache: list[Any] = []
+        self.rec_result: list[Any] = []
+
+    def finish(
+        self, replayed: ReplayResult, recommended: RecommendResult, target: float, why: str
+    ) -> PlanResult:
+        """The plan's result, its ``plan.json`` written: the decision, the summary, the steps."""
+        from fcctl.common.jsonio import dumps
+        from fcctl.planning import PlanResult, decision_of, summary_lines
+
+        docs = self.docs
         decision = decision_of(replayed)
         lines = summary_lines(replayed, recommended, docs.get("analyze"), decision)
         lines.insert(
             len(lines) - 1 if docs.get("analyze", {}).get("verdict") else len(lines),
-            f"  (thresholds measured at {target:.3g} req/s: {target_why})",
+            f"  (thresholds measured at {target:.3g} req/s: {why})",
         )
-        result = PlanResult(1, str(out), decision, tuple(lines), tuple(runner.steps), docs)
-        runner.finish(dumps(result) + "\n")
-    return result
+        result = PlanResult(
+            1, str(self.out), decision, tuple(lines), tuple(self.runner.steps), docs
+        )
+        self.runner.finish(dumps(result) + "\n")
+        return result
+
+    def trace(self) -> Any:
+        """The trace replay and recommend read (once, sampled as asked)."""
+        if not self.trace_cache:
+            self.trace_cache.extend(
+                _sampled_trace(self.source, self.format, self.bar, None, self.sample_sessions)
+            )
+        return self.trace_cache[0]
+
+    def sampled(self, result: Any) -> Any:
+        return _with_sampling(result, self.trace_cache[1] if self.trace_cache else None)
+
+    def _read(self, name: str) -> Any:
+        from fcctl.planning import FILES, read_document
+
+        self.docs[name] = read_document(self.out / FILES[name])
+        return self.docs[name]
+
+    def analyze(self) -> None:
+        from fcctl.common.jsonio import write_json_file
+        from fcctl.planning import fingerprint
+
+        source, format, bar = self.source, self.format, self.bar
+        model, model_config = self.kv_args["model"], self.kv_args["model_config"]
+        tp, kv_dtype = self.kv_args["tp"], self.kv_args["kv_dtype"]
+        fp = fingerprint("analyze", self.identity, self.common)
+        self.runner.step(
+            "analyze",
+            fp,
+            lambda p: write_json_file(
+                analyze(
+                    source,
+                    format=format,
+                    model=model,
+                    model_config=model_config,
+                    tp=tp,
+                    kv_dtype=kv_dtype,
+                    progress=bar,
+                ),
+                p,
+            ),
+        )
+        self._read("analyze")
+
+    def replay(
+        self,
+        rate: float | None,
+        concurrency: str | int | Sequence[int | str] | None,
+        think_time: str,
+        host_memory_sweep: Sequence[Any],
+        host_memory_auto: bool,
+        slo_ttft_p99_s: float | None,
+    ) -> ReplayResult:
+        from fcctl.analyzers.replay import ReplayResult
+        from fcctl.common.jsonio import write_json_file
+        from fcctl.planning import FILES, PLAN_POLICIES, fingerprint, read_result
+
+        replay_params = {
+            "rate": rate,
+            "concurrency": concurrency,
+            "think_time": think_time,
+            "hardware": self.node_json,
+            "host_memory_sweep": list(map(str, host_memory_sweep)),
+            "host_memory_auto": host_memory_auto,
+            "slo": slo_ttft_p99_s,
+        }
+        if self.sample_sessions is not None:
+            replay_params["sample_sessions"] = self.sample_sessions
+        fp = fingerprint("replay", self.identity, self.common, replay_params)
+        self.runner.step(
+            "replay",
+            fp,
+            lambda p: write_json_file(
+                self.sampled(
+                    replay(
+                        self.trace(),
+                        policies=PLAN_POLICIES,
+                        rates=None if concurrency is not None else "auto",
+                        rate=rate,
+                        concurrency=concurrency,
+                        think_time=think_time,
+                        hardware=self.node,
+                        **self.kv_args,
+                        host_memory_sweep=host_memory_sweep,
+                        host_memory_auto=host_memory_auto,
+                        slo_ttft_p99_s=slo_ttft_p99_s,
+                        jobs=self.execution.jobs,
+                        engine=self.execution.engine,
+                        scheduler=self.execution.scheduler,
+                        progress=self.bar,
+                    )
+                ),
+                p,
+            ),
+        )
+        # Decided from the document read back, so a reused step reads as one that ran.
+        return read_result(self._read("replay"), self.out / FILES["replay"], ReplayResult.from_json)
+
+    def recommend(
+        self, replayed: ReplayResult, rate: float | None
+    ) -> tuple[RecommendResult, float, str, str]:
+        """The recommendation at the plan's target rate; that rate, why, and the step's
+        fingerprint (the emit step's input)."""
+        from fcctl.analyzers.recommend import RecommendResult
+        from fcctl.planning import FILES, fingerprint, read_result, target_rate
+
+        target, target_why = target_rate(replayed, rate)
+        self.target = target
+        fp = fingerprint(
+            "recommend",
+            self.identity,
+            self.common,
+            self.node_json,
+            target,
+            *([] if self.sample_sessions is None else [self.sample_sessions]),
+        )
+        self.runner.step("recommend", fp, lambda p: self._recommend(target, p))
+        recommended = read_result(
+            self._read("recommend"), self.out / FILES["recommend"], RecommendResult.from_json
+        )
+        return recommended, target, target_why, fp
+
+    def _recommend(self, target: float, p: Path | None) -> None:
+        from fcctl.common.jsonio import write_json_file
+
+        self.rec_result[:] = [
+            self.sampled(
+                recommend_thresholds(
+                    self.trace(),
+                    rates=(target,),
+                    **self.kv_args,
+                    hardware=self.node,
+                    jobs=self.execution.jobs,
+                    engine=self.execution.engine,
+                    scheduler=self.execution.scheduler,
+                    progress=self.bar,
+                )
+            )
+        ]
+        if p is not None:
+            write_json_file(self.rec_result[0], p)
+
+    def emit(self, recommend_fp: str, emit_name: str) -> None:
+        from fcctl.analyzers.recommend.emit import emit_package
+        from fcctl.common.version import __version__
+        from fcctl.planning import fingerprint
+
+        def do_emit(p: Path) -> None:
+            if not self.rec_result:  # the recommendation was reused: its object is needed
+                self._recommend(self.target, None)  # its document stays the one recorded
+            emit_package(p, self.rec_result[0], name=emit_name, force=True)
+
+        emit_fp = fingerprint("emit", recommend_fp, emit_name, __version__)
+        self.runner.step("emit", emit_fp, do_emit)
+
+    def report(self) -> None:
+        from fcctl.common.version import __version__
+        from fcctl.planning import FILES, fingerprint
+        from fcctl.reports.html_report import make_report
+
+        inputs = [self.out / FILES[s] for s in ("analyze", "replay", "recommend")]
+        fp = fingerprint("report", [fingerprint(self.docs[s]) for s in self.docs], __version__)
+        self.runner.step("report", fp, lambda p: make_report(inputs, p, force=True))
 
 
 def _check_plan_load(

@@ -712,30 +712,7 @@ class FlatStore:
         if not isinstance(tag, bytes):
             raise InputError(f"tag: must be bytes; got {tag!r}", parameter="tag")
         s = self._session(session, create=True)
-        extend = s.open_turn is not None and turn == s.open_turn
-        if extend:
-            so_far = s.turns[turn]
-            assert so_far is not None  # an open turn is never reclaimed while open
-            if Medium(medium) != s.open_medium:
-                raise InputError(
-                    f"medium: turn {turn} of session {session!r} is open for "
-                    f"{s.open_medium.name}; got {Medium(medium).name}",
-                    parameter="medium",
-                )
-            if so_far.tokens % self.block_tokens:
-                raise InputError(
-                    f"tokens: turn {turn} of session {session!r} ends inside a page "
-                    f"({so_far.tokens} tokens, pages of {self.block_tokens}); it cannot grow",
-                    parameter="tokens",
-                )
-        else:
-            if s.open_turn is not None:
-                self._seal(s, now_s)
-            if turn != len(s.turns):
-                raise InputError(
-                    f"turn: session {session!r} appends turn {len(s.turns)} next; got {turn!r}",
-                    parameter="turn",
-                )
+        extend = self._extends(s, turn, medium, now_s)
         _check_int("tokens", tokens, 1)
         layers = self.geometry.layers
         layer_bytes = self.layer_bytes_for(tokens)
@@ -779,6 +756,35 @@ class FlatStore:
         if final:
             return self._seal(s, now_s)
         return record
+
+    def _extends(self, s: _Session, turn: int, medium: Medium, now_s: float) -> bool:
+        """Whether a write of ``turn`` extends the session's open turn (checked to be able
+        to) or starts its next turn (sealing the open one first)."""
+        session = s.name
+        if s.open_turn is not None and turn == s.open_turn:
+            so_far = s.turns[turn]
+            assert so_far is not None  # an open turn is never reclaimed while open
+            if Medium(medium) != s.open_medium:
+                raise InputError(
+                    f"medium: turn {turn} of session {session!r} is open for "
+                    f"{s.open_medium.name}; got {Medium(medium).name}",
+                    parameter="medium",
+                )
+            if so_far.tokens % self.block_tokens:
+                raise InputError(
+                    f"tokens: turn {turn} of session {session!r} ends inside a page "
+                    f"({so_far.tokens} tokens, pages of {self.block_tokens}); it cannot grow",
+                    parameter="tokens",
+                )
+            return True
+        if s.open_turn is not None:
+            self._seal(s, now_s)
+        if turn != len(s.turns):
+            raise InputError(
+                f"turn: session {session!r} appends turn {len(s.turns)} next; got {turn!r}",
+                parameter="turn",
+            )
+        return False
 
     def seal(self, session: str, now_s: float) -> StoredTurn | None:
         """Seal ``session``'s open turn (:meth:`write_turn`); the sealed turn, or ``None`` when

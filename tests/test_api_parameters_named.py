@@ -108,6 +108,8 @@ CASES += [
     ("replay", "engine", "spark", _REPLAY),
     ("replay", "scheduler", "tcp://127.0.0.1:1", _REPLAY),
     ("replay", "sample_sessions", 0.0, _REPLAY),
+    ("replay", "spec", "h200-8x", _REPLAY),
+    ("replay", "load", {"rates": [1.0]}, _REPLAY),
 ]
 
 _RECOMMEND = {"source": TRACE, "jobs": 1, "rates": (1.0,)}
@@ -223,6 +225,49 @@ def test_a_bad_value_is_named_by_its_parameter(function, parameter, bad, others,
         assert bad in message  # a file's error names the file
     else:
         assert message.startswith(f"{parameter}: "), message
+
+
+def _spec() -> Any:
+    return fcctl.RunSpec(geometry=fcctl.geometry(), hardware=fcctl.hardware())
+
+
+@pytest.mark.parametrize(
+    ("settings", "keyword", "value"),
+    [
+        ("spec", "seed", 3),
+        ("spec", "model", "qwen3-32b"),
+        ("spec", "think_time", "none"),
+        ("spec", "hardware", "a node"),
+        ("load", "rates", [1.0]),
+        ("load", "policies", ("tiered",)),
+        ("load", "host_memory_sweep", ["1GiB"]),
+        ("load", "decision_margin_pp", 2.0),
+    ],
+)
+def test_a_keyword_beside_the_object_that_holds_it_is_named(settings, keyword, value):
+    """``spec``/``load`` replace their keywords: a keyword given too (not at its default) is
+    one error naming the keyword, before any trace is read."""
+    objects = {"spec": _spec(), "load": fcctl.LoadPlan(rates=(1.0,))}
+    with pytest.raises(InputError) as caught:
+        fcctl.replay(TRACE, jobs=1, **{settings: objects[settings], keyword: value})
+    assert caught.value.parameter == keyword
+    assert str(caught.value).startswith(f"{keyword}: `{settings}` holds this setting"), str(
+        caught.value
+    )
+
+
+def test_a_keyword_at_its_default_beside_an_object_is_no_conflict():
+    """The same value as the default, spelled as a list, is not a second setting."""
+    result = fcctl.replay(
+        TRACE,
+        jobs=1,
+        spec=_spec(),
+        load=fcctl.LoadPlan(policies=("tiered",), rates=(1.0,)),
+        gpu_kv_sweep=[],
+        seed=0,
+    )
+    assert [r.rate for r in result.rates] == [1.0]
+    assert list(result.rates[0].policies) == ["tiered"]
 
 
 def test_every_parameter_of_every_public_function_is_tried():

@@ -225,3 +225,25 @@ def test_no_print_in_library_code() -> None:
                 if is_print and (name, func.name) not in PRINTS_ALLOWED:
                     found.append(f"{name}.{func.name} (line {node.lineno})")
     assert not found, "print in library code:\n" + "\n".join(sorted(set(found)))
+
+
+#: The longest function the library may hold, in lines from ``def`` to its last line.
+LONGEST_FUNCTION_LINES = 100
+
+
+def test_no_library_function_over_100_lines() -> None:
+    """A function a reader cannot hold at once is split into named steps. fcctl/commands/ is
+    left out: a command's signature declares every typer option, one per flag, and is long by
+    nature while its body stays parsing, one call and rendering."""
+    found = []
+    for name, path in _modules().items():
+        if name.startswith("fcctl.commands"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for func in ast.walk(tree):
+            if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert func.end_lineno is not None
+                lines = func.end_lineno - func.lineno + 1
+                if lines > LONGEST_FUNCTION_LINES:
+                    found.append(f"{name}.{func.name} ({path.name}:{func.lineno}): {lines} lines")
+    assert found == [], f"over {LONGEST_FUNCTION_LINES} lines:\n" + "\n".join(sorted(found))

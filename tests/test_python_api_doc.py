@@ -15,8 +15,11 @@ REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "python-api.md"
 
 
-def _blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+
+
+def _blocks(doc: Path = DOC) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
 
 
 def test_the_page_has_the_example() -> None:
@@ -29,6 +32,11 @@ def test_the_page_has_the_example() -> None:
         "fcctl.replay",
         "fcctl.recommend_thresholds",
         "fcctl.plan",
+        "fcctl.RunSpec(",
+        "fcctl.LoadPlan(",
+        "spec=spec, load=load",
+        "ReplayResult.from_json",
+        "RecommendResult.from_json",
     ):
         assert call in joined
 
@@ -43,12 +51,25 @@ def test_the_worked_example_runs(monkeypatch: pytest.MonkeyPatch) -> None:
             pytest.fail(f"docs/python-api.md block {i + 1} failed: {type(e).__name__}: {e}")
 
 
+def test_the_architecture_example_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/architecture.md's RunSpec/LoadPlan block: a replay with the objects, read back."""
+    monkeypatch.chdir(REPO)
+    blocks = _blocks(ARCHITECTURE)
+    assert any("spec=spec, load=load" in b for b in blocks)
+    for i, block in enumerate(blocks):
+        namespace: dict[str, object] = {"__name__": "architecture_doc"}
+        exec(compile(block, f"{ARCHITECTURE.name} block {i + 1}", "exec"), namespace)
+
+
 def test_import_fcctl_is_light_and_lazy() -> None:
     code = (
         "import sys, fcctl\n"
         "heavy = {'numpy', 'polars', 'numba', 'pyarrow'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
         "assert callable(fcctl.analyze) and callable(fcctl.plan)\n"
+        "assert {'RunSpec', 'LoadPlan'} <= set(fcctl.__all__)\n"
+        "assert not {'numpy', 'polars'} & set(sys.modules)  # the names load on first use\n"
+        "assert fcctl.RunSpec.__name__ == 'RunSpec' and fcctl.LoadPlan.__name__ == 'LoadPlan'\n"
         "assert set(fcctl.__all__) >= {'analyze', 'replay', 'recommend_thresholds', 'iobench',"
         " 'read_trace', 'plan'}\n"
     )

@@ -127,6 +127,24 @@ DecisionTtftMarginOpt = Annotated[
 ]
 
 
+def split_sizes(value: str | None, parameter: str) -> tuple[str | None, list[str], bool]:
+    """A size flag's list ``"256GiB,1TiB,auto"``: the node's value (the first size, or None),
+    the other sizes to sweep, and whether ``auto`` was among them (parsed here, at the edge:
+    the API takes the sizes as a list)."""
+    if value is None:
+        return None, [], False
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    auto = "auto" in items
+    sizes = [v for v in items if v != "auto"]
+    if not sizes and not auto:
+        from fcctl.common.errors import FcctlInputError
+
+        raise FcctlInputError(
+            f"{parameter}: give a size or a list of sizes; got {value!r}", parameter=parameter
+        )
+    return (sizes[0] if sizes else None), sizes[1:], auto
+
+
 def print_result(result: Any, *, as_json: bool, print_summary: Callable[[Any], None]) -> None:
     """The result on stdout: the ``--json`` document, or the command's summary."""
     if as_json:

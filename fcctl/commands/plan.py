@@ -34,6 +34,7 @@ from fcctl.commands.options import (
     StagingOpt,
     ThinkTimeOpt,
     TpOpt,
+    split_sizes,
 )
 from fcctl.errors import cli_errors
 
@@ -99,7 +100,7 @@ def register(app: typer.Typer) -> None:
         from fcctl.common.jsonio import write_json
         from fcctl.errors import flag_for
 
-        host_memory, host_more, host_auto = api.split_sizes(host_memory, "host_memory_bytes")
+        host_memory, host_more, host_auto = split_sizes(host_memory, "host_memory_bytes")
         node = api.hardware(
             hardware,
             io_profile=io_profile,

@@ -38,6 +38,7 @@ from fcctl.commands.options import (
     ThinkTimeOpt,
     TpOpt,
     print_result,
+    split_sizes,
 )
 from fcctl.errors import cli_errors
 
@@ -132,9 +133,9 @@ def register(app: typer.Typer) -> None:
         from fcctl.errors import flag_for
         from fcctl.reports.replay_report import check_replay_out_dir, print_summary, write_out_dir
 
-        gpu_kv, gpu_kv_more, _ = api.split_sizes(gpu_kv, "gpu_kv_bytes")
-        host_memory, host_more, host_auto = api.split_sizes(host_memory, "host_memory_bytes")
-        staging, staging_more, _ = api.split_sizes(staging, "staging_bytes")
+        gpu_kv, gpu_kv_more, _ = split_sizes(gpu_kv, "gpu_kv_bytes")
+        host_memory, host_more, host_auto = split_sizes(host_memory, "host_memory_bytes")
+        staging, staging_more, _ = split_sizes(staging, "staging_bytes")
         node = api.hardware(
             hardware,
             io_profile=io_profile,
