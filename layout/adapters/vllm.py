@@ -86,6 +86,7 @@ from ..reclaim import SessionReclaimer
 from ..rule_file import resolve_rule
 from ..store import FlatStore
 from .common import Clock, KeyIndex, StoreOptions, page_geometry, session_name
+from .metrics import AdapterMetrics, register_if_available
 from .trace import TraceRecorder
 
 ENGINE = "vllm"
@@ -158,6 +159,9 @@ class FlatCakeManager(OffloadingManager):
         self.drops: list[str] = []  # sessions the workers have yet to remove
         self.events: list[OffloadingEvent] = []
         self.recorder = TraceRecorder.from_environment(spec.trace, engine=ENGINE)
+        # Lookups, stores and reclaimed sessions (the worker counts the loads): vllm:flatcake_*.
+        self.metrics = AdapterMetrics(ENGINE)
+        register_if_available(self.metrics)
 
     # requests ---------------------------------------------------------------------------
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
@@ -209,9 +213,14 @@ class FlatCakeManager(OffloadingManager):
     # lookups and loads ------------------------------------------------------------------
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         self._see(self._request(req_context), [key])
+        self.metrics.add("blocks_looked_up")
         if key in self.pending:
+            self.metrics.add("blocks_hit")
             return LookupResult.HIT_PENDING
-        return LookupResult.HIT if key in self.index else LookupResult.MISS
+        if key in self.index:
+            self.metrics.add("blocks_hit")
+            return LookupResult.HIT
+        return LookupResult.MISS
 
     def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> LoadStoreSpec:
         now = self.clock()
@@ -266,8 +275,10 @@ class FlatCakeManager(OffloadingManager):
         now = self.clock()
         (self.host if decision.medium == StoreMedium.MEMORY else self.ssd).add(session, nbytes, now)
         self.media.setdefault(session, set()).add(decision.medium)
-        self.index.add(session, new)
+        indexed = self.index.add(session, new)
         self.pending.update(new)
+        self.metrics.add("stores")
+        self.metrics.observe("segments_per_session", len(indexed.turn_ends))
         spec = FlatCakeStoreSpec(session, turn, int(decision.medium), new, self._take_drops())
         return PrepareStoreOutput(keys_to_store=new, store_spec=spec, evicted_keys=[])
 
@@ -277,6 +288,7 @@ class FlatCakeManager(OffloadingManager):
         keys = list(keys)
         self.pending.difference_update(keys)
         if not success:
+            self.metrics.add("stores_failed")
             # A turn that did not land leaves its session unrestorable past it: drop it whole.
             for s in {self.index.where[k][0] for k in keys if k in self.index}:
                 self._drop(s)
@@ -290,6 +302,8 @@ class FlatCakeManager(OffloadingManager):
 
     def _drop(self, session: str) -> None:
         keys = self.index.forget(session)
+        if keys:
+            self.metrics.add("sessions_reclaimed")
         self.pending.difference_update(keys)
         self.host.remove(session)
         self.ssd.remove(session)
@@ -364,6 +378,8 @@ class FlatCakeWorker(OffloadingWorker):
         self.turns: dict[str, int] = {}
         self.window_restores = 0  # loads that went through the staging window
         self.host_restores = 0  # loads that went through host memory
+        self.metrics = AdapterMetrics(ENGINE)  # loads and bytes (the manager counts lookups)
+        register_if_available(self.metrics)
 
     def _block_ids(self, device_ptrs: DevicePointers) -> np.ndarray:
         n = int(device_ptrs.group_block_counts[0])
@@ -399,6 +415,8 @@ class FlatCakeWorker(OffloadingWorker):
                 medium=StoreMedium(dst_spec.medium),
                 now_s=self.clock(),
             )
+            if StoreMedium(dst_spec.medium) == StoreMedium.SSD:
+                self.metrics.add("bytes_written", kv.nbytes)
         except Exception:
             log.exception("flatcake: store of session %s failed", dst_spec.session)
             ok = False
@@ -414,6 +432,8 @@ class FlatCakeWorker(OffloadingWorker):
     ) -> bool:
         assert isinstance(src_spec, FlatCakeLoadSpec)
         ok = True
+        t0 = self.clock()
+        self.metrics.add("loads")
         try:
             self._drop(src_spec.drops)
             ids = self._block_ids(device_ptrs)
@@ -423,6 +443,11 @@ class FlatCakeWorker(OffloadingWorker):
         except Exception:
             log.exception("flatcake: load failed")
             ok = False
+            self.metrics.add("loads_failed")
+            self.metrics.add("blocks_failed", len(src_spec.blocks))
+        else:
+            self.metrics.add("blocks_delivered", len(src_spec.blocks))
+            self.metrics.observe("load_seconds", self.clock() - t0)
         self.finished.append(TransferResult(job_id, ok, len(src_spec.blocks) * self.page_bytes))
         return True
 
@@ -433,6 +458,7 @@ class FlatCakeWorker(OffloadingWorker):
         plan = self.store.plan_restore(session, stop, now_s=now, start_tokens=start)
         if plan.tokens != stop - start:
             raise RuntimeError(f"session {session!r}: blocks {start}..{stop} are not all stored")
+        self.metrics.add("bytes_read", plan.ssd_read_bytes)
         if blocks == list(range(start, stop)):
             # Exactly whole turns: straight into the KV tensors through the staging window.
             self.store.restore_to_pages(
