@@ -286,10 +286,18 @@ def sglang_runs(root: Path, runs: int, pages: int) -> tuple[list[Sample], str]:
 
     def config(extra: dict[str, Any]) -> Any:
         return hicache.HiCacheStorageConfig(
-            tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
-            is_mla_model=False, enable_storage_metrics=False, is_page_first_layout=True,
-            model_name="llama-3.1-8b", extra_config=extra,
-        )  # fmt: skip
+            tp_rank=0,
+            tp_size=1,
+            pp_rank=0,
+            pp_size=1,
+            attn_cp_rank=0,
+            attn_cp_size=1,
+            is_mla_model=False,
+            enable_storage_metrics=False,
+            is_page_first_layout=True,
+            model_name="llama-3.1-8b",
+            extra_config=extra,
+        )
 
     own = hicache.HiCacheFile(config({"file_storage_path": str(root / "hicache")}))
     ours = adapter.FlatCakeHiCacheStorage(

@@ -29,6 +29,8 @@ from fcctl.common.errors import FcctlInputError
 from fcctl.common.inputfile import parse_json, read_regular
 from fcctl.common.paths import display_path
 
+from .monitors import is_recorded_trace, read_monitors
+
 #: The newest schema_version of each command's document this fcctl reads.
 #: replay 2: the operating point per policy, a decision per rate, TTFT over the window;
 #: recommend-thresholds 2: recommendation.matters/spread/why (and replay's policy objects).
@@ -65,6 +67,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("analyze", "analysis.json", ("verdict", "reuse_distance")),
 )
 COMMANDS = tuple(k.command for k in KINDS)
+#: The input kind of a trace the FlatCake adapters recorded (not a command's document).
+MONITORS = "monitors"
 _ALIASES = {"recommend": "recommend-thresholds"}
 
 
@@ -285,6 +289,10 @@ def read_input(path: Path) -> list[Input]:
         return found
     if not path.exists():
         raise ReportInputError(f"{where}: no such file or directory")
+    if path.is_file() and is_recorded_trace(path):
+        # A trace the FlatCake adapters recorded: the Monitors section (reports/monitors.py).
+        doc = {"schema_version": 1, "monitors": read_monitors(path)}
+        return [Input(MONITORS, path, where, Node(doc, where), None)]
     return [read_document(path)]
 
 

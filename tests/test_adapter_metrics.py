@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from report_helpers import fcctl
 
 from fcctl.layout.adapters.common import SessionKV, StoreOptions
 from fcctl.layout.adapters.metrics import AdapterMetrics, Histogram, register_if_available
 from fcctl.layout.placement import PlacementRule
+from fcctl.reports.monitors import read_monitors
 
 LAYERS, PAGE = 2, 512
 
@@ -180,3 +183,56 @@ def test_lmcache_plugin_scrape_through_lmcaches_calls(tmp_path: Path) -> None:
     assert got["lmcache:flatcake_bytes_written_total"] == 4 * objs[0].get_size()
     assert plugin.stats()["blocks_delivered"] == 4
     plugin.close()
+
+
+def test_recorded_trace_carries_loads_and_the_report_draws_them(tmp_path: Path) -> None:
+    """A capture with delivered/failed loads per request, read by ``fcctl analyze`` as before and
+    shown by ``fcctl report`` as the Monitors section (delivered hit share and failed loads per
+    window against load)."""
+    trace = tmp_path / "capture.jsonl"
+    kv = SessionKV(
+        StoreOptions(str(tmp_path / "kv"), host_bytes=0, ssd_bytes=1 << 26),
+        engine="sglang",
+        layers=LAYERS,
+        layer_page_bytes=PAGE,
+        tokens_per_key=16,
+        rule=PlacementRule(100, 10_000),
+        trace=trace,
+    )
+    keys = [f"k{i}" for i in range(4)]
+    kv.write(keys, _pages(4, 3), session_id="chat")
+    # Three requests: all 4 blocks delivered; 2 of 4 delivered; a load that failed (4 blocks).
+    for delivered, failed in ((4, 0), (2, 0), (0, 4)):
+        kv.record(
+            keys,
+            session_id="chat",
+            source="extra_info",
+            delivered_blocks=delivered,
+            failed_blocks=failed,
+        )
+    kv.close(remove=True)
+    rows = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [(r["delivered_blocks"], r["failed_blocks"]) for r in rows] == [(4, 0), (2, 0), (0, 4)]
+    m = read_monitors(trace, windows=1)
+    (w,) = m.windows
+    assert (m.requests, m.requests_known, w.requests) == (3, 3, 3)
+    assert w.blocks_requested == 12 and w.blocks_delivered == 6 and w.delivered_hit_share == 0.5
+    assert w.requests_failed == 1 and w.blocks_failed == 4
+    r = fcctl("analyze", trace, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["trace"]["requests"] == 3
+    page = tmp_path / "page.html"
+    r = fcctl("report", trace, "-o", page)
+    assert r.returncode == 0, r.stderr
+    html = page.read_text()
+    assert '<section id="monitors">' in html and 'data-chart="monitors-hit-share"' in html
+    assert "delivered hit share" in html and 'id="monitors-windows"' in html
+    # A damaged capture is one line naming the file and line, no page.
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        trace.read_text().splitlines()[0] + '\n{"flatcake_trace": 1, "timestamp_s": "x"}\n'
+    )
+    r = fcctl("report", bad, "-o", tmp_path / "bad.html")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "bad.jsonl: line 2: field 'timestamp_s' must be a number" in r.stderr
+    assert not (tmp_path / "bad.html").exists()

@@ -6,6 +6,7 @@ compared with what went in and with the core's reference restore (``FlatStore.re
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import pytest
 
 from fcctl.layout.adapters import common
 from fcctl.layout.adapters.common import SessionKV, StoreOptions, copy_pieces, page_layers
+from fcctl.layout.alignment import PAGE_BYTES
+from fcctl.layout.buffers import aligned_buffer
 from fcctl.layout.errors import InputError, VerificationError
 from fcctl.layout.placement import Medium, PlacementRule
 
@@ -213,3 +216,37 @@ def test_a_session_dropped_while_in_flight_is_not_written(tmp_path: Path) -> Non
     assert released == [1] and kv.lookup(["e0"]) == 0 and kv.lookup(["d0"]) == 1
     assert not kv.store.session_path("dropped").exists()
     kv.close(remove=True)
+
+
+def test_aligned_buffers_are_read_with_o_direct(tmp_path: Path) -> None:
+    page = 2 * PAGE_BYTES
+    kv = SessionKV(
+        StoreOptions(str(tmp_path / "kv"), host_bytes=0, ssd_bytes=1 << 26),
+        engine="test",
+        layers=2,
+        layer_page_bytes=page,
+        tokens_per_key=16,
+        rule=PlacementRule(100, 10_000),
+    )
+    pages = np.random.default_rng(12).integers(0, 256, (5, 2, page), dtype=np.uint8)
+    keys = [f"a{i}" for i in range(5)]
+    kv.write(keys, pages, session_id="s")
+    dest = aligned_buffer(5 * 2 * page).reshape(5, 2 * page)  # page-aligned, as allocators give
+    assert kv.read_into(keys[1:4], [[row] for row in dest[:3]])
+    assert np.array_equal(dest[:3].reshape(3, 2, page), pages[1:4])
+    if direct_supported(str(kv.store.session_path("s"))):
+        assert kv.direct_commands > 0  # the wanted pages went from the disk into dest
+    # Unaligned buffers still read byte for byte, through the page cache.
+    odd = np.zeros(2 * page + 1, dtype=np.uint8)[1:]
+    before = kv.buffered_commands
+    assert kv.read_into(["a0"], [[odd]]) and np.array_equal(odd, pages[0].reshape(-1))
+    assert kv.buffered_commands > before
+    kv.close(remove=True)
+
+
+def direct_supported(path: str) -> bool:
+    fd = common.open_direct(path)
+    if fd is None:
+        return False
+    os.close(fd)
+    return True

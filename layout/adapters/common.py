@@ -30,6 +30,7 @@ token counts when it finished), else ``None``, which the rule treats as a first 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -44,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from ..alignment import PAGE_BYTES
+from ..buffers import aligned_buffer
 from ..checksum import crc32, crc32_combine
 from ..engines.base import describe_extent
 from ..errors import CorruptSessionFile, InputError, VerificationError
@@ -395,6 +398,9 @@ class SessionKV:
         self._failures: list[str] = []
         self._staging = _Staging()
         self._reader = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="flatcake-read")
+        # Read commands so far: O_DIRECT into the engine's buffers, or through the page cache.
+        self.direct_commands = 0
+        self.buffered_commands = 0
 
     # lookups ----------------------------------------------------------------------------
     def lookup(self, keys: Sequence[Hashable], *, count: bool = True) -> int:
@@ -813,16 +819,25 @@ class SessionKV:
                     mine.append(len(commands))
                     commands.append((extent.file, offset, iov))
                 ranges.append((extent, mine))
-        files = {f: os.open(f, os.O_RDONLY) for f in dict.fromkeys(c[0] for c in commands)}
+        names = list(dict.fromkeys(c[0] for c in commands))
+        files = {f: os.open(f, os.O_RDONLY) for f in names}
+        # A second descriptor with O_DIRECT: a command whose file offset and buffers are all
+        # page-aligned goes from the disk straight into the engine's memory, no page cache.
+        direct = {f: open_direct(f) for f in names}
         try:
             results = list(
-                self._reader.map(lambda c: _read_command(files[c[0]], c[1], c[2]), commands)
+                self._reader.map(
+                    lambda c: _read_command(files[c[0]], direct[c[0]], c[1], c[2]), commands
+                )
             )
         finally:
-            for fd in files.values():
-                os.close(fd)
+            for fd in [*files.values(), *direct.values()]:
+                if fd is not None:
+                    os.close(fd)
+        self.direct_commands += sum(r[2] for r in results)
+        self.buffered_commands += sum(not r[2] for r in results)
         for extent, mine in ranges:
-            crc, _ = results[mine[0]]
+            crc = results[mine[0]][0]
             for k in mine[1:]:
                 crc = crc32_combine(crc, results[k][0], results[k][1])
             if extent.checksum is not None and crc != extent.checksum:
@@ -865,6 +880,8 @@ class SessionKV:
         input_tokens: int | None = None,
         output_tokens: int | None = None,
         trace_keys: Sequence[Hashable] | None = None,
+        delivered_blocks: int | None = None,
+        failed_blocks: int | None = None,
     ) -> None:
         """A request seen (its prefix chain from the start) to the trace, when capturing;
         ``trace_keys`` are what the record folds into ``hash_ids`` (default ``keys``)."""
@@ -885,6 +902,8 @@ class SessionKV:
             block_size_tokens=self.tokens_per_key,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
+            delivered_blocks=delivered_blocks,
+            failed_blocks=failed_blocks,
         )
 
     def stats(self) -> dict[str, Any]:
@@ -908,12 +927,33 @@ class SessionKV:
         self.store.close(remove=remove)
 
 
-def _read_command(fd: int, offset: int, iov: list[Any]) -> tuple[int, int]:
+def open_direct(path: str) -> int | None:
+    """``path`` opened with O_DIRECT, or ``None`` where the platform or filesystem refuses."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return None
+    try:
+        return os.open(path, os.O_RDONLY | flag)
+    except OSError:
+        return None  # tmpfs and others: buffered reads only
+
+
+def _aligned(offset: int, bufs: list[Any]) -> bool:
+    if offset % PAGE_BYTES:
+        return False
+    return all(b.ctypes.data % PAGE_BYTES == 0 and b.nbytes % PAGE_BYTES == 0 for b in bufs)
+
+
+def _read_command(
+    fd: int, direct_fd: int | None, offset: int, iov: list[Any]
+) -> tuple[int, int, bool]:
     """``preadv`` the buffers of ``iov`` (views; an int is that many bytes of scratch) from
-    ``offset`` to full; returns the CRC-32 of the bytes read and their count. A file shorter
+    ``offset`` to full, with ``direct_fd`` (O_DIRECT) when everything is page-aligned; returns
+    the CRC-32 of the bytes read, their count and whether O_DIRECT read them. A file shorter
     than the command raises (a committed turn is never short)."""
     scratch_bytes = sum(v for v in iov if isinstance(v, int))
-    scratch = np.empty(scratch_bytes, dtype=np.uint8) if scratch_bytes else None
+    # Page-aligned scratch keeps a command with an unwanted page eligible for O_DIRECT.
+    scratch = aligned_buffer(scratch_bytes) if scratch_bytes else None
     bufs: list[Any] = []
     at = 0
     for v in iov:
@@ -924,6 +964,15 @@ def _read_command(fd: int, offset: int, iov: list[Any]) -> tuple[int, int]:
         else:
             bufs.append(v)
     total = sum(int(b.nbytes) for b in bufs)
+    if direct_fd is not None and _aligned(offset, bufs):
+        try:
+            views = [memoryview(b).cast("B") for b in bufs]
+            if os.preadv(direct_fd, views, offset) == total:
+                return _crc_of(views), total, True
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+        # Refused or short: the buffered read below reads the whole command again.
     done = 0
     views = [memoryview(b).cast("B") for b in bufs]
     while done < total:
@@ -941,10 +990,14 @@ def _read_command(fd: int, offset: int, iov: list[Any]) -> tuple[int, int]:
                 f"{total - done} more bytes"
             )
         done += n
+    return _crc_of(views), total, False
+
+
+def _crc_of(views: list[memoryview]) -> int:
     crc = 0
     for v in views:
         crc = crc32(v, crc)
-    return crc, total
+    return crc
 
 
 __all__ = [
@@ -956,6 +1009,7 @@ __all__ = [
     "SessionKV",
     "StoreOptions",
     "key_hex",
+    "open_direct",
     "page_geometry",
     "page_layers",
     "session_name",

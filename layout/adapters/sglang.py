@@ -113,6 +113,7 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
         self.mem_pool_host: Any = None
         self._open_lock = threading.Lock()
         self._pending: tuple[Any, list[str]] | None = None  # the trace record being built
+        self._loads = [0, 0]  # its loads' blocks delivered and failed (the monitors)
 
     # setup ------------------------------------------------------------------------------
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
@@ -170,6 +171,12 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
             return
         self.flush_trace()
         self._pending = (session, [*prefix, *keys])
+        self._loads = [0, 0]
+
+    def _loaded(self, delivered: int, failed: int) -> None:
+        """A load of the query being recorded delivered / failed this many pages."""
+        self._loads[0] += delivered
+        self._loads[1] += failed
 
     def flush_trace(self) -> None:
         """Write the query being recorded (the next query, or close, does it too)."""
@@ -178,8 +185,16 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
             return
         session, keys = pending
         tokens = len(keys) * (self.page_tokens or 1)
+        delivered, failed = self._loads
         if self.kv is not None:
-            self.kv.record(keys, session_id=session, source=SESSION_SOURCE, input_tokens=tokens)
+            self.kv.record(
+                keys,
+                session_id=session,
+                source=SESSION_SOURCE,
+                input_tokens=tokens,
+                delivered_blocks=delivered,
+                failed_blocks=failed,
+            )
             return
         # Nothing stored yet: the session is the side channel's, or the fallback's new one.
         named = session is not None and str(session)
@@ -191,6 +206,8 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
             keys=keys,
             block_size_tokens=self.page_tokens or 1,
             input_tokens=tokens,
+            delivered_blocks=delivered,
+            failed_blocks=failed,
         )
 
     # zero-copy interface (interface_v1) ----------------------------------------------------
@@ -234,6 +251,7 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
                     break
                 data = torch.from_numpy(pages[i, 0]).view(dummy.dtype).reshape(dummy.shape)
                 self.mem_pool_host.set_from_flat_data_page(index, data)
+        self._loaded(hits if ok else 0, 0 if ok else hits)
         if not ok:
             return [False] * len(keys)
         return [True] * hits + [False] * (len(keys) - hits)
@@ -307,7 +325,9 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
                 given = torch.empty(self.kv.layer_page_bytes, dtype=torch.uint8)
             targets.append(given)
         views = [[t.view(-1).view(torch.uint8).numpy()] for t in targets]
-        if not self.kv.read_into(keys[:hits], views):
+        ok = self.kv.read_into(keys[:hits], views)
+        self._loaded(hits if ok else 0, 0 if ok else hits)
+        if not ok:
             return out
         for i, target in enumerate(targets):
             given = None if target_locations is None else target_locations[i]
