@@ -61,8 +61,10 @@ def is_recorded_trace(path: Path) -> bool:
     try:
         with open(path, "rb") as f:
             first = f.readline(1 << 20)
+        if b'"flatcake_trace"' not in first:  # cheap: most inputs are fcctl documents
+            return False
         record = json.loads(first)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(record, dict) and "flatcake_trace" in record
 
@@ -91,7 +93,7 @@ def read_monitors(path: Path, windows: int = DEFAULT_WINDOWS) -> Monitors:
                 where = f"{shown}: line {lineno}"
                 try:
                     record = json.loads(line)
-                except ValueError as e:
+                except (ValueError, RecursionError) as e:
                     raise MonitorInputError(f"{where}: not a JSON record ({e})") from None
                 if not isinstance(record, dict):
                     raise MonitorInputError(f"{where}: expected a JSON object")

@@ -236,3 +236,7 @@ def test_recorded_trace_carries_loads_and_the_report_draws_them(tmp_path: Path) 
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "bad.jsonl: line 2: field 'timestamp_s' must be a number" in r.stderr
     assert not (tmp_path / "bad.html").exists()
+    bad.write_text(trace.read_text().splitlines()[0] + "\n" + "[" * 100_000 + "\n")
+    r = fcctl("report", bad, "-o", tmp_path / "bad.html")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "bad.jsonl: line 2: not a JSON record" in r.stderr
