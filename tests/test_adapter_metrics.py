@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.util
 import json
 from collections import OrderedDict
 from pathlib import Path
@@ -74,6 +75,11 @@ def test_stats_count_what_the_store_did(tmp_path: Path) -> None:
     kv.close(remove=True)
     with pytest.raises(ValueError, match="engine: a name like 'lmcache'"):
         AdapterMetrics("no good")
+    if importlib.util.find_spec("prometheus_client") is None:
+        # Without it the numbers stay in stats(); exporting says what to install.
+        assert not register_if_available(AdapterMetrics("sglang"))
+        with pytest.raises(ImportError, match=r"registry: .* pip install prometheus_client"):
+            AdapterMetrics("sglang").register()
 
 
 def _scrape(registry: Any) -> dict[str, float]:
