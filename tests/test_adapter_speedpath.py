@@ -250,3 +250,25 @@ def direct_supported(path: str) -> bool:
         return False
     os.close(fd)
     return True
+
+
+def test_staging_keeps_as_many_buffers_as_were_in_use_at_once(tmp_path: Path) -> None:
+    kv = _kv(tmp_path)
+    turn = 2 * LAYERS * PAGE  # two pages
+    # The writer gathers (LMCache's way): one buffer at a time, one kept.
+    for t in range(3):
+        keys = [f"g{t}-{i}" for i in range(2)]
+        pages = [[p.reshape(-1)] for p in _pages(2, 20 + t)]
+        kv.submit_write(keys, pages, session_id=f"g{t}", copy_now=False)
+        assert kv.flush(timeout_s=30)
+    assert kv.stats()["staging_bytes"] == turn
+    # Gathered at submit while the writer is held (SGLang's way): two in use, two kept.
+    with kv.store_lock:
+        for t in range(2):
+            keys = [f"c{t}-{i}" for i in range(2)]
+            kv.submit_write(keys, [[p.reshape(-1)] for p in _pages(2, 30 + t)], session_id="c")
+    assert kv.flush(timeout_s=30)
+    assert kv.stats()["staging_bytes"] == 2 * turn
+    got = kv.read([f"c1-{i}" for i in range(2)])
+    assert got is not None and np.array_equal(got, _pages(2, 31))
+    kv.close(remove=True)
