@@ -26,7 +26,7 @@ DEFAULT_TRACE = REPO.parent / "shared/traces/weka_kv_cache_tester/claude_code_tr
 
 
 def main() -> int:
-    from fcctl.analyzers.replay import ReplayConfig, load_hardware, simulate, simulation_workload
+    from fcctl.analyzers.replay import RunSpec, load_hardware, simulate, simulation_workload
     from fcctl.analyzers.traces.readers import read_trace
     from fcctl.layout.geometry import model_geometry
 
@@ -48,15 +48,15 @@ def main() -> int:
         f"read {t1 - t0:.2f} s; workload {t2 - t1:.2f} s ({w.requests:,} requests, "
         f"{w.block_accesses:,} accesses)"
     )
-    config = ReplayConfig(geometry=geometry, hardware=node, policies=(args.policy,))
+    spec = RunSpec(geometry=geometry, hardware=node)
     for _ in range(args.repeat):
         t = time.perf_counter()
-        simulate(w, config, args.policy, args.rate, release=True)
+        simulate(w, spec, args.policy, args.rate, release=True)
         print(f"{args.policy} at {args.rate:g} req/s: {time.perf_counter() - t:.2f} s")
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
-        simulate(w, config, args.policy, args.rate, release=True)
+        simulate(w, spec, args.policy, args.rate, release=True)
         profiler.disable()
         stats = pstats.Stats(profiler, stream=sys.stdout)
         stats.sort_stats("cumulative").print_stats(40)

@@ -208,9 +208,7 @@ def analyze(
     """
     from fcctl.analyzers.reuse.analyze import VerdictThresholds, check_schedule_args
     from fcctl.analyzers.reuse.bounded import analyze_dataset, check_engine, check_sample_rate
-    from fcctl.analyzers.traces.dataset import Dataset, is_dataset_spec, open_dataset
-    from fcctl.common.errors import FcctlInputError
-    from fcctl.common.paths import display_path
+    from fcctl.analyzers.traces.dataset import Dataset, is_dataset_input, open_dataset
 
     # Every parameter first: a typo should fail before minutes of parsing.
     kv = geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
@@ -229,13 +227,7 @@ def analyze(
     if sample_rate is not None:
         check_sample_rate(sample_rate)
     check_engine(engine, scheduler)
-    dataset_input = is_dataset_spec(source)
-    if dataset_input and (columns is not None or format not in (None, "parquet")):
-        raise FcctlInputError(
-            f"format: {display_path(Path(source))} is a dataset of canonical Parquet files; "
-            "format and columns apply to one trace file (convert it first)",
-            parameter="format",
-        )
+    dataset_input = is_dataset_input(source, format, columns)
     with _progress(progress) as bar:
         if engine == "dask":
             from fcctl.analyzers.reuse.dask_engine import analyze_dask
@@ -425,7 +417,13 @@ def replay(
     ``engine="dask"`` runs them on the Dask cluster at ``scheduler`` (default a local one) as
     :func:`analyze` does. The figures are the same wherever they run.
     """
-    from fcctl.analyzers.replay import Execution, ReplayConfig, check_execution, replay_trace
+    from fcctl.analyzers.replay import (
+        Execution,
+        LoadPlan,
+        RunSpec,
+        check_execution,
+        replay_trace,
+    )
     from fcctl.analyzers.replay.load import parse_concurrency, parse_think_time
     from fcctl.analyzers.replay.parallel import start_worker_server
     from fcctl.common.errors import FcctlInputError
@@ -452,25 +450,27 @@ def replay(
         rule_args["short_reply_tokens"] = short_reply_tokens
     if agent_context_tokens is not None:
         rule_args["agent_context_tokens"] = agent_context_tokens
-    config = ReplayConfig(
+    spec = RunSpec(
         geometry=kv,
         hardware=_node(hardware),
+        placement=PlacementRule(**rule_args),
+        seed=seed,
+        cancel=cancel,
+        router=router,
+        think_time=parse_think_time(think_time),
+        keep_tables=keep_tables,
+    )
+    load = LoadPlan(
         policies=_names(policies),
         rates=() if auto or rates is None else _numbers(rates, "rates", "0.1,0.5 or auto"),
+        concurrency=None if concurrency is None else parse_concurrency(concurrency),
         auto_rates=auto and concurrency is None,
         operating_rate=rate,
         slo_ttft_p99_s=slo_ttft_p99_s,
         size_lists=size_lists,
         host_memory_auto=host_memory_auto,
-        placement=PlacementRule(**rule_args),
-        seed=seed,
-        keep_tables=keep_tables,
         decision_margin_pp=decision_margin_pp,
         decision_ttft_margin=decision_ttft_margin,
-        concurrency=None if concurrency is None else parse_concurrency(concurrency),
-        think_time=parse_think_time(think_time),
-        cancel=cancel,
-        router=router,
     )
     budget = _optional_size(memory_budget_bytes, "memory_budget_bytes")
     execution = Execution(engine, jobs, scheduler, budget)
@@ -479,7 +479,7 @@ def replay(
     with _progress(progress) as bar:
         trace, sample = _sampled_trace(source, format, bar, memory_budget_bytes, sample_sessions)
         return _with_sampling(
-            replay_trace(trace, config, progress=bar, execution=execution), sample
+            replay_trace(trace, spec, load, progress=bar, execution=execution), sample
         )
 
 
@@ -521,7 +521,7 @@ def _sampled_trace(
     saying what it kept. A dataset is filtered while it is read (only the kept requests'
     block ids are held) and only the kept part counts against the memory budget."""
     from fcctl.analyzers.reuse.bounded import default_memory_budget
-    from fcctl.analyzers.traces.dataset import is_dataset_spec, open_dataset
+    from fcctl.analyzers.traces.dataset import is_dataset_input, open_dataset
     from fcctl.analyzers.traces.sampling import (
         load_dataset_sample,
         plan_dataset_sample,
@@ -532,7 +532,7 @@ def _sampled_trace(
 
     if isinstance(source, Trace):
         return (source, None) if sample_sessions is None else sample_trace(source, sample_sessions)
-    if format is None and is_dataset_spec(source):
+    if is_dataset_input(source, format):
         dataset = open_dataset(source, progress)
         mask, sample = None, None
         accesses, requests = dataset.block_accesses, dataset.num_requests
@@ -784,26 +784,25 @@ def plan(
     recommend on sampled sessions (analyze reads the whole trace). ``jobs``, ``engine`` and
     ``scheduler`` say where the replay's and the recommendation's simulations run (the
     analysis runs here). Other parameters as :func:`fcctl.replay`."""
-    from fcctl.analyzers.recommend import thresholds_source, thresholds_toml
+    from fcctl.analyzers.recommend import RecommendResult
     from fcctl.analyzers.recommend.emit import check_name, emit_package
-    from fcctl.analyzers.replay import Execution, check_execution
+    from fcctl.analyzers.replay import Execution, ReplayResult, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
     from fcctl.common.jsonio import dumps, write_json_file
-    from fcctl.common.outdir import write_text_atomic
     from fcctl.common.progress import Progress
     from fcctl.common.version import __version__
     from fcctl.planning import (
         FILES,
-        MARKER,
         PLAN_POLICIES,
         STEP_WEIGHTS,
         PlanResult,
         PlanRunner,
-        check_plan_dir,
         decision_of,
         file_identity,
         fingerprint,
+        plan_directory,
         read_document,
+        read_result,
         summary_lines,
         target_rate,
     )
@@ -815,10 +814,11 @@ def plan(
         check_name(emit_name)
     execution = Execution(engine, jobs, scheduler)
     check_execution(execution)
-    earlier = check_plan_dir(out, resume=resume, force=force)
+    _check_plan_load(rate, concurrency, think_time, slo_ttft_p99_s, host_memory_sweep)
+    geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
     start_worker_server(execution)  # before the trace is read (parallel.worker_context)
     node = _node(hardware)
-    identity = file_identity(source)
+    identity = file_identity(source, format)
     common = {
         "format": format,
         "model": model,
@@ -828,10 +828,9 @@ def plan(
         "version": __version__,
     }
     bar = progress if isinstance(progress, Progress) else Progress(enabled=bool(progress))
-    out.mkdir(parents=True, exist_ok=True)
     docs: dict[str, Any] = {}
-    with bar:
-        runner = PlanRunner(out, earlier, resume, bar)
+    with bar, plan_directory(out, resume=resume, force=force) as held:
+        runner = PlanRunner(held, resume, bar)
         with bar.task("plan", total=100, unit="%") as overall:
             done = 0.0
 
@@ -914,10 +913,12 @@ def plan(
                 ),
             )
             docs["replay"] = read_document(out / FILES["replay"])
+            # Decided from the document read back, so a reused step reads as one that ran.
+            replayed = read_result(docs["replay"], out / FILES["replay"], ReplayResult.from_json)
             advance("replay")
 
             overall.describe("plan: recommend-thresholds")
-            target, target_why = target_rate(docs["replay"], rate)
+            target, target_why = target_rate(replayed, rate)
             fp = fingerprint(
                 "recommend",
                 identity,
@@ -928,7 +929,7 @@ def plan(
             )
             rec_result: list[Any] = []
 
-            def recommend(p: Path) -> None:
+            def recommend(p: Path | None) -> None:
                 rec_result[:] = [
                     sampled(
                         recommend_thresholds(
@@ -946,28 +947,22 @@ def plan(
                         )
                     )
                 ]
-                write_json_file(rec_result[0], p)
+                if p is not None:
+                    write_json_file(rec_result[0], p)
 
             runner.step("recommend", fp, recommend)
             docs["recommend"] = read_document(out / FILES["recommend"])
+            recommended = read_result(
+                docs["recommend"], out / FILES["recommend"], RecommendResult.from_json
+            )
             advance("recommend")
 
             if emit:
 
                 def do_emit(p: Path) -> None:
                     if not rec_result:  # the recommendation was reused: its object is needed
-                        recommend(out / FILES["recommend"])
-                    result = rec_result[0]
-                    rec = result.recommendation
-                    emit_package(
-                        p,
-                        name=emit_name,
-                        short_reply_tokens=rec.short_reply_tokens,
-                        agent_context_tokens=rec.agent_context_tokens,
-                        source=thresholds_source(result),
-                        toml_text=thresholds_toml(result),
-                        force=True,
-                    )
+                        recommend(None)  # its document stays the one recorded
+                    emit_package(p, rec_result[0], name=emit_name, force=True)
 
                 emit_fp = fingerprint("emit", fp, emit_name, __version__)
                 runner.step("emit", emit_fp, do_emit)
@@ -978,12 +973,47 @@ def plan(
             fp = fingerprint("report", [fingerprint(docs[s]) for s in docs], __version__)
             runner.step("report", fp, lambda p: make_report(inputs, p, force=True))
             advance("report")
-    decision = decision_of(docs["replay"])
-    lines = summary_lines(docs, decision)
-    lines.insert(
-        len(lines) - 1 if docs.get("analyze", {}).get("verdict") else len(lines),
-        f"  (thresholds measured at {target:.3g} req/s: {target_why})",
-    )
-    result = PlanResult(1, str(out), decision, tuple(lines), tuple(runner.steps), docs)
-    write_text_atomic(out / MARKER, dumps(result) + "\n")
+        decision = decision_of(replayed)
+        lines = summary_lines(replayed, recommended, docs.get("analyze"), decision)
+        lines.insert(
+            len(lines) - 1 if docs.get("analyze", {}).get("verdict") else len(lines),
+            f"  (thresholds measured at {target:.3g} req/s: {target_why})",
+        )
+        result = PlanResult(1, str(out), decision, tuple(lines), tuple(runner.steps), docs)
+        runner.finish(dumps(result) + "\n")
     return result
+
+
+def _check_plan_load(
+    rate: float | None,
+    concurrency: str | int | Sequence[int | str] | None,
+    think_time: str,
+    slo_ttft_p99_s: float | None,
+    host_memory_sweep: Sequence[Any],
+) -> None:
+    """The replay step's load parameters, checked before the plan directory is touched (the
+    replay itself checks them only after the analysis has run)."""
+    import math
+
+    from fcctl.analyzers.replay.load import parse_concurrency, parse_think_time
+    from fcctl.analyzers.traces.schedule import check_rate
+    from fcctl.common.errors import FcctlInputError
+
+    if rate is not None:
+        check_rate(rate, "operating_rate")
+    if concurrency is not None:
+        if rate is not None:
+            raise FcctlInputError(
+                "concurrency: the load axis is rates or concurrency, not both",
+                parameter="concurrency",
+            )
+        parse_concurrency(concurrency)
+    parse_think_time(think_time)
+    slo = slo_ttft_p99_s
+    if slo is not None and not (isinstance(slo, int | float) and math.isfinite(slo) and slo > 0):
+        raise FcctlInputError(
+            f"slo_ttft_p99_s: must be a finite number of seconds > 0; got {slo_ttft_p99_s!r}",
+            parameter="slo_ttft_p99_s",
+        )
+    for size in host_memory_sweep:
+        _size(size, "host_memory_bytes")

@@ -17,6 +17,7 @@ os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
 import typer
 
 from fcctl.common.version import __version__
+from fcctl.errors import EntryPoint
 
 app = typer.Typer(
     name="fcctl",
@@ -91,7 +92,8 @@ def main() -> None:
     """Console entry point: usage errors, like every other bad input, are one line, exit 2."""
     click_exception = _click_exception()
     try:
-        rv = app(standalone_mode=False)
+        with EntryPoint.process_ends_with_command():  # this process exits when app() returns
+            rv = app(standalone_mode=False)
     except click_exception as exc:
         # Statically only an Exception: the class is looked up at run time (see above).
         e = cast(_ClickException, exc)

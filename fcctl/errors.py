@@ -13,10 +13,11 @@ Library code raises these and never exits. The storage core's messages name para
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import typing
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
 import typer
@@ -128,6 +129,23 @@ def exit_status_of(e: BaseException) -> int:
     return EXIT_RUN_FAILED
 
 
+class EntryPoint:
+    """Whether commands run in a process that ends with them: within
+    :meth:`process_ends_with_command`, the block the console entry point
+    (:func:`fcctl.cli.main`) runs the command in."""
+
+    ending = False
+
+    @classmethod
+    @contextlib.contextmanager
+    def process_ends_with_command(cls) -> Iterator[None]:
+        cls.ending = True
+        try:
+            yield
+        finally:
+            cls.ending = False
+
+
 def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
     label = func.__name__.replace("_", "-")
     own: list[frozenset[str] | None] = []  # read on the first error, not at every start
@@ -139,8 +157,11 @@ def _wrap(func: F, flags: Mapping[str, str] | None) -> F:
         try:
             # Every command: the first SIGINT, SIGTERM or SIGHUP raises, so temporary outputs
             # and child processes go in the ``finally`` blocks on the way out; later ones only
-            # say "cleaning up" (and stay ignored once the command is ending).
-            with first_interrupt_raises(ignore_after=True, label=label):
+            # say "cleaning up". In the fcctl process they stay ignored once the command is
+            # ending (a Ctrl-C in its last steps prints no traceback); run inside another
+            # process (typer's CliRunner, app() from Python), the command gives that process
+            # its handlers back, or it could never be interrupted again.
+            with first_interrupt_raises(ignore_after=EntryPoint.ending, label=label):
                 return func(*args, **kwargs)
         except InputError as e:
             if not own:

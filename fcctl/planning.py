@@ -13,28 +13,55 @@ into the plan directory (atomically, one file each):
 4. ``emit/NAME/`` with ``emit=True``: the drop-in package with the recommended thresholds;
 5. ``report.html``: :func:`fcctl.reports.html_report.make_report` over the three documents.
 
-``plan.json`` records, per step, a fingerprint of what the step read (the trace file's path,
-size and modification time, the parameters, fcctl's version, and the documents of the steps it
-depends on). With ``resume=True`` a step whose fingerprint is unchanged and whose file is there
-is not run again; everything after a changed step runs. The summary is built from the
-documents, so it reads the same whether a step ran or was reused.
+``plan.json`` records, per step, a fingerprint of what the step read (the path, size and
+modification time of every file the trace reader reads: the file, a directory's files, or
+exactly the parts a dataset's directory or glob expands to; the parameters, fcctl's version,
+and the documents of the steps it depends on) and a digest of what it wrote. With
+``resume=True`` a step whose fingerprint is unchanged and whose output is there with the digest
+recorded (so whole: a truncated or edited document is a changed step) is not run again;
+everything after a changed step runs. The summary is built from the documents, so it reads the
+same whether a step ran or was reused.
+
+While a plan runs, each finished step is recorded at once in ``plan.partial.json`` (written
+atomically; ``plan.json`` goes when the first step runs and comes back, complete, at the end),
+so an interrupted or failed plan keeps the steps it finished and ``resume=True`` continues it.
+One plan at a time writes a directory: a second one meets the first's lock (``flock`` on the
+directory) and is refused at once. A plan that meets bad input, or fails before finishing a
+step, removes the directory it created.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
+import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from fcctl.common.errors import FcctlInputError
-from fcctl.common.outdir import OutDirError
+from fcctl.common.errors import FcctlInputError, InputError, RunFailed
+from fcctl.common.inputfile import parse_json, read_regular_text
+from fcctl.common.outdir import (
+    OutDirError,
+    machine_failure,
+    make_dirs,
+    remove_made,
+    write_text_atomic,
+)
 from fcctl.common.progress import Progress
 
+if TYPE_CHECKING:  # fcctl plan --help stays light: the results load with the steps
+    from fcctl.analyzers.recommend import RecommendResult
+    from fcctl.analyzers.replay import RateResult, ReplayResult, SessionSampling
+
 MARKER = "plan.json"
+#: The steps an unfinished plan has recorded so far (module docstring).
+PARTIAL = "plan.partial.json"
 #: The layouts a plan decides among (analyzers/replay/decision.CANDIDATES).
 PLAN_POLICIES = ("memory-only", "tiered", "flat")
 STEPS: tuple[str, ...] = ("analyze", "replay", "recommend", "emit", "report")
@@ -52,13 +79,15 @@ STEP_WEIGHTS = {"analyze": 0.15, "replay": 0.45, "recommend": 0.35, "emit": 0.01
 
 @dataclass(frozen=True)
 class PlanStep:
-    """One step: ``status`` is ``ran``, ``reused`` (resume: inputs unchanged) or ``skipped``."""
+    """One step: ``status`` is ``ran``, ``reused`` (resume: inputs unchanged) or ``skipped``;
+    ``digest``: :func:`content_digest` of its output as written."""
 
     name: str
     path: str | None
     status: str
     seconds: float
     fingerprint: str | None
+    digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,19 +102,46 @@ class PlanResult:
     documents: Mapping[str, Any] = field(default_factory=dict, metadata={"json": False})
 
 
-def file_identity(source: str | Path) -> dict[str, Any]:
-    """What a re-run compares: the trace's resolved path, size and modification time (every
-    file of a directory dataset)."""
+def file_identity(source: str | Path, format: str | None = None) -> dict[str, Any]:
+    """What a re-run compares: the resolved path, size and modification time of every file the
+    trace reader reads for ``source`` (a dataset's parts as the dataset reader expands its
+    directory or glob; every file of a Claude Code directory; else the file). A source the
+    readers would refuse (missing, matching nothing, not a regular file) is refused here, before
+    the plan touches the disk."""
+    from fcctl.analyzers.traces.dataset import dataset_files, is_dataset_input
+    from fcctl.analyzers.traces.readers import check_file
+
     p = Path(source)
-    files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+    if is_dataset_input(source, format):  # analyze's, replay's and convert's own rule
+        files = dataset_files(source)  # the reader's own expansion: one source of truth
+    elif p.is_dir():
+        files = sorted(q for q in p.rglob("*") if q.is_file())
+    else:
+        check_file(p)
+        files = [p]
     out = []
     for q in files:
-        try:
-            st = q.stat()
-        except OSError:
-            continue
+        st = q.stat()
         out.append([str(q.resolve()), st.st_size, st.st_mtime_ns])
     return {"files": out}
+
+
+def content_digest(path: Path) -> str | None:
+    """sha256 of a step's output: a file's bytes, or a directory's relative file names and
+    bytes in name order; None when it is not there."""
+    h = hashlib.sha256()
+    if path.is_file():
+        files = [(path, "")]
+    elif path.is_dir():
+        files = sorted((q, q.relative_to(path).as_posix()) for q in path.rglob("*") if q.is_file())
+    else:
+        return None
+    for q, name in files:
+        h.update(f"{name}\0{q.stat().st_size}\0".encode())
+        with q.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
 
 
 def fingerprint(*parts: Any) -> str:
@@ -94,75 +150,141 @@ def fingerprint(*parts: Any) -> str:
 
 
 def check_plan_dir(out: Path, *, resume: bool, force: bool) -> dict[str, Any]:
-    """The earlier ``plan.json`` to resume from (``{}`` for a fresh plan)."""
+    """The earlier plan to resume from: the records of an unfinished plan's ``plan.partial.json``
+    (newer than its ``plan.json``, if any), else ``plan.json``'s (``{}`` for a fresh plan)."""
+    shown = f"out: {out}"
     if out.exists() and not out.is_dir():
-        raise OutDirError(f"-o {out}: exists and is not a directory")
+        raise OutDirError(f"{shown}: exists and is not a directory", parameter="out")
     if out.is_dir() and any(out.iterdir()):
-        marker = out / MARKER
-        if not marker.is_file():
+        recorded = [out / name for name in (PARTIAL, MARKER) if (out / name).is_file()]
+        if not recorded:
             raise OutDirError(
-                f"-o {out}: directory is not empty and holds no {MARKER}: not an fcctl plan "
-                "(give an empty or new directory)"
+                f"{shown}: directory is not empty and holds no {MARKER}: not an fcctl plan "
+                "(give an empty or new directory)",
+                parameter="out",
             )
         if not (resume or force):
-            raise OutDirError(
-                f"-o {out}: holds an earlier plan (pass --resume to reuse its unchanged steps, "
-                "or --force to run every step again)"
+            earlier = (
+                f"holds an unfinished plan ({PARTIAL}): pass --resume to continue it"
+                if recorded[0].name == PARTIAL
+                else "holds an earlier plan: pass --resume to reuse its unchanged steps"
             )
-        if resume:
-            try:
-                doc = json.loads(marker.read_text())
-            except (OSError, ValueError):
-                return {}
-            return doc if isinstance(doc, dict) else {}
+            raise OutDirError(
+                f"{shown}: {earlier}, or --force to run every step again", parameter="out"
+            )
+        try:
+            doc = parse_json(read_regular_text(recorded[0], "plan record"), str(recorded[0]))
+        except FcctlInputError:
+            return {}  # unreadable: nothing is known of the earlier steps, so every one runs
+        return doc if isinstance(doc, dict) else {}
     return {}
 
 
-def target_rate(replay_doc: Mapping[str, Any], rate: float | None) -> tuple[float, str]:
+@dataclass
+class PlanDirectory:
+    """A plan directory held by this run (:func:`plan_directory`)."""
+
+    out: Path
+    #: The earlier plan's document (:func:`check_plan_dir`).
+    earlier: Mapping[str, Any]
+    #: Folders this run created for it (the directory itself among them when it was new).
+    made: list[Path]
+    #: Whether a step's output has been recorded in this run.
+    recorded: bool = False
+
+
+@contextmanager
+def plan_directory(out: Path, *, resume: bool, force: bool) -> Iterator[PlanDirectory]:
+    """Create ``out`` if needed, take its lock (``flock``, held until the block ends, released
+    when the process ends however it ends) and check it (:func:`check_plan_dir`).
+
+    A second plan into the same directory is refused at once, so two never mix their steps.
+    A directory this run created is removed, with the folders made for it, when the block meets
+    bad input (an :class:`InputError`: nothing is left for it, whatever step found it) or fails
+    before any step was recorded; otherwise (interrupted, the machine failed) the finished
+    steps stay, recorded for ``--resume``.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise OutDirError(f"out: {out}: exists and is not a directory", parameter="out")
+    made: list[Path] = []
+    try:
+        made = make_dirs(out)
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:
+        remove_made(made)
+        raise OutDirError(
+            f"out: {out}: cannot create or open it ({e.strerror}: {e.filename})", parameter="out"
+        ) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutDirError(
+                f"out: {out}: another fcctl plan is writing into this directory; wait for it "
+                "to finish (then --resume) or give another directory",
+                parameter="out",
+            ) from None
+        held = PlanDirectory(out, {}, made)
+        try:
+            held.earlier = check_plan_dir(out, resume=resume, force=force)
+            yield held
+        except BaseException as e:
+            # Bad input leaves nothing; an interrupted or failed run keeps what it recorded.
+            if made and (isinstance(e, InputError) or not held.recorded):
+                shutil.rmtree(out, ignore_errors=True)
+                remove_made(made)
+            raise
+    finally:
+        os.close(fd)
+
+
+def target_rate(replay: ReplayResult, rate: float | None) -> tuple[float, str]:
     """The recommender's rate and why (module docstring, step 3)."""
     if rate is not None:
         return rate, "your operating point"
-    op = replay_doc.get("operating_point")
-    if op and op.get("concurrency") is not None:
-        got = (op["policies"].get("flat") or {}).get("achieved_rate", {}).get("central")
+    op = replay.operating_point
+    if op is not None and op.concurrency is not None:
+        flat = op.policies.get("flat")
+        got = flat.achieved_rate.central if flat is not None else None
         if got:
-            return float(got), f"the rate flat achieved at {op['concurrency']} sessions"
-    if replay_doc.get("divergence_rate"):
-        return float(replay_doc["divergence_rate"]), "the divergence rate"
-    points = [p for p in replay_doc.get("rates", []) if p.get("rate") is not None]
-    calm = [p["rate"] for p in points if not any(q["saturated"] for q in p["policies"].values())]
+            return float(got), f"the rate flat achieved at {op.concurrency} sessions"
+    if replay.divergence_rate:
+        return float(replay.divergence_rate), "the divergence rate"
+    points = [p.rate for p in replay.rates if p.rate is not None]
+    calm = [
+        p.rate
+        for p in replay.rates
+        if p.rate is not None and not any(q.saturated for q in p.policies.values())
+    ]
     if calm:
         return float(max(calm)), "the highest rate the sweep ran that no policy saturated"
     if points:
-        return float(min(p["rate"] for p in points)), "the lowest rate the sweep ran"
+        return float(min(points)), "the lowest rate the sweep ran"
     raise FcctlInputError("plan: the replay ran no rate to recommend thresholds at")
 
 
-def _load_label(p: Mapping[str, Any]) -> str:
-    if p.get("rate") is not None:
-        return f"{p['rate']:.3g} req/s"
-    return f"{p['concurrency']:,} sessions"
+def _load_label(p: RateResult) -> str:
+    if p.rate is not None:
+        return f"{p.rate:.3g} req/s"
+    return f"{p.concurrency:,} sessions"
 
 
-def decision_of(replay_doc: Mapping[str, Any]) -> dict[str, Any]:
+def decision_of(replay: ReplayResult) -> dict[str, Any]:
     """The plan's decision: at the user's operating point when there is one, else across the
     loads swept at the node's sizes (the layout named at the most loads, with where it leads)."""
-    op = replay_doc.get("operating_point")
-    first_sizes = (replay_doc.get("divergence") or [{}])[0].get("sizes")
-    points = [
-        p
-        for p in replay_doc.get("rates", [])
-        if first_sizes is None or p.get("sizes") == first_sizes
-    ]
-    by_load = [(_load_label(p), p["decision"]["best"]) for p in points]
+    op = replay.operating_point
+    first_sizes = replay.divergence[0].get("sizes") if replay.divergence else None
+    points = [p for p in replay.rates if first_sizes is None or p.sizes == first_sizes]
+    by_load = [(_load_label(p), p.decision.best) for p in points]
     if op is not None:
-        d = op["decision"]
+        d = op.decision
         return {
-            "best": d["best"],
+            "best": d.best,
             "at": _load_label(op),
-            "why": d["why"],
-            "margin_pp": d["margin_pp"],
-            "ttft_ratio": d["ttft_ratio"],
+            "why": d.why,
+            "margin_pp": d.margin_pp,
+            "ttft_ratio": d.ttft_ratio,
             "by_load": by_load,
         }
     named = [b for _, b in by_load if b != "none"]
@@ -183,83 +305,163 @@ def decision_of(replay_doc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def summary_lines(docs: Mapping[str, Any], decision: Mapping[str, Any]) -> list[str]:
+def _sampled_line(sampling: SessionSampling) -> str:
+    error = sampling.measured_error
+    stated = (
+        "error not measured at this rate"
+        if isinstance(error, str)
+        else f"measured error up to {error.gpu_hit_share_abs_pp:.2g} pp hit share"
+    )
+    return (
+        f"  sampled: {100 * sampling.sample_sessions:.3g} % of sessions "
+        f"({sampling.sessions.kept:,} of {sampling.sessions.total:,}) in replay and thresholds; "
+        f"{stated}"
+    )
+
+
+def summary_lines(
+    replay: ReplayResult,
+    recommend: RecommendResult | None,
+    analyze_doc: Mapping[str, Any] | None,
+    decision: Mapping[str, Any],
+) -> list[str]:
     """The terminal summary, decision first."""
     at = f" at {decision['at']}" if decision["at"] else ""
     lines = [f"decision{at}: {decision['best']} ({decision['why']})"]
     loads = ", ".join(f"{load}: {best}" for load, best in decision["by_load"])
     if loads:
         lines.append(f"  per load: {loads}")
-    replay = docs.get("replay") or {}
-    div = replay.get("divergence_rate")
-    if replay.get("load", {}).get("axis") == "concurrency":
-        c = replay.get("divergence_concurrency")
+    div = replay.divergence_rate
+    if replay.load.get("axis") == "concurrency":
+        c = replay.divergence_concurrency
         lines.append(f"  divergence: {'none' if c is None else f'{c:,} sessions'}")
     else:
         lines.append(f"  divergence rate: {'none' if div is None else f'{div:.3g} req/s'}")
-    rec = (docs.get("recommend") or {}).get("recommendation")
+    rec = recommend.recommendation if recommend is not None else None
     if rec:
-        matters = "matter" if rec.get("matters") else "do not matter here"
+        matters = "matter" if rec.matters else "do not matter here"
         lines.append(
-            f"  thresholds ({matters}): short-reply {rec['short_reply_tokens']:,}, "
-            f"agent-context {rec['agent_context_tokens']:,} tokens at {rec['rate']:.3g} req/s"
+            f"  thresholds ({matters}): short-reply {rec.short_reply_tokens:,}, "
+            f"agent-context {rec.agent_context_tokens:,} tokens at {rec.rate:.3g} req/s"
         )
-    verdict = (docs.get("analyze") or {}).get("verdict")
+    verdict = (analyze_doc or {}).get("verdict")
     if verdict:
         lines.append(f"  analyze (no load): {verdict['layout']}")
-    sampling = replay.get("sampling")
-    if sampling:
-        sessions = sampling["sessions"]
-        error = sampling["measured_error"]
-        stated = (
-            "error not measured at this rate"
-            if isinstance(error, str)
-            else f"measured error up to {error['gpu_hit_share_abs_pp']:.2g} pp hit share"
-        )
-        lines.insert(
-            1,
-            f"  sampled: {100 * sampling['sample_sessions']:.3g} % of sessions "
-            f"({sessions['kept']:,} of {sessions['total']:,}) in replay and thresholds; "
-            f"{stated}",
-        )
+    if replay.sampling:
+        lines.insert(1, _sampled_line(replay.sampling))
     return lines
 
 
 class PlanRunner:
-    """Runs the steps, reusing those whose fingerprint is unchanged (``resume``)."""
+    """Runs the steps, reusing those whose fingerprint and output are unchanged (``resume``),
+    and records each finished step in ``plan.partial.json`` (module docstring)."""
 
-    def __init__(self, out: Path, earlier: Mapping[str, Any], resume: bool, progress: Progress):
-        self.out = out
-        self.earlier = {s["name"]: s for s in earlier.get("steps", []) if isinstance(s, dict)}
+    def __init__(self, directory: PlanDirectory, resume: bool, progress: Progress):
+        self.directory = directory
+        self.out = directory.out
+        self.earlier = {
+            s["name"]: s
+            for s in directory.earlier.get("steps", [])
+            if isinstance(s, dict) and isinstance(s.get("name"), str)
+        }
+        # What the directory holds: the earlier records, each replaced as its step finishes.
+        self.records: dict[str, Mapping[str, Any]] = dict(self.earlier)
         self.resume = resume
         self.changed = False
+        self.unfinished = False
         self.steps: list[PlanStep] = []
         self.progress = progress
 
-    def step(self, name: str, fingerprint: str, run: Callable[[Path], object]) -> bool:
-        """Run ``name`` unless resuming over the same fingerprint; True when it ran."""
-        path = self.out / FILES[name]
+    def intact(self, name: str, path: Path, fingerprint: str) -> str | None:
+        """The digest of ``path`` when it is the output the earlier run recorded for this
+        ``fingerprint``, whole (a JSON document also parses as one object); else None."""
         before = self.earlier.get(name, {})
-        if (
-            self.resume
-            and not self.changed
-            and before.get("fingerprint") == fingerprint
-            and path.exists()
-        ):
-            self.steps.append(PlanStep(name, str(path), "reused", 0.0, fingerprint))
+        if before.get("fingerprint") != fingerprint or before.get("digest") is None:
+            return None
+        digest = content_digest(path)
+        if digest != before["digest"]:
+            return None
+        if path.suffix == ".json":
+            try:
+                doc = parse_json(read_regular_text(path, f"{name} document"), str(path))
+            except FcctlInputError:
+                return None
+            if not isinstance(doc, dict):
+                return None
+        return digest
+
+    def step(self, name: str, fingerprint: str, run: Callable[[Path], object]) -> bool:
+        """Run ``name`` unless resuming over the same fingerprint and output; True when it
+        ran."""
+        path = self.out / FILES[name]
+        digest = self.intact(name, path, fingerprint) if self.resume and not self.changed else None
+        if digest is not None:
+            self.steps.append(PlanStep(name, str(path), "reused", 0.0, fingerprint, digest))
             return False
         self.changed = True
+        # The steps after this one run again in this run: their earlier outputs are stale
+        # whether or not this run gets to them.
+        for later in STEPS[STEPS.index(name) + 1 :]:
+            self.records.pop(later, None)
+        if not self.unfinished:
+            # From here the directory is no longer the plan plan.json describes.
+            self.record()
+            (self.out / MARKER).unlink(missing_ok=True)
+            self.unfinished = True
         start = time.perf_counter()
-        run(path)
-        self.steps.append(
-            PlanStep(name, str(path), "ran", time.perf_counter() - start, fingerprint)
+        try:
+            run(path)
+        except Exception as e:
+            words = machine_failure(e)
+            if words is None:
+                raise
+            raise RunFailed(
+                f"{self.out}: {words} while the {name} step wrote {FILES[name]} "
+                f"({e.strerror if isinstance(e, OSError) else e}); the steps finished before it "
+                "stay, recorded: --resume continues the plan"
+            ) from None
+        step = PlanStep(
+            name, str(path), "ran", time.perf_counter() - start, fingerprint, content_digest(path)
         )
+        self.steps.append(step)
+        self.records[name] = to_record(step)
+        self.record()
+        self.directory.recorded = True
         return True
+
+    def record(self) -> None:
+        """Write ``plan.partial.json``: what each step's output in the directory is."""
+        doc = {"schema_version": 1, "complete": False, "steps": list(self.records.values())}
+        write_text_atomic(self.out / PARTIAL, json.dumps(doc, indent=2) + "\n")
+
+    def finish(self, plan_json: str) -> None:
+        """Write ``plan.json`` (the complete plan) and drop the partial record."""
+        write_text_atomic(self.out / MARKER, plan_json)
+        (self.out / PARTIAL).unlink(missing_ok=True)
+
+
+def to_record(step: PlanStep) -> dict[str, Any]:
+    """A step as ``plan.json`` and ``plan.partial.json`` list it."""
+    return {f: getattr(step, f) for f in PlanStep.__dataclass_fields__}
 
 
 def read_document(path: Path) -> Any:
     """A step's JSON document."""
-    return json.loads(path.read_text())
+    return parse_json(read_regular_text(path, "plan step document"), str(path))
+
+
+_Result = TypeVar("_Result")
+
+
+def read_result(
+    doc: Mapping[str, Any], path: Path, from_json: Callable[[Mapping[str, Any]], _Result]
+) -> _Result:
+    """A step's document (read from ``path``) as its result class; a document that is not one
+    (edited, or another version's) is one line naming the file."""
+    try:
+        return from_json(doc)
+    except InputError as e:
+        raise FcctlInputError(f"{path}: {e}") from None
 
 
 def read_plan(out: str | Path) -> Mapping[str, Any]:
@@ -267,24 +469,30 @@ def read_plan(out: str | Path) -> Mapping[str, Any]:
     path = Path(out) / MARKER
     if not path.is_file():
         raise FcctlInputError(f"{out}: no {MARKER}: not an fcctl plan directory")
-    doc: Mapping[str, Any] = json.loads(path.read_text())
+    doc: Mapping[str, Any] = parse_json(read_regular_text(path, "plan record"), str(path))
     return doc
 
 
 __all__ = [
     "FILES",
     "MARKER",
+    "PARTIAL",
     "PLAN_POLICIES",
     "STEP_WEIGHTS",
+    "PlanDirectory",
     "PlanResult",
     "PlanRunner",
     "PlanStep",
     "check_plan_dir",
+    "content_digest",
     "decision_of",
     "file_identity",
     "fingerprint",
+    "plan_directory",
     "read_document",
     "read_plan",
+    "read_result",
     "summary_lines",
     "target_rate",
+    "to_record",
 ]

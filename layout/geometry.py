@@ -552,6 +552,12 @@ def geometry_from_hf_config(path: str | Path, *, max_bytes: int = MAX_CONFIG_BYT
         raise LayoutError(f"{where}: model config is not UTF-8 text: {e.reason}") from None
     except json.JSONDecodeError as e:
         raise LayoutError(f"{where}:{e.lineno}: model config is not valid JSON: {e.msg}") from None
+    except RecursionError:  # brackets nested past the parser's depth
+        raise LayoutError(
+            f"{where}: model config is not usable JSON: nested deeper than the parser allows"
+        ) from None
+    except ValueError as e:  # an integer past CPython's 4300-digit conversion limit
+        raise LayoutError(f"{where}: model config is not usable JSON: {e}") from None
     if not isinstance(raw, dict):
         raise LayoutError(f"{where}: model config must be a JSON object; got {type(raw).__name__}")
     text_config = raw.get("text_config")

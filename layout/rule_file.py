@@ -56,6 +56,12 @@ def read_rule(path: str | os.PathLike[str]) -> PlacementRule:
         ) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise InputError(f"{p}: not valid TOML ({e})", parameter="thresholds") from None
+    except RecursionError:  # arrays or tables nested past the parser's depth
+        raise InputError(
+            f"{p}: not usable TOML: nested deeper than the parser allows", parameter="thresholds"
+        ) from None
+    except ValueError as e:  # an integer past CPython's 4300-digit conversion limit
+        raise InputError(f"{p}: not usable TOML: {e}", parameter="thresholds") from None
     return rule_from_mapping(data, str(p))
 
 

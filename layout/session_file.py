@@ -611,6 +611,17 @@ class SessionFile:
         )
 
 
+def is_session_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a regular file that starts as an FC-CIO session file does (either
+    header slot's magic), damaged or not: what a store may reclaim as its own."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SLOT_BYTES + len(MAGIC))
+    except OSError:
+        return False
+    return head[:8] == MAGIC or head[SLOT_BYTES : SLOT_BYTES + 8] == MAGIC
+
+
 def _commit_recovered(fd: int, path: Path, header: Header) -> Header:
     """Write the recovered state as a CLEAN header into the slot that does *not* hold the header
     it was recovered from (generation + 1), so a torn write here still leaves that one."""
@@ -803,7 +814,14 @@ def _recover(
         except CorruptSessionFile as e:
             failures.append(f"header generation {header.generation}: {e}")
             continue
-        extra, end, tokens, crc = _intact_chain(fd, path, header, size)
+        extra: list[TurnRecord]
+        if header.state == STATE_CLEAN and not failures:
+            # The last append committed and both slots check: nothing can follow its end of
+            # data (a segment written without its commit leaves the header WRITING), so the
+            # pre-allocated space past it is not read (on a cold cache, most of an open).
+            extra, end, tokens, crc = [], header.data_end, header.token_count, header.index_crc32
+        else:
+            extra, end, tokens, crc = _intact_chain(fd, path, header, size)
         changed = header.state != STATE_CLEAN or bool(extra)
         recovered = replace(
             header,

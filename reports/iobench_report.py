@@ -86,11 +86,23 @@ def checksum_line(result: IobenchResult) -> str:
 def render_table(
     result: IobenchResult, *, file: IO[str] | None = None, width: int | None = None
 ) -> None:
-    from rich import box
+    """The summary onto ``file`` (``width`` columns), or onto stdout: a terminal's width, and
+    a pipe's as wide as the table needs (:func:`~fcctl.reports.console.print_rendered`)."""
+    if file is None:
+        from .console import print_rendered
+
+        print_rendered(lambda console: render_summary(result, console))
+        return
     from rich.console import Console
+
+    render_summary(result, Console(file=file, width=width))
+
+
+def render_summary(result: IobenchResult, console: Any) -> None:
+    """The table and the sentences under it, onto a rich ``console``."""
+    from rich import box
     from rich.table import Table
 
-    console = Console(file=file or sys.stdout, width=width)
     wl, engine = result.workload, result.engine
     gds = ", GDS " + ("yes" if engine.gds else "no (compat)") if engine.gds_capable else ""
     title = (

@@ -150,7 +150,7 @@ def render_summary(result: RecommendResult, console: Console) -> None:
 
 def print_summary(result: RecommendResult) -> None:
     """The summary on stdout; piped output gets whole lines without rich's padding."""
-    print_rendered(lambda console: render_summary(result, console), width=160)
+    print_rendered(lambda console: render_summary(result, console))
 
 
 def check_recommend_out_dir(out: Path, *, force: bool) -> None:

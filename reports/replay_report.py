@@ -138,7 +138,7 @@ def render_summary(result: ReplayResult, console: Console) -> None:
 def print_summary(result: ReplayResult) -> None:
     """The summary on stdout; piped output loses rich's padding at the line ends."""
     # A pipe: the whole table, one line per row.
-    print_rendered(lambda console: render_summary(result, console), width=150)
+    print_rendered(lambda console: render_summary(result, console))
 
 
 def check_replay_out_dir(out: Path, *, force: bool) -> None:

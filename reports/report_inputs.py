@@ -4,12 +4,16 @@ An input is a ``--json`` document or an ``--out`` directory of ``analyze``, ``io
 ``replay`` or ``recommend-thresholds``. A document names its command by a ``command`` key when
 it has one; otherwise by the keys only that command writes (:data:`KINDS`, checked in order):
 
-| command | its document has | ``--out`` file |
+| command | its document has | ``--out`` file (``fcctl plan``'s) |
 |---|---|---|
 | ``recommend-thresholds`` | ``recommendation`` and ``grid`` | ``recommend.json`` |
 | ``replay`` | ``rates`` and ``ideal_hit_share``, no ``grid`` | ``replay.json`` |
 | ``iobench`` | ``layouts`` and ``fio`` | ``iobench.json`` |
-| ``analyze`` | ``verdict`` and ``reuse_distance`` | ``analysis.json`` |
+| ``analyze`` | ``verdict`` and ``reuse_distance`` | ``analysis.json`` (``analyze.json``) |
+
+A plan's directory, or its ``plan.json``, stands for the step documents beside it. ``fcctl
+synth``'s ``synth.json`` describes a trace and measures nothing: it is refused with a line
+that says what to run on it.
 
 Replay and recommend follow the key lists of issues #8 and #9 until those commands land.
 Every value the page reads goes through :class:`Node`, so a document that lacks a key or holds
@@ -54,6 +58,12 @@ class Kind:
     out_file: str
     has: tuple[str, ...]
     lacks: tuple[str, ...] = ()
+    #: The name ``fcctl plan`` gives the same document in its directory, when another.
+    plan_file: str | None = None
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return (self.out_file,) if self.plan_file is None else (self.out_file, self.plan_file)
 
     def matches(self, doc: dict[str, Any]) -> bool:
         return all(k in doc for k in self.has) and not any(k in doc for k in self.lacks)
@@ -64,8 +74,12 @@ KINDS: tuple[Kind, ...] = (
     Kind("recommend-thresholds", "recommend.json", ("recommendation", "grid")),
     Kind("replay", "replay.json", ("rates", "ideal_hit_share"), lacks=("grid",)),
     Kind("iobench", "iobench.json", ("layouts", "fio")),
-    Kind("analyze", "analysis.json", ("verdict", "reuse_distance")),
+    Kind("analyze", "analysis.json", ("verdict", "reuse_distance"), plan_file="analyze.json"),
 )
+#: ``fcctl plan``'s own document, and the keys that tell it and synth.json apart.
+PLAN_FILE = "plan.json"
+_PLAN_KEYS = ("decision", "steps", "out_dir")
+_SYNTH_KEYS = ("profile", "partition_rows", "parts")
 COMMANDS = tuple(k.command for k in KINDS)
 #: The input kind of a trace the FlatCake adapters recorded (not a command's document).
 MONITORS = "monitors"
@@ -202,6 +216,11 @@ class Input:
 
 
 def _identify(doc: dict[str, Any], where: str) -> str | None:
+    if all(k in doc for k in _SYNTH_KEYS):
+        raise ReportInputError(
+            f"{where}: the description of a trace that fcctl synth wrote, not a measurement; "
+            "report the output of fcctl analyze, replay or plan run on its directory"
+        )
     named = doc.get("command")
     if isinstance(named, str):
         command = _ALIASES.get(named, named)
@@ -268,10 +287,14 @@ def read_document(file: Path, directory: Path | None = None) -> Input:
 def read_input(path: Path) -> list[Input]:
     """The documents of one INPUT: a JSON file, or an ``--out`` directory's known JSON files."""
     where = display_path(path)
+    if path.is_file() and path.name == PLAN_FILE and _is_plan(path):
+        path = path.parent  # a plan's document: the step documents beside it
     if path.is_dir():
-        known = [path / k.out_file for k in KINDS if (path / k.out_file).is_file()]
+        known = [path / n for k in KINDS for n in k.files if (path / n).is_file()]
         if known:
             return [read_document(f, path) for f in known]
+        if (path / "synth.json").is_file():
+            read_document(path / "synth.json")  # refused, saying what it is
         # Any other JSON file at the top may still be one (a renamed document): recognised by
         # its keys; unrecognised ones are left alone, since a directory may hold anything.
         found = []
@@ -281,7 +304,7 @@ def read_input(path: Path) -> list[Input]:
             except ReportInputError:
                 continue
         if not found:
-            names = ", ".join(k.out_file for k in KINDS)
+            names = ", ".join(n for k in KINDS for n in k.files)
             raise ReportInputError(
                 f"{where}: directory holds no fcctl document (looked for {names} and any "
                 "*.json with a command's keys)"
@@ -294,6 +317,15 @@ def read_input(path: Path) -> list[Input]:
         doc = {"schema_version": 1, "monitors": read_monitors(path)}
         return [Input(MONITORS, path, where, Node(doc, where), None)]
     return [read_document(path)]
+
+
+def _is_plan(file: Path) -> bool:
+    """Whether ``file`` parses as ``fcctl plan``'s own document (its keys)."""
+    try:
+        doc = json.loads(read_regular(file, "report input", error=ReportInputError))
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and all(k in doc for k in _PLAN_KEYS)
 
 
 def check_same_trace(inputs: dict[str, Input], *, allow_mixed: bool) -> bool:

@@ -10,6 +10,7 @@ the caller's function (:mod:`fcctl.reports.format`), so they read like the table
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -201,6 +202,20 @@ def _axes(f: _Frame, x_ticks: list[tuple[float, str]], y_ticks: list[float]) -> 
     )
 
 
+def _one_value(values: Sequence[float]) -> bool:
+    """Whether ``values`` hold one finite value, however often."""
+    finite = {v for v in values if math.isfinite(v)}
+    return len(finite) == 1
+
+
+def _around(v: float, log: bool) -> tuple[float, float]:
+    """An axis range with ``v`` in its middle."""
+    if log and v > 0:
+        return v / 2, v * 2
+    half = abs(v) / 2 or 1.0
+    return v - half, v + half
+
+
 def line_chart(
     name: str,
     title: str,
@@ -214,6 +229,13 @@ def line_chart(
     ys = [float(v) for s in series for v in s.ys] + [r.y for r in refs]
     x_lo, x_hi = _range(xs, x, zero=False)
     y_lo, y_hi = _range(ys, y, zero=True)
+    one_x = _one_value(xs) and x.lo is None and x.hi is None
+    if one_x:
+        # Every point at one x: no line to draw, and an axis stretched to the right of the
+        # point would read as a trend; the points sit in the middle over their one tick.
+        only = next(v for v in xs if math.isfinite(v))
+        x_lo, x_hi = _around(only, x.log)
+        series = [dataclasses.replace(s, kind="points") for s in series]
     colors = [s.color or PALETTE[i % len(PALETTE)] for i, s in enumerate(series)]
     ref_color = "#555555"
     legend, top = _legend(
@@ -221,7 +243,9 @@ def line_chart(
         + [(r.name, ref_color, True) for r in refs]
     )
     f = _Frame(x, y, x_lo, x_hi, y_lo, y_hi, top)
-    x_ticks = log_ticks(x_lo, x_hi, x.base) if x.log else linear_ticks(x_lo, x_hi)
+    x_ticks = (
+        [xs[0]] if one_x else (log_ticks(x_lo, x_hi, x.base) if x.log else linear_ticks(x_lo, x_hi))
+    )
     y_ticks = log_ticks(y_lo, y_hi, y.base) if y.log else linear_ticks(y_lo, y_hi)
     _axes(f, [(f.px(v), x.fmt(v)) for v in x_ticks], y_ticks)
     for r in refs:
@@ -331,6 +355,35 @@ def _ramp(t: float) -> tuple[str, bool]:
     return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}", t > 0.55
 
 
+#: The least spread of a heat map's colour scale, as a share of its largest value: cells that
+#: differ by less (TTFT 4.77 s against 4.79 s) are shades around the middle of the ramp, not
+#: navy against white. A tenth is the replay decision's default TTFT margin (10 %).
+HEAT_MIN_RELATIVE_SPAN = 0.1
+
+
+def heat_shades(
+    cells: dict[tuple[int, int], float],
+    fmt: Callable[[float], str],
+    min_relative_span: float = HEAT_MIN_RELATIVE_SPAN,
+) -> dict[tuple[int, int], float]:
+    """Each cell's place on the colour ramp (0..1), from the value its label shows.
+
+    Cells whose labels read alike share one colour (the mean of their values stands for
+    them), so the colours show no difference the labels cannot; the scale spans the shown
+    values, but never less than ``min_relative_span`` of the largest magnitude, centred."""
+    labels = {k: fmt(v) for k, v in cells.items()}
+    groups: dict[str, list[float]] = {}
+    for k, v in cells.items():
+        groups.setdefault(labels[k], []).append(v)
+    shown = {label: sum(vs) / len(vs) for label, vs in groups.items()}
+    if not shown:
+        return {}
+    lo, hi = min(shown.values()), max(shown.values())
+    span = max(hi - lo, min_relative_span * max(abs(lo), abs(hi)))
+    middle = (lo + hi) / 2
+    return {k: 0.5 if span == 0 else 0.5 + (shown[labels[k]] - middle) / span for k in cells}
+
+
 def heat_map(
     name: str,
     title: str,
@@ -345,14 +398,13 @@ def heat_map(
     """A grid of coloured cells, each labelled with its value; ``mark`` outlines one cell.
 
     ``cells`` maps (x index, y index) to the value; a missing cell is left blank (hatched)."""
-    vals = list(cells.values())
-    lo, hi = (min(vals), max(vals)) if vals else (0.0, 1.0)
+    shade = heat_shades(cells, fmt)
     f = _Frame(Axis(x_label), Axis(y_label), 0.0, 1.0, 0.0, 1.0, TOP)
     cw = f.plot_w / max(1, len(x_labels))
     ch = f.plot_h / max(1, len(y_labels))
     body = []
     for (i, j), v in sorted(cells.items()):
-        fill, white = _ramp(0.5 if hi == lo else (v - lo) / (hi - lo))
+        fill, white = _ramp(shade[(i, j)])
         x0, y0 = LEFT + cw * i, f.top + f.plot_h - ch * (j + 1)
         text = escape(fmt(v))
         body.append(

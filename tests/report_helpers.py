@@ -46,6 +46,12 @@ def fcctl(*args: str | os.PathLike[str], cwd: Path | None = None) -> subprocess.
     )
 
 
+def tiny_iobench(scratch: str) -> list[str]:
+    """A real iobench of two sessions of 256 tokens in ``scratch`` (fio for 0.1 s if present)."""
+    fio = ["--fio-runtime", "0.1"] if shutil.which("fio") else ["--no-fio"]
+    return ["iobench", "--dir", scratch, "--sessions", "2", "--tokens", "256", "--turns", "2", *fio]
+
+
 def make_samples(root: Path) -> Samples:
     """analyze of the Claude Code sample and a tiny iobench (fio if installed) in ``root``."""
     # From the repository root with the relative name, so the page names the trace as the
@@ -54,23 +60,7 @@ def make_samples(root: Path) -> Samples:
     assert a.returncode == 0, a.stderr
     scratch = root / "scratch"
     scratch.mkdir()
-    fio = ["--fio-runtime", "0.1"] if shutil.which("fio") else ["--no-fio"]
-    io = fcctl(
-        "iobench",
-        "--dir",
-        scratch,
-        "--sessions",
-        "2",
-        "--tokens",
-        "256",
-        "--turns",
-        "2",
-        "--concurrency",
-        "1,4",
-        *fio,
-        "--out",
-        root / "iobench",
-    )
+    io = fcctl(*tiny_iobench(str(scratch)), "--concurrency", "1,4", "--out", root / "iobench")
     assert io.returncode == 0, io.stderr
     return Samples(root / "analyze", a.stdout, root / "iobench", io.stdout)
 

@@ -6,15 +6,18 @@ Each test mounts a real small tmpfs (we run as root in CI; skipped where mountin
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, SAMPLES
+from tests.plan_helpers import tmpfs
 
 MOONCAKE = SAMPLES / "mooncake_conversation_2k.jsonl"
 
@@ -22,26 +25,13 @@ MOONCAKE = SAMPLES / "mooncake_conversation_2k.jsonl"
 @pytest.fixture
 def tiny_fs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
     """Mount a tmpfs of the given size (``"64k"``) under ``tmp_path``; unmounted after."""
-    mounts: list[Path] = []
+    names = itertools.count()
+    with ExitStack() as mounts:
 
-    def mount(size: str) -> Path:
-        where = tmp_path / f"fs{len(mounts)}"
-        where.mkdir()
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-        mounts.append(where)
-        return where
+        def mount(size: str) -> Path:
+            return mounts.enter_context(tmpfs(tmp_path / f"fs{next(names)}", size))
 
-    try:
         yield mount
-    finally:
-        for where in mounts:
-            subprocess.run(["umount", str(where)], check=False)
 
 
 def fcctl(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess:
@@ -106,6 +96,8 @@ def test_recommend_out_and_emit_on_a_full_disk(tiny_fs, tmp_path):
     done = fcctl(*args, "--out", tmp_path / "r", "--emit", fs / "e", cwd=tmp_path)
     assert_run_failed(done, f"--emit {fs / 'e'}")
     assert list(fs.iterdir()) == []
+    # --out fitted, but it is half of what was asked: the two go together or not at all.
+    assert not (tmp_path / "r").exists()
 
 
 def test_synth_parts_on_a_full_disk(tiny_fs, tmp_path):

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from fcctl.analyzers.recommend import RecommendResult
+from fcctl.analyzers.replay import RateResult, ReplayResult
 from fcctl.cli import app
+from fcctl.common.errors import FcctlInputError
+from fcctl.common.jsonio import dumps
 from fcctl.planning import decision_of, read_plan, target_rate
 from tests.conftest import SAMPLES
 
@@ -50,7 +55,8 @@ def test_plan_writes_every_step_and_starts_with_the_decision(planned: Path) -> N
     # The user's point is the replay's operating point, decided first; the sweep ran too.
     assert replay["operating_point"]["rate"] == 2.0 and len(replay["rates"]) >= 2
     assert doc["decision"]["best"] == replay["operating_point"]["decision"]["best"]
-    assert doc["decision"] == decision_of(replay) | {"by_load": doc["decision"]["by_load"]}
+    typed = ReplayResult.from_json(replay)
+    assert doc["decision"] == decision_of(typed) | {"by_load": doc["decision"]["by_load"]}
     rec = json.loads((planned / "recommend.json").read_text())
     assert rec["recommendation"]["rate"] == 2.0
     text = (planned / "emit" / "fcs" / "thresholds.toml").read_text()
@@ -65,6 +71,8 @@ def test_resume_skips_unchanged_steps_and_reruns_from_a_change(planned: Path) ->
     assert r.exit_code == 0, r.output
     steps = {s["name"]: s["status"] for s in read_plan(planned)["steps"]}
     assert set(steps.values()) == {"reused"}
+    # Decided from the documents read back: the same summary as the run that wrote them.
+    assert r.stdout == (planned / "stdout.txt").read_text()
     assert (planned / "analyze.json").stat().st_mtime_ns == before["analyze.json"]
     # Another operating point: analyze is reused, replay and everything after it run again.
     r = _plan(MOONCAKE, "-o", str(planned), "--jobs", "1", "--rate", "1.5", "--resume")
@@ -87,24 +95,35 @@ def test_plan_refuses_what_it_would_damage(tmp_path: Path) -> None:
     assert r.exit_code == 2
 
 
-def test_target_rate_rule() -> None:
-    def point(rate: float, best: str, sat: bool) -> dict:  # type: ignore[type-arg]
-        return {
-            "rate": rate,
-            "concurrency": None,
-            "decision": {"best": best},
-            "policies": {"flat": {"saturated": sat}},
-        }
+def test_target_rate_rule(planned: Path) -> None:
+    base = ReplayResult.from_json(json.loads((planned / "replay.json").read_text()))
+    flat = base.rates[0].policies["flat"]
 
-    doc = {
-        "rates": [point(1, "none", False), point(2, "flat", False), point(4, "flat", True)],
-        "divergence_rate": 2.0,
-        "operating_point": None,
-    }
+    def point(rate: float, best: str, sat: bool) -> RateResult:
+        decision = dataclasses.replace(base.rates[0].decision, best=best)
+        return RateResult(rate, {"flat": dataclasses.replace(flat, saturated=sat)}, decision)
+
+    doc = dataclasses.replace(
+        base,
+        rates=(point(1, "none", False), point(2, "flat", False), point(4, "flat", True)),
+        divergence_rate=2.0,
+        operating_point=None,
+    )
     assert target_rate(doc, 3.0) == (3.0, "your operating point")
     assert target_rate(doc, None)[0] == 2.0
-    doc["divergence_rate"] = None
+    doc = dataclasses.replace(doc, divergence_rate=None)
     assert target_rate(doc, None)[0] == 2.0  # the highest unsaturated
-    for p in doc["rates"]:
-        p["policies"]["flat"]["saturated"] = True
+    doc = dataclasses.replace(doc, rates=tuple(point(r, "flat", True) for r in (1, 2, 4)))
     assert target_rate(doc, None)[0] == 1.0
+
+
+def test_step_documents_read_back_into_their_result_classes(planned: Path) -> None:
+    for cls, name in ((ReplayResult, "replay.json"), (RecommendResult, "recommend.json")):
+        text = (planned / name).read_text()
+        result = cls.from_json(json.loads(text))
+        assert dumps(result) + "\n" == text  # every key and value, in the document's order
+    rec = RecommendResult.from_json(json.loads((planned / "recommend.json").read_text()))
+    with pytest.raises(ValueError, match="facts: a recommendation read back"):
+        rec.facts  # noqa: B018
+    with pytest.raises(FcctlInputError, match="schema_version"):
+        ReplayResult.from_json({"schema_version": 1})

@@ -4,8 +4,10 @@ recommender): the workload built once without the hash lists, and a run that fre
 from __future__ import annotations
 
 import gc
+from dataclasses import fields
 
 import numpy as np
+import polars as pl
 
 from fcctl.analyzers.replay import (
     ReplayConfig,
@@ -14,17 +16,20 @@ from fcctl.analyzers.replay import (
     simulation_workload,
     workers_of,
 )
+from fcctl.analyzers.traces.fingerprint import trace_fingerprint
 from fcctl.common.jsonio import dumps
 from tests.replay_helpers import TINY, random_session_trace, tiny_node
 
 
-def test_simulation_workload_drops_the_hash_lists_and_simulates_the_same() -> None:
+def test_simulation_workload_keeps_no_trace_table_and_simulates_the_same() -> None:
     trace = random_session_trace(3)
     hw = tiny_node()
     light = simulation_workload(trace, TINY, hw)
     full = build_workload(trace, TINY, workers_of(TINY, hw))
     assert "hash_ids" in trace.requests.columns  # the caller's trace is left as it was
-    assert "hash_ids" not in light.trace.requests.columns
+    # The workload holds arrays and the trace's identity, none of its table.
+    assert not any(isinstance(getattr(light, f.name), pl.DataFrame) for f in fields(light))
+    assert (light.path, light.fingerprint) == (trace.path, trace_fingerprint(trace))
     assert light.workers == full.workers == 2
     assert np.array_equal(light.block, full.block) and light.num_blocks == full.num_blocks
     config = ReplayConfig(TINY, hw, policies=("flat",), rates=(1.0,))

@@ -524,7 +524,7 @@ def test_mla_tp8_reads_the_same_bytes_in_tiered_and_flat() -> None:
             row = p.table.row(1, named=True)
             got[(tp, policy)] = (row["ssd_read_bytes"], row["ssd_read_commands"])
             assert row["ssd_blocks"] == 64
-        sim = Simulation(w, hw, POLICIES["tiered"], rate=1.0, seed=0, store_factory=FastStore)
+        sim = Simulation(w, config.spec, POLICIES["tiered"], rate=1.0, store_factory=FastStore)
         got[(tp, "copy_s")] = sim.copy_s(64)
         got[(tp, "block_bytes")] = w.block_bytes
     # The latent is stored once: the same node bytes whatever tp, in both layouts.

@@ -12,9 +12,11 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from typer.testing import CliRunner
 
@@ -215,18 +217,18 @@ def test_a_worker_that_keeps_dying_is_one_line_exit_1(claude: Any) -> None:
     import cloudpickle
     import dask
 
-    from fcctl.analyzers.replay import ReplayConfig, load_hardware, simulation_workload
+    from fcctl.analyzers.replay import RunSpec, load_hardware, simulation_workload
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # _die runs on the workers
     try:
         w = simulation_workload(claude, fcctl.geometry(), load_hardware(None))
-        config = ReplayConfig(geometry=fcctl.geometry(), hardware=load_hardware(None))
+        spec = RunSpec(geometry=fcctl.geometry(), hardware=load_hardware(None))
         with (
             dask.config.set({"distributed.scheduler.allowed-failures": 0}),
             pytest.raises(RunFailed) as failed,
             open_runner(w, _die, Execution("dask", None, None, 2 << 30)) as runner,
         ):
-            runner.run([SimTask(config, "flat", 1.0)], lambda i, r: None)
+            runner.run([SimTask(spec, "flat", 1.0)], lambda i, r: None)
     finally:
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     message = str(failed.value)
@@ -263,11 +265,12 @@ def test_plan_refuses_a_bad_engine_before_any_step(tmp_path: Path) -> None:
     assert not (tmp_path / "plan").exists()
 
 
-def test_workers_share_the_workload_through_files_removed_at_the_end(
+def test_workers_share_the_workload_through_files_without_a_name(
     mooncake: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The workload's large arrays go to the workers as one copy in shared files (not pickled
-    through pipes, nor with the trace's hash lists), removed when the runner closes."""
+    through pipes, nor with the trace's hash lists), which have no name in /dev/shm at any
+    time: nothing a killed run could leave there."""
     import glob
     import tempfile
 
@@ -277,27 +280,29 @@ def test_workers_share_the_workload_through_files_removed_at_the_end(
 
     geo = model_geometry("llama-3.1-8b")
     w = simulation_workload(mooncake, geo, load_hardware(None))
-    assert "hash_ids" not in w.trace.requests.columns
+    assert not any(isinstance(getattr(w, f.name), pl.DataFrame) for f in fields(w))
     assert w.block.nbytes < SHARED_ARRAY_BYTES  # a small trace: every array pickled
     none = _SharedWorkload(w)
-    assert none.paths == {} and none.directory is None
-    shared = _SharedWorkload(w, min_bytes=w.offsets.nbytes)
-    try:
-        assert shared.directory is not None and {"block", "offsets"} <= set(shared.paths)
-        assert shared.rest.block.shape[0] == 0  # the big arrays are not in what is pickled
-        back = shared.load()
-        assert (back.block == w.block).all() and (back.offsets == w.offsets).all()
-        directory = shared.directory
-    finally:
-        shared.close()
-    assert not os.path.exists(directory)
-    # Through a replay with two workers, a good run and a bad one: nothing left behind.
+    assert none.fds == {}
     where = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
     before = set(glob.glob(os.path.join(where, "fcctl-workload-*")))
+    shared = _SharedWorkload(w, min_bytes=w.offsets.nbytes)
+    try:
+        assert {"block", "offsets"} <= set(shared.fds)
+        assert set(glob.glob(os.path.join(where, "fcctl-workload-*"))) == before  # no names
+        for fd in shared.fds.values():
+            assert os.fstat(fd).st_nlink == 0  # a file without a name
+        assert shared.rest.block.shape[0] == 0  # the big arrays are not in what is pickled
+        back = shared.load()
+    finally:
+        shared.close()
+    # Mapped before the descriptors closed, the arrays are still there.
+    assert (back.block == w.block).all() and (back.offsets == w.offsets).all()
+    # Through a replay with two workers: the same figures, every array through the files.
     monkeypatch.setattr("fcctl.analyzers.replay.parallel.SHARED_ARRAY_BYTES", 1)
     shared_one = fcctl.replay(mooncake, rates="2", policies="memory-only,flat", jobs=1)
     shared_two = fcctl.replay(mooncake, rates="2", policies="memory-only,flat", jobs=2)
-    assert _figures(shared_one) == _figures(shared_two)  # every array went through the files
+    assert _figures(shared_one) == _figures(shared_two)
     assert set(glob.glob(os.path.join(where, "fcctl-workload-*"))) == before
 
 

@@ -104,7 +104,7 @@ def test_the_decision_is_replays_at_the_operating_point(
     # analyze's load-free verdict is not stated beside it (it may contradict the replay's).
     assert analyze["verdict"]["layout"] == "flat" and best != "flat"
     assert "Verdict" not in text and "flat at" not in text
-    assert "Without load, the trace has" in text
+    assert "Without load, a 256 GiB memory tier serves" in text
     # Alone, analyze's verdict is the decision.
     alone = tmp_path / "a.html"
     r = runner.invoke(app, ["report", str(docs["analyze"]), "-o", str(alone)])

@@ -273,19 +273,25 @@ COMMANDS = [
 ]
 
 
+def start(case: Case) -> subprocess.Popen:
+    """``fcctl`` with ``case``'s arguments, in its own process group (so a SIGINT to the group
+    reaches all of it, as a terminal's Ctrl-C does), stdout and stderr piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "fcctl", *map(str, case.args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        cwd=case.workdir,
+        start_new_session=True,
+    )
+
+
 def interrupt_mid_run(case: Case, sig: signal.Signals, attempts: int = 3):
     """Run ``case``, signal it once ready; the finished process, its stderr, and the
     descendants and multiprocessing workers it had when signalled."""
     for _ in range(attempts):
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fcctl", *map(str, case.args)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(),
-            cwd=case.workdir,
-            start_new_session=True,  # its own group: SIGINT goes to all of it, as Ctrl-C does
-        )
+        proc = start(case)
         try:
             deadline = time.monotonic() + 120
             while proc.poll() is None and time.monotonic() < deadline:
@@ -400,3 +406,120 @@ def test_an_interrupt_wrapped_by_a_c_extension_is_still_an_interrupt(tmp_path):
         assert done.exit_code == status, done.output
         assert done.output.strip() == line
         assert list(tmp_path.iterdir()) == []
+
+
+def _shm_mappings(processes: list) -> set[str]:
+    """The /dev/shm files the ``processes`` map: multiprocessing's semaphores
+    (``/dev/shm/sem.*``) and shared arrays (``/dev/shm/... (deleted)`` once nameless)."""
+    found: set[str] = set()
+    for p in processes:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{p.pid}/maps").read_text().splitlines():
+                path = line.split(maxsplit=5)[5] if len(line.split(maxsplit=5)) == 6 else ""
+                if path.startswith("/dev/shm/"):
+                    found.add(path)
+    return found
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm")
+def test_sigkill_of_the_parent_leaves_no_workers_files_or_semaphores(tmp_path, synth_trace):
+    """SIGKILL runs no cleanup in fcctl: its workers and their fork server end by themselves
+    (the kernel's parent-death signal, a watch of the parent as the fallback), the shared
+    arrays never had a name in /dev/shm, and the semaphores go with the last process holding
+    them (issue #36, item 10)."""
+    shm = Path("/dev/shm")
+    before = {p.name for p in shm.iterdir()}
+    case = _case("recommend-thresholds", tmp_path, synth_trace, synth_trace)
+    proc = start(case)
+    try:
+        deadline = time.monotonic() + 120
+        mapped: set[str] = set()
+        while time.monotonic() < deadline and proc.poll() is None:
+            workers = spawned_workers(proc.pid)
+            mapped = _shm_mappings(workers)
+            # Both workers run and have mapped the workload: mid-simulation.
+            if len(workers) >= 2 and all(
+                any(not m.startswith("/dev/shm/sem.") for m in _shm_mappings([w])) for w in workers
+            ):
+                break
+            time.sleep(0.01)
+        assert proc.poll() is None, "the run ended before both workers mapped the workload"
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        mapped |= _shm_mappings([psutil.Process(proc.pid), *tree])
+        names = {p.name for p in shm.iterdir()} - before
+        assert not [n for n in names if n.startswith("fcctl-workload-")], names
+        semaphores = {m for m in mapped if m.startswith("/dev/shm/sem.")}
+        assert semaphores, mapped  # the workers' queues' semaphores: what must not be left
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert_none_left(tree, "processes of the killed run")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(Path(s).exists() for s in semaphores):
+            time.sleep(0.05)
+        assert [s for s in semaphores if Path(s).exists()] == [], "semaphores left in /dev/shm"
+        left = {p.name for p in shm.iterdir()} - before
+        assert not [n for n in left if n.startswith("fcctl-workload-")], left
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=60)  # reaped, its pipes closed
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name
+)
+def test_a_command_interrupted_in_process_leaves_the_signals_as_it_found_them(sig):
+    """A command run inside a Python process (typer's CliRunner, ``app()`` from a notebook) and
+    interrupted by a real signal once left SIGINT, SIGTERM and SIGHUP ignored in that process:
+    ignoring them is right only for the CLI process about to exit. Then pytest itself could no
+    longer be stopped with Ctrl-C (issue #36, item 13)."""
+    import typer
+    from typer.testing import CliRunner
+
+    from fcctl.errors import cli_errors
+    from tests.conftest import SignalState
+
+    demo = typer.Typer()
+
+    @demo.command("demo")
+    @cli_errors
+    def demo_command() -> None:
+        os.kill(os.getpid(), sig)  # a real signal, as a user's Ctrl-C or kill sends
+        time.sleep(30)  # interrupted at once: the handler raises here
+
+    @demo.command("other")
+    def other() -> None:
+        pass
+
+    before = SignalState.now()
+    done = CliRunner().invoke(demo, ["demo"])
+    assert done.exit_code == (130 if sig == signal.SIGINT else 128 + sig), done.output
+    assert done.output.strip().startswith("fcctl: interrupted")
+    assert SignalState.now() == before
+
+
+@pytest.mark.parametrize("after_s", [None, 0.0, 5.0], ids=["starting", "started", "running"])
+def test_sigterm_to_replay_on_a_local_dask_cluster_is_one_line(tmp_path, after_s):
+    """``replay --engine dask`` SIGTERMed while its local cluster starts (its first worker
+    process exists), once every worker runs, and some seconds into the simulations: exit 143,
+    stderr the one line, no process of the cluster left. A traceback from distributed (a
+    half-started cluster closed at exit; a scheduler handler's ``KeyError`` for a worker already
+    gone) once followed the line in two runs of three (issue #36, item 9)."""
+    pytest.importorskip("distributed")
+    args = ["replay", MOONCAKE, "--rates", "0.5,2", "--engine", "dask", "--memory-budget", "4GiB"]
+
+    def ready(pid: int) -> bool:
+        workers = spawned_workers(pid)
+        if after_s is None:
+            return len(workers) >= 1
+        if len(workers) < min(2, len(os.sched_getaffinity(0))):
+            return False
+        started.setdefault("at", time.monotonic())
+        return time.monotonic() - started["at"] >= after_s
+
+    started: dict[str, float] = {}
+    case = Case(args, ready, tmp_path, [])
+    proc, err, descendants, _ = interrupt_mid_run(case, signal.SIGTERM)
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines() == ["fcctl: interrupted by SIGTERM"], err
+    assert_none_left(descendants)

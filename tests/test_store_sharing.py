@@ -74,12 +74,14 @@ def test_a_second_store_of_the_same_rank_is_refused_and_the_first_keeps_its_kv(
     with _store(tmp_path, rank=1) as other:
         _write(other, "chat-1", seed=2)
     first.close()
-    # Closed, the (node, rank) is free again; a file an earlier store left is never replaced.
+    # Closed, the (node, rank) is free again; the file an earlier store left is recovered,
+    # never replaced: its turns are not written again.
     again = _store(tmp_path)
+    assert again.recovery.sessions == ("chat-1",)
     with pytest.raises(InputError) as refused:
         again.write_turn("chat-1", 0, _kv(again, 9, 7), tokens=9, medium=Medium.SSD, now_s=1.0)
-    assert refused.value.parameter == "session" and "chat-1" in str(refused.value)
-    again.close(remove=True)
+    assert refused.value.parameter == "turn" and "chat-1" in str(refused.value)
+    again.close()
     with SessionFile.open(first.session_path("chat-1")) as left:
         for turn, data in enumerate(written):
             for layer in range(GEOMETRY.layers):
@@ -174,8 +176,9 @@ def test_close_remove_deletes_only_the_files_this_store_created(tmp_path: Path) 
         assert kept.session_id == "theirs"
     rank0.session_path("t").unlink()
     # Rank 1's files, lock and data are untouched; the directory stays while it has them.
+    path = rank1.session_path("s")
     assert sorted(p.name for p in directory.iterdir()) == sorted(
-        [rank1.session_path("s").name, "n0-r1.lock"]
+        [path.name, path.name.replace(".fccio", ".fctags"), "n0-r1.lock"]
     )
     assert np.array_equal(_restored(rank1, "s"), np.concatenate(written[1], axis=1))
     rank1.close(remove=True)

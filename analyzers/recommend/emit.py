@@ -34,6 +34,9 @@ import fcctl.layout
 from fcctl.common.errors import FcctlInputError
 from fcctl.common.outdir import atomic_out_dir
 
+from .result import RecommendResult
+from .thresholds import thresholds_source, thresholds_toml
+
 DEFAULT_NAME = "flatcake_store"
 CORE_DIR = Path(fcctl.layout.__file__).resolve().parent
 #: The modules the package is built around (paths relative to the core).
@@ -257,16 +260,30 @@ def sha256_file(path: Path) -> str:
 
 def emit_package(
     directory: Path,
+    result: RecommendResult | None = None,
     *,
     name: str = DEFAULT_NAME,
-    short_reply_tokens: int,
-    agent_context_tokens: int,
-    source: Mapping[str, Any],
-    toml_text: str,
     force: bool = False,
+    short_reply_tokens: int | None = None,
+    agent_context_tokens: int | None = None,
+    source: Mapping[str, Any] | None = None,
+    toml_text: str | None = None,
 ) -> EmitResult:
-    """Write the package ``directory/<name>/`` (module docstring); ``directory`` must be absent
-    or empty (or, with ``force``, an earlier emit of a package of this name)."""
+    """Write the package ``directory/<name>/`` (module docstring) with ``result``'s
+    recommended pair, where it came from and its ``thresholds.toml``; ``directory`` must be
+    absent or empty (or, with ``force``, an earlier emit of a package of this name).
+
+    Without a ``result`` (a pair measured elsewhere, the tests' fixed pair) the pair, its
+    ``source`` and ``toml_text`` are given instead."""
+    if result is not None:
+        short_reply_tokens = result.recommendation.short_reply_tokens
+        agent_context_tokens = result.recommendation.agent_context_tokens
+        source = thresholds_source(result)
+        toml_text = thresholds_toml(result)
+    if short_reply_tokens is None or agent_context_tokens is None:
+        raise ValueError("emit_package: give a result, or both thresholds")
+    if source is None or toml_text is None:
+        raise ValueError("emit_package: give a result, or the source and toml_text")
     check_name(name)
     copied = core_modules()
     marker = f"{name}/{MANIFEST}"

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fcctl.common.jsonio import from_document
 from fcctl.common.provenance import Provenance
 
 from ..replay import RateResult, SessionSampling
@@ -141,6 +142,23 @@ class RecommendResult:
     hardware: Mapping[str, Any]
     trace: TraceIdentity
     provenance: Provenance
-    facts: RunFacts = field(metadata=NOT_JSON, compare=False)
+    #: What the run knew beside the document (:attr:`facts`); None for a result read back from
+    #: its document (:meth:`from_json`).
+    run_facts: RunFacts | None = field(default=None, metadata=NOT_JSON, compare=False)
     #: Which sessions the sweep ran on (``--sample-sessions``); None: the whole trace.
     sampling: SessionSampling | None = None
+
+    @property
+    def facts(self) -> RunFacts:
+        """What the summary, ``--out`` and ``--emit`` say beside the JSON keys (a run's own)."""
+        if self.run_facts is None:
+            raise ValueError(
+                "facts: a recommendation read back from its document has no run facts; the "
+                "summary, --out and --emit need the run that made it"
+            )
+        return self.run_facts
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> RecommendResult:
+        """The result whose ``--json`` document is ``doc`` (``run_facts`` None)."""
+        return from_document(cls, doc, schema_version=SCHEMA_VERSION, what="recommendation")

@@ -91,8 +91,8 @@ from ..replay import (
     Hardware,
     PolicyResult,
     RateResult,
-    ReplayConfig,
     Runner,
+    RunSpec,
     SimTask,
     SimulationDisplay,
     Workload,
@@ -104,7 +104,6 @@ from ..replay import (
     run_task,
     simulation_workload,
 )
-from ..traces.fingerprint import trace_fingerprint
 from ..traces.schedule import check_rates
 from ..traces.schema import Trace
 from .grid import check_grid, default_grid
@@ -156,6 +155,11 @@ class RecommendConfig:
     engine: str = "local"
     scheduler: str | None = None
     memory_budget_bytes: int | None = None
+
+    @property
+    def spec(self) -> RunSpec:
+        """The settings every cell shares; a cell sets its own placement rule."""
+        return RunSpec(geometry=self.geometry, hardware=self.hardware, seed=self.seed)
 
 
 @dataclass(frozen=True)
@@ -232,22 +236,13 @@ class _Runner:
         self.results: dict[tuple[str, float, str], PolicyResult] = {}
         self.advance = advance
         self.reused = 0
-        self._config = config
+        self._spec = config.spec
         self._runner = runner
         self._display = display
 
     def _task(self, cell: Cell) -> SimTask:
-        c = self._config
         rule = PlacementRule(cell.short_reply_tokens, cell.agent_context_tokens)
-        config = ReplayConfig(
-            geometry=c.geometry,
-            hardware=c.hardware,
-            policies=(cell.policy,),
-            rates=(cell.rate,),
-            placement=rule,
-            seed=c.seed,
-        )
-        return SimTask(config, cell.policy, cell.rate)
+        return SimTask(dataclasses.replace(self._spec, placement=rule), cell.policy, cell.rate)
 
     def run(self, cells: Iterable[Cell]) -> None:
         todo: dict[tuple[str, float, str], Cell] = {}
@@ -497,11 +492,8 @@ def _grid_notes(
     return tuple(notes)
 
 
-def recommend_thresholds(
-    trace: Trace, config: RecommendConfig, *, progress: Progress | None = None
-) -> RecommendResult:
-    """Sweep, pick and measure misplacement on ``trace`` (rules in the module docstring)."""
-    started = utc_now()
+def _checked(config: RecommendConfig) -> tuple[Execution, tuple[float, ...], float]:
+    """Where the cells run, the rates (the target among them) and the target rate."""
     if config.objective not in OBJECTIVES:
         raise FcctlInputError(
             f"--objective: must be one of {', '.join(OBJECTIVES)}; got {config.objective!r}"
@@ -517,9 +509,13 @@ def recommend_thresholds(
         rates = tuple(sorted({*rates, target}))
     else:
         target = max(rates)
-    workload = simulation_workload(trace, config.geometry, config.hardware)
-    identity = TraceIdentity(trace.path, trace.format, workload.requests, trace_fingerprint(trace))
-    signals = _Signals(workload)
+    return execution, rates, target
+
+
+def _axes(
+    config: RecommendConfig, signals: _Signals
+) -> tuple[tuple[int, ...], tuple[int, ...], str]:
+    """The grid's short-reply and agent-context values (tokens), and how they were chosen."""
     default_short, default_agent = default_grid(
         signals.input_tokens, signals.output_tokens, signals.prev_request
     )
@@ -533,13 +529,43 @@ def recommend_thresholds(
         if config.agent_context_grid is not None
         else default_agent
     )
-    ideal = workload.ideal_hit_share
     if config.short_reply_grid is None and config.agent_context_grid is None:
         grid_rule = "default (trace percentiles)"
     elif config.short_reply_grid is not None and config.agent_context_grid is not None:
         grid_rule = "given"
     else:
         grid_rule = "partly given, partly default (trace percentiles)"
+    return shorts, agents, grid_rule
+
+
+def _rate_results(
+    runner: _Runner, rates: Sequence[float], s: int, a: int, config: RecommendConfig
+) -> tuple[RateResult, ...]:
+    """Every rate's policies (flat and flat-fcfs at the pair ``s``, ``a``) and decision."""
+    out = []
+    for r in rates:
+        policies = {
+            "memory-only": runner.get(Cell("memory-only", r, 0, 0)),
+            "tiered": runner.get(Cell("tiered", r, 0, 0)),
+            "flat": runner.get(Cell("flat", r, s, a)),
+            "flat-fcfs": runner.get(Cell("flat-fcfs", r, s, a)),
+        }
+        margins = (config.decision_margin_pp, config.decision_ttft_margin)
+        out.append(RateResult(r, policies, decision_of(policies, *margins)))
+    return tuple(out)
+
+
+def recommend_thresholds(
+    trace: Trace, config: RecommendConfig, *, progress: Progress | None = None
+) -> RecommendResult:
+    """Sweep, pick and measure misplacement on ``trace`` (rules in the module docstring)."""
+    started = utc_now()
+    execution, rates, target = _checked(config)
+    workload = simulation_workload(trace, config.geometry, config.hardware)
+    identity = TraceIdentity(trace.path, trace.format, workload.requests, workload.fingerprint)
+    signals = _Signals(workload)
+    shorts, agents, grid_rule = _axes(config, signals)
+    ideal = workload.ideal_hit_share
     facts = RunFacts(
         trace_path=trace.path,
         trace_format=trace.format,
@@ -583,16 +609,6 @@ def recommend_thresholds(
         fcfs_cells = [Cell("flat-fcfs", r, s, a) for r in rates]
         mis_cells = [Cell("flat", target, cs, ca) for _, cs, ca in changes]
         runner.run(fcfs_cells + mis_cells)
-    rate_results = []
-    for r in rates:
-        policies = {
-            "memory-only": runner.get(Cell("memory-only", r, 0, 0)),
-            "tiered": runner.get(Cell("tiered", r, 0, 0)),
-            "flat": runner.get(Cell("flat", r, s, a)),
-            "flat-fcfs": runner.get(Cell("flat-fcfs", r, s, a)),
-        }
-        margins = (config.decision_margin_pp, config.decision_ttft_margin)
-        rate_results.append(RateResult(r, policies, decision_of(policies, *margins)))
     misplacement = []
     for change, cs, ca in changes:
         p = runner.get(Cell("flat", target, cs, ca))
@@ -614,13 +630,13 @@ def recommend_thresholds(
             why=_why(spread, config.objective),
         ),
         ideal_hit_share=ideal,
-        rates=tuple(rate_results),
+        rates=_rate_results(runner, rates, s, a, config),
         grid=grid,
         misplacement=tuple(misplacement),
         hardware=hardware_document(config.hardware),
         trace=identity,
         provenance=collect_provenance(started, extra={"engine": engine}),
-        facts=dataclasses.replace(
+        run_facts=dataclasses.replace(
             facts,
             jobs=int(engine.get("jobs") or engine.get("workers") or 1),
             simulations_run=runner.simulated,

@@ -1,19 +1,21 @@
 """``fcctl replay``: a trace-replay simulator of memory-only, tiered and flat KV storage.
 
-Public API: :func:`replay_trace` (:class:`ReplayConfig` -> :class:`ReplayResult`),
-:func:`simulate` (one policy at one rate on a :class:`Workload`), :data:`POLICIES`,
+Public API: :func:`replay_trace` (a :class:`RunSpec`, one simulation's settings, and a
+:class:`LoadPlan`, the sweep; or a :class:`ReplayConfig` holding the keywords of both ->
+:class:`ReplayResult`), :func:`simulate` (one policy at one load point on a :class:`Workload`,
+on a :class:`Store` made by a :class:`StoreFactory`), :data:`POLICIES`,
 :class:`Hardware` with :data:`PRESETS` and :data:`HOST_SCOPES`, :func:`load_hardware`,
 :func:`apply_io_profile`.
 The model is documented in docs/simulator.md.
 
 What a caller running many simulations on one trace needs (the recommender,
 :mod:`fcctl.analyzers.recommend`, imports these from this package, never from its modules):
-:func:`simulation_workload` (the workload built once, without the trace's hash lists),
+:func:`simulation_workload` (the workload built once: arrays, none of the trace's table),
 :func:`simulate` with ``release=True`` (a run that frees its own cycles), :func:`workers_of`,
 :func:`decision_of` with :func:`check_margins` and its defaults, :func:`hardware_document`
-and :data:`DEFAULT_SEED`; and where many simulations run (:mod:`.parallel`): :class:`Execution`,
-:func:`open_runner` with :func:`run_task` and :class:`SimTask`, :class:`SimulationDisplay`,
-:func:`default_jobs`.
+and :data:`DEFAULT_SEED`; a :class:`RunSpec` per cell (:class:`SimTask`); and where many
+simulations run (:mod:`.parallel`): :class:`Execution`, :func:`open_runner` with
+:func:`run_task` and :class:`SimTask`, :class:`SimulationDisplay`, :func:`default_jobs`.
 """
 
 from .decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins
@@ -27,6 +29,7 @@ from .hardware import (
     load_hardware,
     with_values,
 )
+from .loadplan import DEFAULT_RATES, LoadPlan, check_policies
 from .parallel import (
     ENGINES,
     Execution,
@@ -41,8 +44,6 @@ from .parallel import (
 from .policies import DEFAULT_POLICIES, POLICIES
 from .result import PolicyResult, RateResult, ReplayResult
 from .run import (
-    DEFAULT_RATES,
-    DEFAULT_SEED,
     ReplayConfig,
     decision_of,
     replay_trace,
@@ -52,9 +53,11 @@ from .run import (
     workers_of,
 )
 from .sampling import SessionSampling, sampled_label, session_sampling
+from .spec import CANCEL_MODES, DEFAULT_SEED, ROUTERS, RunSpec, Store, StoreFactory
 from .workload import Workload, build_workload
 
 __all__ = [
+    "CANCEL_MODES",
     "DEFAULT_MARGIN_PP",
     "DEFAULT_POLICIES",
     "DEFAULT_RATES",
@@ -64,22 +67,28 @@ __all__ = [
     "HOST_SCOPES",
     "POLICIES",
     "PRESETS",
+    "ROUTERS",
     "Execution",
     "Hardware",
     "HardwareError",
+    "LoadPlan",
     "PolicyResult",
     "RateResult",
     "ReplayConfig",
     "ReplayResult",
+    "RunSpec",
     "Runner",
     "SessionSampling",
     "SimTask",
     "SimulationDisplay",
+    "Store",
+    "StoreFactory",
     "Workload",
     "apply_io_profile",
     "build_workload",
     "check_execution",
     "check_margins",
+    "check_policies",
     "decision_of",
     "default_jobs",
     "hardware_document",

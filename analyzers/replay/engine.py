@@ -45,8 +45,10 @@ from typing import Any, Protocol
 import numpy as np
 import polars as pl
 
-from .hardware import Hardware
 from .load import ThinkTime
+from .spec import DEFAULT_ROUTER as DEFAULT_ROUTER  # the router names live with the settings
+from .spec import ROUTERS as ROUTERS
+from .spec import RunSpec, Store, StoreFactory
 from .timemodel import (
     PREFILL_BASE_MS,
     PREFILL_LINEAR_MS,
@@ -65,10 +67,6 @@ ProgressFn = Callable[[int], None]
 REJECT_GPU_POOL = 1
 REJECT_CONTEXT = 2
 REJECT_REASONS = {REJECT_GPU_POOL: "kv_exceeds_gpu_pool", REJECT_CONTEXT: "exceeds_max_context"}
-
-#: Routers (docs/simulator.md, "Routers"); the default is Dynamo's KV-aware cost.
-ROUTERS = ("kv-aware", "sticky", "round-robin", "least-loaded")
-DEFAULT_ROUTER = "kv-aware"
 
 
 def _run_s(k: int, a: float, b: float) -> float:
@@ -152,22 +150,24 @@ class RequestLog:
 
 
 class Simulation:
-    """One run of one policy at one rate; ``store`` is a FastStore or a ReferenceStore."""
+    """One run of one policy at one load point: ``rate`` requests/s offered, or
+    ``concurrency`` sessions kept active (a closed loop); the settings are ``spec``'s and the
+    store is made by ``store_factory`` (a FastStore or a ReferenceStore)."""
 
     def __init__(
         self,
         workload: Workload,
-        hardware: Hardware,
+        spec: RunSpec,
         policy_factory: PolicyFactory,
         *,
-        rate: float,
-        seed: int,
-        store_factory: Callable[..., Any],
+        rate: float = 0.0,
+        concurrency: int | None = None,
+        store_factory: StoreFactory,
         progress: ProgressFn | None = None,
-        options: dict[str, Any] | None = None,
     ) -> None:
         self.w = workload
-        self.options = options or {}
+        self.spec = spec
+        hardware = spec.hardware
         self.hw = hardware
         self.rate = rate
         self.events = EventQueue()
@@ -178,9 +178,37 @@ class Simulation:
         self.staging = LevelMeter()
         self.log = RequestLog(workload.requests)
         self.progress = progress
-        tp = workload.geometry.tp
         self.workers = workload.workers
-        self.tp = tp
+        self.tp = workload.geometry.tp
+        self.store: Store = self._make_store(store_factory)
+        self.done = 0
+        self._init_iterations()
+        #: Sessions kept active at once (None: the load is the offered ``rate``).
+        self.concurrency = concurrency
+        self.think: ThinkTime = spec.think_time
+        self.closed_loop = workload.closed_loop or self.concurrency is not None
+        self.pending_sessions: deque[int] = deque()
+        #: The next turn of each request's session (-1: the last); None on one clock.
+        self.next_in_session: list[int] | None = None
+        self.base = (
+            workload.timestamps_s
+            if self.concurrency is not None
+            else workload.base_arrivals(rate, spec.seed)
+        )
+        # H2D: each of the instance's tp GPUs receives its rank's bytes over its own link.
+        self.copy_bytes_per_s = hardware.host_to_gpu_effective_bytes_per_s * self.tp
+        self._init_requests()
+        # Routing (docs/simulator.md, "Routers"): the worker of each request, chosen at arrival.
+        self.router = spec.router
+        self.worker_of: list[int] = workload.worker.tolist()
+        self.pending_prefill = [0] * self.workers  # new prompt blocks routed, not prefilled
+        self.routed_new = [0] * workload.requests
+        self._next_rr = 0
+        self.policy = policy_factory(self)
+
+    def _make_store(self, store_factory: StoreFactory) -> Store:
+        """The node's capacities in blocks, and the store holding them."""
+        workload, hardware = self.w, self.hw
         bb = workload.block_bytes
         self.block_bytes = bb
         # One rank's bytes of a block, and how many ranks' worth a layout stores: tp for
@@ -195,7 +223,7 @@ class Simulation:
         self.host_pool_bytes = hardware.host_memory_bytes // self.host_pools
         self.host_blocks = self.host_pool_bytes // bb
         self.ssd_blocks = hardware.ssd_bytes // bb
-        self.store = store_factory(
+        return store_factory(
             num_blocks=workload.num_blocks,
             max_request_blocks=workload.max_request_blocks,
             workers=self.workers,
@@ -208,14 +236,16 @@ class Simulation:
             low_watermark=hardware.low_watermark,
             total_accesses=workload.block_accesses,
         )
-        self.done = 0
-        # The worker's iterations (docs/simulator.md, "Batched prefill and decode").
+
+    def _init_iterations(self) -> None:
+        """The workers' iteration state (docs/simulator.md, "Batched prefill and decode")."""
+        hardware = self.hw
         self.prefill_rate = hardware.prefill_tokens_per_s
         self.max_batched_tokens = hardware.max_batched_tokens
         self.chunk_tokens = hardware.prefill_chunk_tokens
-        self.kv_s_per_token = workload.geometry.bytes_per_token_per_rank / hardware.hbm_bytes_per_s
+        self.kv_s_per_token = self.w.geometry.bytes_per_token_per_rank / hardware.hbm_bytes_per_s
         nw = self.workers
-        n = workload.requests
+        n = self.w.requests
         self.prefilling: list[list[int]] = [[] for _ in range(nw)]
         self.pf_left = [0] * n  # prompt tokens still to compute
         self.pf_ctx = [0] * n  # tokens before its next chunk (cached + computed)
@@ -235,20 +265,10 @@ class Simulation:
         #: Seconds each worker ran iterations, and iterations that carried prefill tokens.
         self.busy_s = [0.0] * nw
         self.prefill_busy_s = [0.0] * nw
-        #: Sessions kept active at once (None: the load is the offered ``rate``).
-        self.concurrency: int | None = self.options.get("concurrency")
-        self.think: ThinkTime = self.options.get("think_time") or ThinkTime()
-        self.closed_loop = workload.closed_loop or self.concurrency is not None
-        self.pending_sessions: deque[int] = deque()
-        #: The next turn of each request's session (-1: the last); None on one clock.
-        self.next_in_session: list[int] | None = None
-        self.base = (
-            workload.timestamps_s
-            if self.concurrency is not None
-            else workload.base_arrivals(rate, seed)
-        )
-        # H2D: each of the instance's tp GPUs receives its rank's bytes over its own link.
-        self.copy_bytes_per_s = hardware.host_to_gpu_effective_bytes_per_s * tp
+
+    def _init_requests(self) -> None:
+        """The GPU pool running requests hold, and per-request constants."""
+        hardware, workload = self.hw, self.w
         # GPU memory for running requests (docs/simulator.md, "GPU memory"): a request holds
         # its new prompt blocks until its prefill ends (then they are cached prefix blocks) and
         # its output blocks until its decode ends. One pool with the prefix cache (the cache
@@ -272,15 +292,6 @@ class Simulation:
         info = workload.geometry.info
         self.max_context = info.max_context_tokens if info is not None else 0
         self.new_prompt = [0] * workload.requests
-        # Routing (docs/simulator.md, "Routers"): the worker of each request, chosen at arrival.
-        self.router = self.options.get("router") or DEFAULT_ROUTER
-        if self.router not in ROUTERS:
-            raise ValueError(f"router: one of {', '.join(ROUTERS)}; got {self.router!r}")
-        self.worker_of: list[int] = workload.worker.tolist()
-        self.pending_prefill = [0] * self.workers  # new prompt blocks routed, not prefilled
-        self.routed_new = [0] * workload.requests
-        self._next_rr = 0
-        self.policy = policy_factory(self)
 
     # time of a host->GPU copy and of an SSD read, alone on their link ----------------------
     def copy_s(self, blocks: int) -> float:

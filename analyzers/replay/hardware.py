@@ -342,6 +342,8 @@ def load_hardware(spec: str | None) -> Hardware:
         ) from None
     except tomllib.TOMLDecodeError as e:
         raise HardwareError(f"{path}: not valid TOML: {e}") from None
+    except ValueError as e:  # an integer past CPython's 4300-digit conversion limit
+        raise HardwareError(f"{path}: not usable TOML: {e}") from None
     base_name = doc.pop("preset", DEFAULT_PRESET)
     if base_name not in PRESETS:
         raise HardwareError(

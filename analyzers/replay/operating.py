@@ -170,6 +170,67 @@ class OperatingPoint:
     worker_prefill_busy_s: tuple[float, ...]
 
 
+def _utilisation(
+    first: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    worker: np.ndarray,
+    *,
+    workers: int,
+    span: float,
+    worker_prefill_busy_s: Sequence[float] | None,
+    ssd_used_s: tuple[float, float],
+    pcie: tuple[int, float],
+    staging: tuple[int, float],
+) -> tuple[np.ndarray, Utilisation, float]:
+    """Each worker's prefill-busy seconds, the run's utilisation of workers, SSD and links
+    over its ``span``, and the mean staging bytes held (``staging``: peak, integral)."""
+    ssd_read_used_s, ssd_write_used_s = ssd_used_s
+    pcie_bytes, pcie_bytes_per_s = pcie
+    staging_peak_bytes, staging_integral = staging
+    if worker_prefill_busy_s is None:
+        # One request at a time (a table from elsewhere): prefill start to first token.
+        busy = np.zeros(workers)
+        np.add.at(busy, worker, first - start)
+    else:
+        busy = np.asarray(worker_prefill_busy_s, dtype=np.float64)
+    decode = [union_length(first[worker == w], end[worker == w]) for w in range(workers)]
+    if span > 0:
+        prefill_each = busy / span
+        util = Utilisation(
+            prefill_mean=float(busy.sum() / (workers * span)),
+            prefill_max=float(prefill_each.max()),
+            decode_mean=float(sum(decode) / (workers * span)),
+            ssd_read=ssd_read_used_s / span,
+            ssd_write=ssd_write_used_s / span,
+            pcie=pcie_bytes / (pcie_bytes_per_s * workers * span),
+        )
+        staging_mean = staging_integral / span
+    else:
+        util = Utilisation(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        staging_mean = float(staging_peak_bytes)
+    return busy, util, staging_mean
+
+
+def _occupancies(table: pl.DataFrame, t0: float, t1: float) -> tuple[MeanMax, QueueDepth]:
+    """Sessions active, and requests waiting for a worker and for an SSD read, over [t0, t1]."""
+    arrival = table["arrival_s"].to_numpy()
+    start = table["start_s"].to_numpy()
+    ready = table["ready_s"].to_numpy()
+    end = table["end_s"].to_numpy()
+    session = table["session_index"].to_numpy()
+    spans = (
+        pl.DataFrame({"s": session, "a": arrival, "e": end})
+        .group_by("s")
+        .agg(pl.col("a").min(), pl.col("e").max())
+    )
+    sessions = occupancy(spans["a"].to_numpy(), spans["e"].to_numpy(), t0, t1)
+    ready_q = occupancy(ready, start, t0, t1)
+    reads = ~table["prefetch_s"].is_null().to_numpy()
+    ssd_q = occupancy(arrival[reads], ready[reads], t0, t1)
+    return sessions, QueueDepth(ready_q.mean, ready_q.max, ssd_q.mean, ssd_q.max)
+
+
 def operating_point(
     table: pl.DataFrame,
     *,
@@ -192,7 +253,6 @@ def operating_point(
     arrival = table["arrival_s"].to_numpy()
     first = table["first_token_s"].to_numpy()
     start = table["start_s"].to_numpy()
-    ready = table["ready_s"].to_numpy()
     end = table["end_s"].to_numpy()
     worker = table["worker"].to_numpy()
     t0, t1 = float(arrival.min()), float(end.max())
@@ -238,37 +298,19 @@ def operating_point(
             share = ran / window.requests
             if central >= (1.0 - SATURATION_TOLERANCE) * unloaded * share:
                 saturated_by = "trace-pacing"
-    if worker_prefill_busy_s is None:
-        # One request at a time (a table from elsewhere): prefill start to first token.
-        busy = np.zeros(workers)
-        np.add.at(busy, worker, first - start)
-    else:
-        busy = np.asarray(worker_prefill_busy_s, dtype=np.float64)
-    decode = [union_length(first[worker == w], end[worker == w]) for w in range(workers)]
-    if span > 0:
-        prefill_each = busy / span
-        util = Utilisation(
-            prefill_mean=float(busy.sum() / (workers * span)),
-            prefill_max=float(prefill_each.max()),
-            decode_mean=float(sum(decode) / (workers * span)),
-            ssd_read=ssd_read_used_s / span,
-            ssd_write=ssd_write_used_s / span,
-            pcie=pcie_bytes / (pcie_bytes_per_s * workers * span),
-        )
-        staging_mean = staging_integral / span
-    else:
-        util = Utilisation(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        staging_mean = float(staging_peak_bytes)
-    session = table["session_index"].to_numpy()
-    spans = (
-        pl.DataFrame({"s": session, "a": arrival, "e": end})
-        .group_by("s")
-        .agg(pl.col("a").min(), pl.col("e").max())
+    busy, util, staging_mean = _utilisation(
+        first,
+        start,
+        end,
+        worker,
+        workers=workers,
+        span=span,
+        worker_prefill_busy_s=worker_prefill_busy_s,
+        ssd_used_s=(ssd_read_used_s, ssd_write_used_s),
+        pcie=(pcie_bytes, pcie_bytes_per_s),
+        staging=(staging_peak_bytes, staging_integral),
     )
-    sessions = occupancy(spans["a"].to_numpy(), spans["e"].to_numpy(), t0, t1)
-    ready_q = occupancy(ready, start, t0, t1)
-    reads = ~table["prefetch_s"].is_null().to_numpy()
-    ssd_q = occupancy(arrival[reads], ready[reads], t0, t1)
+    sessions, queue_depth = _occupancies(table, t0, t1)
     return OperatingPoint(
         achieved_rate=AchievedRate(whole, central, unloaded),
         saturated=saturated,
@@ -276,7 +318,7 @@ def operating_point(
         utilisation=util,
         staging=Staging(staging_bytes, staging_peak_bytes, staging_mean),
         sessions_active=sessions,
-        queue_depth=QueueDepth(ready_q.mean, ready_q.max, ssd_q.mean, ssd_q.max),
+        queue_depth=queue_depth,
         window=window,
         span_s=span,
         worker_prefill_busy_s=tuple(float(b) for b in busy),

@@ -9,9 +9,11 @@ finishes; :func:`open_runner` picks one from an :class:`Execution`:
 * ``engine="local"``, ``jobs=1``: one after another in this process.
 * ``engine="local"``, ``jobs=N``: N worker processes sharing one copy of the workload (the
   workload, not the trace, so no worker rebuilds it or holds the trace's block hashes): its
-  large arrays are files in memory (``/dev/shm``) every worker maps (:class:`_SharedWorkload`),
-  removed when the runner closes. The workers come from a fork server
-  (:func:`start_worker_server`), started while this process is still small.
+  large arrays are files in memory (``/dev/shm``) without a name, which every worker maps
+  (:class:`_SharedWorkload`). The workers come from a fork server
+  (:func:`start_worker_server`), started while this process is still small; the server and
+  the workers end with this process, even when it is killed with SIGKILL
+  (:mod:`fcctl.common.lifeline`).
 * ``engine="dask"``: the workload is scattered once to every worker of the cluster
   (``broadcast``: one copy per worker, about 4 bytes a block access plus the per-request
   arrays, less than the trace's hash lists) and each simulation is a task on it. A worker
@@ -49,11 +51,13 @@ from multiprocessing import resource_tracker
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fcctl.common.errors import FcctlInputError, RunFailed
+from fcctl.common.lifeline import exit_with_parent
 from fcctl.common.progress import Progress, Task
 from fcctl.common.signals import starting_children, worker_ignores_sigint
 
 if TYPE_CHECKING:
     from .result import PolicyResult
+    from .spec import RunSpec
     from .workload import Workload
 
 ENGINES: tuple[str, ...] = ("local", "dask")
@@ -74,10 +78,10 @@ POLL_S = 0.25
 
 @dataclass(frozen=True)
 class SimTask:
-    """One simulation: ``policy`` at a rate (requests/s) or a concurrency, with ``config``
-    (a :class:`~fcctl.analyzers.replay.run.ReplayConfig`: the node's sizes, the placement)."""
+    """One simulation: ``policy`` at a rate (requests/s) or a concurrency, with ``spec``'s
+    settings (:class:`~fcctl.analyzers.replay.spec.RunSpec`: the node's sizes, the placement)."""
 
-    config: Any
+    spec: RunSpec
     policy: str
     rate: float | None
     concurrency: int | None = None
@@ -89,7 +93,8 @@ class SimTask:
 
 
 #: Runs one task on a workload: :func:`fcctl.analyzers.replay.run.run_task` (passed in, so this
-#: module does not import the simulator; a module-level function pickles by reference).
+#: module does not import the simulator; a module-level function, or a ``functools.partial``
+#: of one, pickles by reference).
 TaskFn = Callable[["Workload", SimTask, "Callable[[int], None] | None"], "PolicyResult"]
 Done = Callable[[int, "PolicyResult"], None]
 Advance = Callable[[int, int], None]
@@ -203,13 +208,19 @@ SHARED_ARRAY_BYTES = 1 << 20
 
 
 class _SharedWorkload:
-    """The workload for worker processes: its large arrays saved once as ``.npy`` files in a
-    private temporary directory (in ``/dev/shm`` where it exists, so in memory) that every
-    worker maps copy-on-write, the rest pickled. Pickled whole instead, a 94 M-access workload
+    """The workload for worker processes: its large arrays written once as ``.npy`` data to
+    files in memory (``/dev/shm`` where it exists) that have no name, each passed to every
+    worker as a file descriptor when it starts (multiprocessing duplicates it into the worker),
+    which maps it copy-on-write; the rest pickled. Pickled whole instead, a 94 M-access workload
     costs each worker 0.4 GB through a pipe and the parent several copies (measured: 10 s of
-    system time for two workers on the whole Claude Code trace, docs/benchmarks.md); mapped, the
-    pages are one copy in the page cache, shared. The parent removes the directory when the
-    runner closes (:meth:`close`); a worker's mapping outlives the name."""
+    system time for two workers on the whole Claude Code trace, docs/benchmarks.md); mapped,
+    the pages are one copy in memory, shared.
+
+    Nameless (``O_TMPFILE``, or a name removed as soon as the file is open), the files are
+    nothing anyone could leave behind: a parent killed with SIGKILL, which runs no cleanup,
+    once left its ``fcctl-workload-*`` directory in ``/dev/shm`` (issue #36, item 10). The
+    memory is freed when the last descriptor and mapping of it close: the parent's when the
+    runner closes (:meth:`close`), a worker's when it exits."""
 
     def __init__(self, workload: Workload, min_bytes: int | None = None) -> None:
         import dataclasses
@@ -217,56 +228,83 @@ class _SharedWorkload:
         import numpy as np
 
         least = SHARED_ARRAY_BYTES if min_bytes is None else min_bytes
-        self.directory: str | None = None
-        self.paths: dict[str, str] = {}
+        self.fds: dict[str, int] = {}
         small: dict[str, Any] = {}
         try:
             for f in dataclasses.fields(workload):
                 value = getattr(workload, f.name)
                 if isinstance(value, np.ndarray) and value.nbytes >= least:
-                    path = os.path.join(self._directory(), f"{f.name}.npy")
-                    np.save(path, value, allow_pickle=False)
-                    self.paths[f.name] = path
+                    fd = self.fds[f.name] = _unnamed_file()
+                    with os.fdopen(os.dup(fd), "wb") as out:
+                        np.save(out, value, allow_pickle=False)
                     small[f.name] = value[:0]
         except BaseException:
             self.close()
             raise
         self.rest = dataclasses.replace(workload, **small)
 
-    def _directory(self) -> str:
-        if self.directory is None:
-            import tempfile
-
-            shm = "/dev/shm"
-            where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
-            self.directory = tempfile.mkdtemp(prefix="fcctl-workload-", dir=where)
-        return self.directory
-
     def load(self) -> Workload:
         import dataclasses
 
         import numpy as np
 
-        arrays = {name: np.load(path, mmap_mode="c") for name, path in self.paths.items()}
+        arrays = {
+            name: np.load(_descriptor_path(fd), mmap_mode="c") for name, fd in self.fds.items()
+        }
         return dataclasses.replace(self.rest, **arrays)
 
     def close(self) -> None:
-        import shutil
-
-        directory, self.directory = self.directory, None
-        if directory is not None:
-            shutil.rmtree(directory, ignore_errors=True)
+        """Close this process's descriptors (mappings made by :meth:`load` stay valid)."""
+        fds, self.fds = self.fds, {}
+        for fd in fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"paths": self.paths, "rest": self.rest, "directory": None}
+        # Pickled as a worker starts: each descriptor is duplicated into that worker (by its
+        # start method: sent over the fork server's socket, or inherited by a spawned child).
+        from multiprocessing.reduction import DupFd
+
+        return {"fds": {name: DupFd(fd) for name, fd in self.fds.items()}, "rest": self.rest}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.rest = state["rest"]
+        self.fds = {name: dup.detach() for name, dup in state["fds"].items()}
 
 
-def _init_worker(shared: _SharedWorkload, fn: TaskFn, updates: Any) -> None:
+def _unnamed_file() -> int:
+    """A read-write descriptor of a new file in memory (``/dev/shm``, else the temporary
+    directory) that has no name: made without one (``O_TMPFILE``) where the file system can,
+    else named and the name removed at once."""
+    import tempfile
+
+    shm = "/dev/shm"
+    where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+    unnamed = getattr(os, "O_TMPFILE", 0)
+    if unnamed:
+        with contextlib.suppress(OSError):  # a file system without unnamed files
+            return os.open(where, unnamed | os.O_RDWR, 0o600)
+    fd, path = tempfile.mkstemp(prefix="fcctl-workload-", suffix=".npy", dir=where)
+    os.unlink(path)
+    return fd
+
+
+def _descriptor_path(fd: int) -> str:
+    """A path that opens what descriptor ``fd`` of this process holds, even without a name."""
+    proc = "/proc/self/fd"
+    return f"{proc if os.path.isdir(proc) else '/dev/fd'}/{fd}"
+
+
+def _init_worker(shared: _SharedWorkload, fn: TaskFn, updates: Any, owner: int) -> None:
     global _WORKER
     # The parent owns the workers and stops them on Ctrl-C (which reaches the whole process
-    # group) and on SIGTERM (see ProcessRunner.close).
+    # group) and on SIGTERM (see ProcessRunner.close); killed with SIGKILL, it can stop nothing,
+    # so each worker ends with it by itself.
+    exit_with_parent(owner)
     worker_ignores_sigint()
-    _WORKER = (shared.load(), fn, updates)
+    workload = shared.load()
+    shared.close()  # mapped: the descriptors are not needed any more
+    _WORKER = (workload, fn, updates)
 
 
 def _worker_run(i: int, task: SimTask) -> PolicyResult:
@@ -282,8 +320,9 @@ def _worker_run(i: int, task: SimTask) -> PolicyResult:
 
 #: Imported once by the fork server, so no worker imports them again. Not polars: it starts
 #: threads when imported (jemalloc's, its spill cleaner), and a process that forks must have
-#: none; numpy's BLAS threads are fork-safe (OpenBLAS re-creates them after ``fork``).
-SERVER_PRELOAD: tuple[str, ...] = ("numpy", "numba")
+#: none; numpy's BLAS threads are fork-safe (OpenBLAS re-creates them after ``fork``). The
+#: last ties the server to this process (it ends when this one does, even by SIGKILL).
+SERVER_PRELOAD: tuple[str, ...] = ("numpy", "numba", "fcctl.common.forkserver_lifeline")
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
@@ -332,7 +371,7 @@ class ProcessRunner:
             max_workers=jobs,
             mp_context=ctx,
             initializer=_init_worker,
-            initargs=(self._shared, fn, self._updates),
+            initargs=(self._shared, fn, self._updates, os.getpid()),
         )
         self._batch = 0
         self.facts: dict[str, Any] = {"name": "local", "jobs": jobs}

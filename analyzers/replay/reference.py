@@ -56,6 +56,9 @@ def _last_occurrence(blocks: list[int]) -> list[int]:
 class ReferenceStore:
     """Same constructor and methods as :class:`store.FastStore`."""
 
+    #: The reference implementation (:class:`~fcctl.analyzers.replay.spec.StoreFactory`).
+    reference = True
+
     def __init__(
         self,
         *,

@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from fcctl.common.jsonio import from_document
 from fcctl.common.provenance import Provenance
 
 from ..summary import KvSummary, TraceSummary
@@ -153,3 +154,8 @@ class ReplayResult:
     provenance: Provenance
     #: Which sessions the figures come from (``--sample-sessions``); None: the whole trace.
     sampling: SessionSampling | None = None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ReplayResult:
+        """The result whose ``--json`` document is ``doc`` (no per-request tables)."""
+        return from_document(cls, doc, schema_version=SCHEMA_VERSION, what="replay")

@@ -1,11 +1,17 @@
-"""``replay_trace``: every policy at every rate, on the fast store (or the reference one)."""
+"""``replay_trace``: every policy at every load and size point, on the fast store (or the
+reference one).
+
+The settings are two typed objects: a :class:`~.spec.RunSpec` (one simulation's) and a
+:class:`~.loadplan.LoadPlan` (the sweep). :class:`ReplayConfig` is the flat keywords of both
+together, as a notebook or a test writes them; :meth:`ReplayConfig.split` makes the pair.
+"""
 
 from __future__ import annotations
 
+import functools
 import gc
-import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,24 +24,22 @@ from fcctl.layout.geometry import KvGeometry
 from fcctl.layout.placement import PlacementRule
 
 from ..reuse.bounded import default_memory_budget
-from ..summary import KvSummary, TraceSummary
-from ..traces.fingerprint import trace_fingerprint
-from ..traces.schedule import check_rate, check_rates
+from ..summary import KvSummary
 from ..traces.schema import Trace
 from .decision import (
     DEFAULT_MARGIN_PP,
     DEFAULT_TTFT_MARGIN,
     Decision,
     PolicyFigures,
-    check_margins,
     decide,
     divergence_rate,
 )
-from .engine import DEFAULT_ROUTER, ROUTERS, Simulation
-from .hardware import Hardware, hardware_document, with_values
+from .engine import Simulation
+from .hardware import Hardware, hardware_document
 from .load import ThinkTime
+from .loadplan import DEFAULT_RATES, LoadPlan, LoadPoint, SizeSweep
 from .operating import Window, operating_point
-from .parallel import Execution, SimTask, SimulationDisplay, open_runner
+from .parallel import Execution, Runner, SimTask, SimulationDisplay, open_runner
 from .policies import DEFAULT_POLICIES, POLICIES
 from .result import (
     SCHEMA_VERSION,
@@ -48,6 +52,7 @@ from .result import (
     ReplayResult,
     TtftStats,
 )
+from .spec import DEFAULT_ROUTER, DEFAULT_SEED, RunSpec, StoreFactory
 from .store import FastStore
 from .sweep import (
     MAX_DOUBLINGS,
@@ -55,21 +60,17 @@ from .sweep import (
     SIZE_FIELDS,
     START_FRACTION,
     GiB,
-    auto_rate_steps,
     capacity_estimate,
     size_points,
     working_set_bytes,
 )
 from .workload import Workload, build_workload
 
-DEFAULT_RATES: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0)
-DEFAULT_SEED = 0
-CANCEL_MODES = ("discard", "credit")
-
 
 @dataclass(frozen=True)
 class ReplayConfig:
-    """What to replay: policies (registry names), rates (requests/s), geometry, hardware."""
+    """The flat keywords of a :class:`~.spec.RunSpec` and a :class:`~.loadplan.LoadPlan`
+    together (their docstrings say what each field means); :meth:`split` checks them."""
 
     geometry: KvGeometry
     hardware: Hardware
@@ -77,42 +78,51 @@ class ReplayConfig:
     rates: tuple[float, ...] = DEFAULT_RATES
     placement: PlacementRule = field(default_factory=PlacementRule)
     seed: int = DEFAULT_SEED
-    keep_tables: bool = False  # per-request tables for --out
+    keep_tables: bool = False
     decision_margin_pp: float = DEFAULT_MARGIN_PP
     decision_ttft_margin: float = DEFAULT_TTFT_MARGIN
-    #: Sessions kept active (analyzers/replay/load.py); set, it replaces ``rates`` as the load
-    #: axis; None in it means every session at t = 0 (``all``).
     concurrency: tuple[int | None, ...] | None = None
     think_time: ThinkTime = field(default_factory=ThinkTime)
-    #: What a cancelled tiered prefetch's bytes become: ``discard`` (thrown away, recomputed)
-    #: or ``credit`` (the blocks read are delivered).
     cancel: str = "discard"
-    #: Which worker a request goes to (engine.ROUTERS; docs/simulator.md "Routers").
     router: str = DEFAULT_ROUTER
-    #: Sweep the offered rate from light load to saturation (analyzers/replay/sweep.py)
-    #: instead of ``rates``; ``operating_rate``: the user's own rate, run too, reported first.
     auto_rates: bool = False
     operating_rate: float | None = None
     slo_ttft_p99_s: float | None = None
-    #: Size sweeps: hardware field -> values besides ``hardware``'s (sweep.SIZE_FIELDS);
-    #: ``host_memory_auto`` adds the trace's working-set capacities to host memory.
     size_lists: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     host_memory_auto: bool = False
 
+    @property
+    def spec(self) -> RunSpec:
+        """One simulation's settings (checked)."""
+        return RunSpec(
+            geometry=self.geometry,
+            hardware=self.hardware,
+            placement=self.placement,
+            seed=self.seed,
+            cancel=self.cancel,
+            router=self.router,
+            think_time=self.think_time,
+            keep_tables=self.keep_tables,
+        )
 
-def check_policies(names: Sequence[str]) -> tuple[str, ...]:
-    """``names`` in order, each a registered policy, no repeats."""
-    out: list[str] = []
-    for n in names:
-        if n not in POLICIES:
-            raise FcctlInputError(
-                f"--policies: unknown policy (known: {', '.join(POLICIES)}); got {n!r}"
-            )
-        if n not in out:
-            out.append(n)
-    if not out:
-        raise FcctlInputError("--policies: name at least one policy")
-    return tuple(out)
+    @property
+    def plan(self) -> LoadPlan:
+        """The sweep (checked)."""
+        return LoadPlan(
+            policies=self.policies,
+            rates=self.rates,
+            concurrency=self.concurrency,
+            auto_rates=self.auto_rates,
+            operating_rate=self.operating_rate,
+            slo_ttft_p99_s=self.slo_ttft_p99_s,
+            size_lists=self.size_lists,
+            host_memory_auto=self.host_memory_auto,
+            decision_margin_pp=self.decision_margin_pp,
+            decision_ttft_margin=self.decision_ttft_margin,
+        )
+
+    def split(self) -> tuple[RunSpec, LoadPlan]:
+        return self.spec, self.plan
 
 
 def _pct(values: np.ndarray, q: float) -> float | None:
@@ -166,7 +176,7 @@ def summarize(
     if table.height == 0:
         reasons = ", ".join(sorted(set(rejected["rejected"].to_list())))
         raise FcctlInputError(
-            f"{w.trace.path}: every request was rejected ({reasons}): one worker's GPU KV pool "
+            f"{w.path}: every request was rejected ({reasons}): one worker's GPU KV pool "
             f"holds {sim.pool_blocks:,} blocks of {sim.block_bytes:,} bytes and the model's "
             f"context is {sim.max_context or 'unbounded'} tokens; give a larger --gpu-kv, --tp "
             "or a model with a longer context"
@@ -250,17 +260,18 @@ def summarize(
 
 def simulate(
     workload: Workload,
-    config: ReplayConfig,
+    spec: RunSpec | ReplayConfig,
     policy: str,
     rate: float | None,
     *,
     concurrency: int | None = None,
-    store_factory: Callable[..., Any] = FastStore,
+    store_factory: StoreFactory = FastStore,
     progress: Callable[[int], None] | None = None,
     release: bool = False,
 ) -> PolicyResult:
     """One policy at one load point: ``rate`` requests/s offered, or ``concurrency`` sessions
-    active (analyzers/replay/load.py).
+    active (analyzers/replay/load.py), with ``spec``'s settings (a :class:`ReplayConfig`'s
+    :attr:`~ReplayConfig.spec` when given one).
 
     ``release``: collect the finished simulation before returning, for a caller that runs many
     in one process (the recommender). It is a web of reference cycles (policy <-> simulation,
@@ -271,24 +282,18 @@ def simulate(
     """
     if (rate is None) == (concurrency is None):
         raise ValueError("simulate: give a rate or a concurrency, not both")
+    run_spec = spec.spec if isinstance(spec, ReplayConfig) else spec
     sim = Simulation(
         workload,
-        config.hardware,
+        run_spec,
         POLICIES[policy],
         rate=rate or 0.0,
-        seed=config.seed,
+        concurrency=concurrency,
         store_factory=store_factory,
         progress=progress,
-        options={
-            "placement_rule": config.placement,
-            "concurrency": concurrency,
-            "think_time": config.think_time,
-            "cancel": config.cancel,
-            "router": config.router,
-        },
     )
     sim.run()
-    result = summarize(sim, config.keep_tables, offered_rate=rate)
+    result = summarize(sim, run_spec.keep_tables, offered_rate=rate)
     if release:
         del sim
         gc.collect()
@@ -296,16 +301,21 @@ def simulate(
 
 
 def run_task(
-    workload: Workload, task: SimTask, progress: Callable[[int], None] | None = None
+    workload: Workload,
+    task: SimTask,
+    progress: Callable[[int], None] | None = None,
+    *,
+    store_factory: StoreFactory = FastStore,
 ) -> PolicyResult:
     """One :class:`~.parallel.SimTask` on ``workload`` (what a runner's workers call): a
     simulation that frees its own cycles, since a worker runs many."""
     return simulate(
         workload,
-        task.config,
+        task.spec,
         task.policy,
         task.rate,
         concurrency=task.concurrency,
+        store_factory=store_factory,
         progress=progress,
         release=True,
     )
@@ -339,15 +349,9 @@ def workers_of(geometry: KvGeometry, hardware: Hardware) -> int:
 
 def simulation_workload(trace: Trace, geometry: KvGeometry, hardware: Hardware) -> Workload:
     """The :class:`Workload` of ``trace`` on ``hardware`` (:func:`workers_of` instances), built
-    once for many simulations, without what the simulator does not read.
-
-    The simulator reads the trace's frame only for the load schedule (session ids and times);
-    the block hashes, flattened into the workload's dense block ids already, are most of its
-    memory, so the workload keeps the trace without its ``hash_ids`` column.
-    """
-    w = build_workload(trace, geometry, workers_of(geometry, hardware))
-    light = replace(trace, requests=trace.requests.drop("hash_ids"))
-    return replace(w, trace=light)
+    once for many simulations (it keeps none of the trace's table: worker processes get the
+    arrays the simulator reads, not the block hashes)."""
+    return build_workload(trace, geometry, workers_of(geometry, hardware))
 
 
 def decision_of(
@@ -364,126 +368,27 @@ def decision_of(
     return decide(figures, margin_pp=margin_pp, ttft_margin=ttft_margin)
 
 
-def _size_points(
-    config: ReplayConfig, workload: Workload, notes: list[str]
-) -> tuple[dict[str, int], ...]:
-    """The size points of the run: the node's sizes first, then every swept combination."""
-    lists = {f: tuple(v) for f, v in config.size_lists.items()}
-    for name, values in lists.items():
-        if name not in SIZE_FIELDS:
-            raise FcctlInputError(f"size_lists: not a size field: {name!r}", parameter=name)
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise FcctlInputError(
-                    f"{name}: sizes must be whole bytes >= 0; got {v!r}", parameter=name
-                )
-    if config.host_memory_auto:
-        ws = working_set_bytes(workload)
-        found = [c for c in ws.capacity_bytes if c is not None]
-        lists["host_memory_bytes"] = (*lists.get("host_memory_bytes", ()), *found)
-        shown = ", ".join(
-            f"{100 * s:g} % at {c / GiB:,.0f} GiB" if c is not None else f"{100 * s:g} %: none"
-            for s, c in zip(ws.shares, ws.capacity_bytes, strict=True)
-        )
-        notes.append(
-            "host memory auto: the LRU working set of the trace's own order (share of the "
-            f"ideal hit share served: {shown}) beside the node's "
-            f"{config.hardware.host_memory_bytes / GiB:,.0f} GiB"
-        )
-    base = {f: int(getattr(config.hardware, f)) for f in SIZE_FIELDS}
-    return size_points(base, lists)
-
-
-def _lowest_named(results: Sequence[RateResult]) -> int | None:
-    """The lowest concurrency whose decision names a layout (None: none does, or rate mode)."""
-    named = [
-        r.concurrency for r in results if r.concurrency is not None and r.decision.best != "none"
-    ]
-    return min(named) if named else None
-
-
-def _duration(trace: Trace) -> float | None:
-    req = trace.requests
-    if req.height < 2:
-        return None
-    if trace.order == "session" and req["session_id"].null_count() == 0:
-        import polars as pl
-
-        spans = req.group_by("session_id").agg(
-            (pl.col("timestamp_s").max() - pl.col("timestamp_s").min()).alias("span")
-        )
-        return float(spans["span"].to_numpy().max())
-    t = req["timestamp_s"].to_numpy()
-    return float(t.max() - t.min())
-
-
-def replay_trace(
-    trace: Trace,
-    config: ReplayConfig,
-    *,
-    progress: Progress | None = None,
-    store_factory: Callable[..., Any] = FastStore,
-    execution: Execution | None = None,
-) -> ReplayResult:
-    """Replay ``trace`` under every policy of ``config`` at every rate.
-
-    ``execution``: where the simulations run (:mod:`.parallel`; default one after another
-    here). A batch is every policy at every load point and size point known in advance; the
-    auto sweep's rounds follow one another, each a batch over the size points. The result is
-    the same wherever they run."""
-    execution = execution or Execution()
-    started = utc_now()
-    check_margins(config.decision_margin_pp, config.decision_ttft_margin)
-    if config.router not in ROUTERS:
+def check_load(spec: RunSpec, workload: Workload) -> None:
+    """What only the workload can refuse: a think time on a trace replayed on one clock."""
+    if not workload.closed_loop and spec.think_time.mode != "original":
         raise FcctlInputError(
-            f"router: one of {', '.join(ROUTERS)}; got {config.router!r}", parameter="router"
+            f"think_time: {workload.path}: a trace on one clock replayed at a rate keeps its "
+            f"timestamps (time-scaled), so only 'original' applies; use concurrency to "
+            f"replay its sessions in a closed loop; got {str(spec.think_time)!r}",
+            parameter="think_time",
         )
-    if config.cancel not in CANCEL_MODES:
-        raise FcctlInputError(
-            f"cancel: one of {', '.join(CANCEL_MODES)}; got {config.cancel!r}", parameter="cancel"
-        )
-    policies = check_policies(config.policies)
-    # Without the trace's hash lists: worker processes get the workload, not the hashes.
-    workload = simulation_workload(trace, config.geometry, config.hardware)
-    points: list[tuple[float | None, int | None]] = []
-    if config.concurrency is not None:
-        if not config.concurrency:
-            raise FcctlInputError("concurrency: give at least one value", parameter="concurrency")
-        if config.auto_rates or config.operating_rate is not None:
-            raise FcctlInputError(
-                "concurrency: the load axis is rates or concurrency, not both",
-                parameter="concurrency",
-            )
-        points = [(None, workload.sessions if c is None else c) for c in config.concurrency]
-    else:
-        if not config.auto_rates:
-            points = [(r, None) for r in check_rates(config.rates, "--rates")]
-        if config.operating_rate is not None:
-            op_rate = check_rate(config.operating_rate, "operating_rate")
-            points = [(op_rate, None)] + [p for p in points if p[0] != op_rate]
-        if config.slo_ttft_p99_s is not None and not (
-            math.isfinite(config.slo_ttft_p99_s) and config.slo_ttft_p99_s > 0
-        ):
-            raise FcctlInputError(
-                f"slo_ttft_p99_s: must be a finite number of seconds > 0; got "
-                f"{config.slo_ttft_p99_s!r}",
-                parameter="slo_ttft_p99_s",
-            )
-        if not workload.closed_loop and config.think_time.mode != "original":
-            raise FcctlInputError(
-                f"think_time: {trace.path}: a trace on one clock replayed at a rate keeps its "
-                f"timestamps (time-scaled), so only 'original' applies; use concurrency to "
-                f"replay its sessions in a closed loop; got {str(config.think_time)!r}",
-                parameter="think_time",
-            )
+
+
+def load_notes(spec: RunSpec, plan: LoadPlan, workload: Workload) -> list[str]:
+    """The notes saying how the load was applied (the sweep's own note comes after the run)."""
     notes: list[str] = []
     if workload.sessions_inferred:
         notes.append("sessions inferred from prefix chains (the trace has no session ids)")
-    if config.concurrency is not None:
+    if plan.concurrency is not None:
         notes.append(
             "concurrency: a closed loop of sessions; N active at once, the next starting when "
             "one ends ('all': every session at t = 0); each turn arrives its think time "
-            f"({config.think_time}) after the previous turn's arrival, never before that "
+            f"({spec.think_time}) after the previous turn's arrival, never before that "
             "turn's output"
         )
     elif workload.closed_loop:
@@ -498,161 +403,231 @@ def replay_trace(
             if natural
             else "all requests arrive at once"
         )
-    if workload.closed_loop and config.think_time.mode != "original":
-        notes.append(f"think time between a session's turns: {config.think_time}")
-    sizes = _size_points(config, workload, notes)
+    if workload.closed_loop and spec.think_time.mode != "original":
+        notes.append(f"think time between a session's turns: {spec.think_time}")
+    return notes
+
+
+def size_points_of(
+    plan: LoadPlan, hardware: Hardware, workload: Workload, notes: list[str]
+) -> tuple[dict[str, int], ...]:
+    """The size points of the run: the node's sizes first, then every swept combination
+    (``host_memory_auto`` adds the working set's capacities, and says so in ``notes``)."""
+    lists = dict(plan.size_lists)
+    if plan.host_memory_auto:
+        ws = working_set_bytes(workload)
+        found = [c for c in ws.capacity_bytes if c is not None]
+        lists["host_memory_bytes"] = (*lists.get("host_memory_bytes", ()), *found)
+        shown = ", ".join(
+            f"{100 * s:g} % at {c / GiB:,.0f} GiB" if c is not None else f"{100 * s:g} %: none"
+            for s, c in zip(ws.shares, ws.capacity_bytes, strict=True)
+        )
+        notes.append(
+            "host memory auto: the LRU working set of the trace's own order (share of the "
+            f"ideal hit share served: {shown}) beside the node's "
+            f"{hardware.host_memory_bytes / GiB:,.0f} GiB"
+        )
+    base = {f: int(getattr(hardware, f)) for f in SIZE_FIELDS}
+    return size_points(base, lists)
+
+
+def _lowest_named(results: Sequence[RateResult]) -> int | None:
+    """The lowest concurrency whose decision names a layout (None: none does, or rate mode)."""
+    named = [
+        r.concurrency for r in results if r.concurrency is not None and r.decision.best != "none"
+    ]
+    return min(named) if named else None
+
+
+class Batches:
+    """Runs load points, every policy at each, as batches of independent simulations on a
+    runner, with one progress line per simulation in flight."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        display: SimulationDisplay,
+        spec: RunSpec,
+        sizes: Sequence[Mapping[str, int]],
+        plan: LoadPlan,
+    ) -> None:
+        self._runner = runner
+        self._display = display
+        self._specs = [spec.with_sizes(s) for s in sizes]
+        self._sizes = sizes
+        self._plan = plan
+
+    def run(self, wanted: Sequence[LoadPoint]) -> list[RateResult]:
+        """The load points ``(size point, rate, concurrency)`` in order, each with its decision."""
+        policies = self._plan.policies
+        tasks = [SimTask(self._specs[k], p, r, c) for k, r, c in wanted for p in policies]
+        found: dict[int, PolicyResult] = {}
+
+        def done(i: int, result: PolicyResult) -> None:
+            found[i] = result
+            self._display.done(i)
+
+        self._display.start(tasks)
+        self._runner.run(tasks, done, self._display.advance)
+        self._display.finish()
+        out = []
+        for j, (k, r, c) in enumerate(wanted):
+            per_policy = {p: found[j * len(policies) + n] for n, p in enumerate(policies)}
+            decision = decision_of(per_policy, *self._plan.margins)
+            out.append(RateResult(r, per_policy, decision, c, dict(self._sizes[k])))
+        return out
+
+
+def replay_trace(
+    trace: Trace,
+    config: RunSpec | ReplayConfig,
+    plan: LoadPlan | None = None,
+    *,
+    progress: Progress | None = None,
+    store_factory: StoreFactory = FastStore,
+    execution: Execution | None = None,
+) -> ReplayResult:
+    """Replay ``trace`` under every policy of ``plan`` at every load and size point, each
+    simulation with ``config``'s settings (a :class:`~.spec.RunSpec` and its ``plan``, or a
+    :class:`ReplayConfig` holding both).
+
+    ``execution``: where the simulations run (:mod:`.parallel`; default one after another
+    here; a reference store always runs here). Each round of :meth:`LoadPlan.rounds` is one
+    batch; the result is the same wherever they run."""
+    started = utc_now()
+    spec, plan = config.split() if isinstance(config, ReplayConfig) else (config, plan)
+    if plan is None:
+        raise ValueError("replay_trace: give a LoadPlan with a RunSpec")
+    workload = simulation_workload(trace, spec.geometry, spec.hardware)
+    if plan.concurrency is None:
+        check_load(spec, workload)
+    notes = load_notes(spec, plan, workload)
+    sizes = size_points_of(plan, spec.hardware, workload, notes)
     capacity = None
-    if config.auto_rates and config.concurrency is None:
-        capacity = capacity_estimate(workload, config.hardware.prefill_tokens_per_s)
-    results: list[RateResult] = []
-    per_size = len(points) + (MAX_DOUBLINGS + MAX_REFINEMENTS if capacity else 0)
-    total = len(sizes) * per_size * len(policies) * workload.requests
-    prog = progress or Progress(enabled=False)
-    margins = (config.decision_margin_pp, config.decision_ttft_margin)
-    operating: RateResult | None = None
-    divergence: list[dict[str, Any]] = []
-    configs = []
-    for sizes_here in sizes:
-        changed = {f: v for f, v in sizes_here.items() if v != getattr(config.hardware, f)}
-        cfg = config
-        if changed:
-            cfg = replace(config, hardware=with_values(config.hardware, changed, "size sweep"))
-        configs.append(cfg)
-    if store_factory is not FastStore:  # another store (the reference) runs here, as given
+    if plan.sweeps_rates:
+        capacity = capacity_estimate(workload, spec.hardware.prefill_tokens_per_s)
+    per_size = len(plan.fixed_points(workload.sessions))
+    per_size += MAX_DOUBLINGS + MAX_REFINEMENTS if capacity else 0
+    total = len(sizes) * per_size * len(plan.policies) * workload.requests
+    if store_factory.reference:
         execution = Execution()
+    prog = progress or Progress(enabled=False)
     with (
         prog.task("replaying", total=total, unit="requests") as task,
-        open_runner(workload, run_task, execution) as runner,
+        open_runner(
+            workload,
+            functools.partial(run_task, store_factory=store_factory),
+            execution or Execution(),
+        ) as runner,
     ):
         display = SimulationDisplay(prog, task, workload.requests, workload.requests)
-
-        def run_points(wanted: Sequence[tuple[int, float | None, int | None]]) -> list[RateResult]:
-            """The load points ``(size point, rate, concurrency)``, every policy at each, in
-            one batch of independent simulations."""
-            tasks = [SimTask(configs[k], name, r, c) for k, r, c in wanted for name in policies]
-            found: dict[int, PolicyResult] = {}
-
-            def done(i: int, result: PolicyResult) -> None:
-                found[i] = result
-                display.done(i)
-
-            display.start(tasks)
-            if store_factory is FastStore:
-                runner.run(tasks, done, display.advance)
-            else:
-                for i, t in enumerate(tasks):
-                    result = simulate(
-                        workload,
-                        t.config,
-                        t.policy,
-                        t.rate,
-                        concurrency=t.concurrency,
-                        store_factory=store_factory,
-                    )
-                    done(i, result)
-            display.finish()
-            out = []
-            for j, (k, r, c) in enumerate(wanted):
-                per_policy = {name: found[j * len(policies) + n] for n, name in enumerate(policies)}
-                out.append(
-                    RateResult(r, per_policy, decision_of(per_policy, *margins), c, dict(sizes[k]))
-                )
-            return out
-
-        fixed = run_points([(k, r, c) for k in range(len(sizes)) for r, c in points])
-        here_of = {k: fixed[k * len(points) : (k + 1) * len(points)] for k in range(len(sizes))}
-        swept: dict[int, tuple[list[RateResult], str]] = {}
-        if capacity:
-            # Every size point's auto sweep advances one round at a time, together: a round's
-            # points of every size point run as one batch (sweep.auto_rate_steps).
-            steps = {
-                k: auto_rate_steps(capacity, slo_ttft_p99_s=config.slo_ttft_p99_s)
-                for k in range(len(sizes))
-            }
-            wanted = {k: next(s) for k, s in steps.items()}
-            while wanted:
-                ran = run_points([(k, r, None) for k, rs in wanted.items() for r in rs])
-                following: dict[int, list[float]] = {}
-                at = 0
-                for k, rs in wanted.items():
-                    try:
-                        following[k] = steps[k].send(ran[at : at + len(rs)])
-                    except StopIteration as finished:
-                        swept[k] = finished.value
-                    at += len(rs)
-                wanted = following
-        for k, sizes_here in enumerate(sizes):
-            here = list(here_of[k])
-            if k == 0 and config.operating_rate is not None and here:
-                operating = here[0]
-            if capacity:
-                points_swept, why = swept[k]
-                if k == 0:
-                    paced = (
-                        " (the sessions' own think times pace the load: --concurrency or "
-                        "--think-time push it further)"
-                        if workload.closed_loop and "stopped growing" in why
-                        else ""
-                    )
-                    notes.append(
-                        f"rates auto: from {capacity * START_FRACTION:.3g} req/s (1/16 of the "
-                        f"{capacity:.3g} req/s the workers prefill with every reused block "
-                        f"cached), doubling until {why}{paced}"
-                    )
-                here += [p for p in points_swept if not (operating and p.rate == operating.rate)]
-            here.sort(key=lambda p: (p is not operating, p.rate or 0, p.concurrency or 0))
-            results += here
-            divergence.append(
-                {
-                    "sizes": dict(sizes_here),
-                    "rate": divergence_rate(
-                        [(p.rate, p.decision) for p in here if p.rate is not None]
-                    ),
-                    "concurrency": _lowest_named(here),
-                }
-            )
+        batches = Batches(runner, display, spec, sizes, plan)
+        rounds = plan.rounds(len(sizes), workload.sessions, capacity)
+        try:
+            wanted = next(rounds)
+            while True:
+                wanted = rounds.send(batches.run(wanted))
+        except StopIteration as finished:
+            swept: tuple[SizeSweep, ...] = finished.value
         task.update(total)
         engine = runner.facts
-    g = config.geometry
+    points = assemble_points(plan, sizes, swept, workload, capacity, notes)
+    return replay_result(spec, plan, workload, points, notes, started, engine)
+
+
+@dataclass(frozen=True)
+class Points:
+    """Every load point in the document's order, the user's own, and per size point the lowest
+    load whose decision names a layout."""
+
+    rates: tuple[RateResult, ...]
+    operating: RateResult | None
+    divergence: tuple[Mapping[str, Any], ...]
+
+
+def assemble_points(
+    plan: LoadPlan,
+    sizes: Sequence[Mapping[str, int]],
+    sweeps: Sequence[SizeSweep],
+    workload: Workload,
+    capacity: float | None,
+    notes: list[str],
+) -> Points:
+    """Each size point's fixed and swept points, the user's own first, then by load; the auto
+    sweep's note (from the node's size point) goes into ``notes``."""
+    results: list[RateResult] = []
+    operating: RateResult | None = None
+    divergence: list[dict[str, Any]] = []
+    for k, sweep in enumerate(sweeps):
+        here = list(sweep.fixed)
+        if k == 0 and plan.operating_rate is not None and here:
+            operating = here[0]
+        if capacity:
+            if k == 0:
+                paced = (
+                    " (the sessions' own think times pace the load: --concurrency or "
+                    "--think-time push it further)"
+                    if workload.closed_loop and "stopped growing" in (sweep.why or "")
+                    else ""
+                )
+                notes.append(
+                    f"rates auto: from {capacity * START_FRACTION:.3g} req/s (1/16 of the "
+                    f"{capacity:.3g} req/s the workers prefill with every reused block "
+                    f"cached), doubling until {sweep.why}{paced}"
+                )
+            here += [p for p in sweep.swept if not (operating and p.rate == operating.rate)]
+        here.sort(key=lambda p: (p is not operating, p.rate or 0, p.concurrency or 0))
+        results += here
+        divergence.append(
+            {
+                "sizes": dict(sizes[k]),
+                "rate": divergence_rate([(p.rate, p.decision) for p in here if p.rate is not None]),
+                "concurrency": _lowest_named(here),
+            }
+        )
+    return Points(tuple(results), operating, tuple(divergence))
+
+
+def replay_result(
+    spec: RunSpec,
+    plan: LoadPlan,
+    workload: Workload,
+    points: Points,
+    notes: Sequence[str],
+    started: Any,
+    engine: Mapping[str, Any],
+) -> ReplayResult:
+    """The :class:`ReplayResult` of a finished replay."""
+    g = spec.geometry
+    divergence = points.divergence
     return ReplayResult(
         schema_version=SCHEMA_VERSION,
-        trace=TraceSummary(
-            path=trace.path,
-            format=trace.format,
-            requests=workload.requests,
-            sessions=workload.sessions,
-            sessions_inferred=workload.sessions_inferred,
-            block_size_tokens=workload.block_tokens,
-            block_accesses=workload.block_accesses,
-            distinct_blocks=workload.num_blocks,
-            duration_s=_duration(trace),
-            fingerprint=trace_fingerprint(trace),
-        ),
+        trace=workload.trace_summary(),
         kv=KvSummary(g.name, g.bytes_per_token, workload.block_bytes, g.tp, g.dtype_bytes),
-        hardware=hardware_document(config.hardware),
+        hardware=hardware_document(spec.hardware),
         workers=workload.workers,
         placement=PlacementSettings(
-            config.placement.short_reply_tokens, config.placement.agent_context_tokens
+            spec.placement.short_reply_tokens, spec.placement.agent_context_tokens
         ),
         load={
-            "axis": "rate" if config.concurrency is None else "concurrency",
-            "closed_loop": workload.closed_loop or config.concurrency is not None,
-            "think_time": str(config.think_time),
-            "cancel": config.cancel,
-            "router": config.router,
-            "seed": config.seed,
+            "axis": plan.axis,
+            "closed_loop": workload.closed_loop or plan.concurrency is not None,
+            "think_time": str(spec.think_time),
+            "cancel": spec.cancel,
+            "router": spec.router,
+            "seed": spec.seed,
             "natural_rate_per_s": workload.natural_rate_per_s(),
         },
         ideal_hit_share=workload.ideal_hit_share,
-        rates=tuple(results),
-        operating_point=operating,
+        rates=points.rates,
+        operating_point=points.operating,
         divergence_rate=divergence[0]["rate"] if divergence else None,
         divergence_concurrency=divergence[0]["concurrency"] if divergence else None,
-        divergence=tuple(divergence),
+        divergence=divergence,
         decision_margins={
-            "margin_pp": config.decision_margin_pp,
-            "ttft_margin": config.decision_ttft_margin,
+            "margin_pp": plan.decision_margin_pp,
+            "ttft_margin": plan.decision_ttft_margin,
         },
         notes=tuple(notes),
-        provenance=collect_provenance(started, extra={"engine": engine}),
+        provenance=collect_provenance(started, extra={"engine": dict(engine)}),
     )

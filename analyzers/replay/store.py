@@ -445,6 +445,9 @@ class FastStore:
     """The arrays and kernels (module docstring). Capacities are in blocks; ``host_blocks``
     is one pool's, and there are ``host_pools`` of them (1, or one per worker)."""
 
+    #: The fast implementation (:class:`~fcctl.analyzers.replay.spec.StoreFactory`).
+    reference = False
+
     def __init__(
         self,
         *,

@@ -11,10 +11,13 @@
   count; inferred sessions for traces without ids), what the ``sticky`` router uses; the
   engine's router (kv-aware by default) chooses the worker at arrival.
 * Load: ``closed_loop`` (per-session clocks, Claude Code): sessions start on
-  :func:`fcctl.analyzers.traces.schedule.schedule_by_rate`; each turn keeps its gap to the previous
-  turn's arrival and cannot arrive before the previous turn's first token plus its decode
-  (the simulator applies that). Otherwise arrivals are the trace's times scaled to the rate
-  (:func:`fcctl.analyzers.traces.schedule.time_scaled`).
+  :func:`fcctl.analyzers.traces.schedule.schedule_sessions_by_rate` (by session ordinal); each
+  turn keeps its gap to the previous turn's arrival and cannot arrive before the previous
+  turn's first token plus its decode (the simulator applies that). Otherwise arrivals are the
+  trace's times scaled to the rate (:func:`fcctl.analyzers.traces.schedule.time_scaled`).
+* The trace itself is not kept: what a result states about it (path, format, duration,
+  fingerprint) is taken once when the workload is built, so a workload shipped to worker
+  processes carries the arrays the simulator reads and nothing of the trace's table.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from fcctl.layout.geometry import KvGeometry
 
 from ..reuse.sessions import infer_sessions
 from ..reuse.stack import flatten_accesses
+from ..summary import TraceSummary
+from ..traces.fingerprint import trace_fingerprint
 from ..traces.schedule import (
     natural_rate_per_s,
-    schedule_by_rate,
+    schedule_sessions_by_rate,
     session_ordinals,
     time_scaled,
 )
@@ -40,9 +45,15 @@ from ..traces.schema import Trace
 
 @dataclass(frozen=True, eq=False)
 class Workload:
-    """Per-request arrays in analysis order (``request_index``); tokens, seconds, blocks."""
+    """Per-request arrays in analysis order (``request_index``); tokens, seconds, blocks; and
+    what a result states about the trace it was built from (``path`` ... ``fingerprint``)."""
 
-    trace: Trace
+    path: str
+    format: str
+    #: The longest session's span on per-session clocks, else the first to last request's
+    #: (seconds; None for fewer than two requests).
+    duration_s: float | None
+    fingerprint: str | None
     geometry: KvGeometry
     block_tokens: int
     block_bytes: int  # node bytes of one block, all layers and tp ranks
@@ -80,6 +91,21 @@ class Workload:
     def max_request_blocks(self) -> int:
         return int(np.diff(self.offsets).max()) if self.requests else 0
 
+    def trace_summary(self) -> TraceSummary:
+        """The shared ``trace`` object of a result (:mod:`fcctl.analyzers.summary`)."""
+        return TraceSummary(
+            path=self.path,
+            format=self.format,
+            requests=self.requests,
+            sessions=self.sessions,
+            sessions_inferred=self.sessions_inferred,
+            block_size_tokens=self.block_tokens,
+            block_accesses=self.block_accesses,
+            distinct_blocks=self.num_blocks,
+            duration_s=self.duration_s,
+            fingerprint=self.fingerprint,
+        )
+
     def blocks_of(self, r: int) -> np.ndarray:
         return self.block[self.offsets[r] : self.offsets[r + 1]]
 
@@ -94,7 +120,7 @@ class Workload:
             with np.errstate(over="ignore", invalid="ignore"):  # checked just below
                 arrivals = time_scaled(self.timestamps_s, rate)
         else:
-            schedule = schedule_by_rate(self.trace.requests, rate, seed=seed)
+            schedule = schedule_sessions_by_rate(self.sessions, self.requests, rate, seed=seed)
             first = np.full(self.sessions, np.inf)
             np.minimum.at(first, self.session, self.timestamps_s)
             arrivals = schedule.start_s[self.session] + (self.timestamps_s - first[self.session])
@@ -104,7 +130,7 @@ class Workload:
         if bad.shape[0]:
             r = int(bad[0])
             raise FcctlInputError(
-                f"{self.trace.path}: request {r}: arrival time at --rates {rate!r} must be finite "
+                f"{self.path}: request {r}: arrival time at --rates {rate!r} must be finite "
                 f"after time scaling (timestamp_s {float(self.timestamps_s[r])!r}, first "
                 f"{float(self.timestamps_s.min())!r}); got {float(arrivals[r])!r}"
             )
@@ -157,7 +183,10 @@ def build_workload(trace: Trace, geometry: KvGeometry, workers: int) -> Workload
     for r in for_order:
         turn[r] = turn[prev[r]] + 1
     return Workload(
-        trace=trace,
+        path=trace.path,
+        format=trace.format,
+        duration_s=trace_duration_s(trace),
+        fingerprint=trace_fingerprint(trace),
         geometry=geometry,
         block_tokens=block_tokens,
         block_bytes=geometry.bytes_per_block(block_tokens),
@@ -176,6 +205,20 @@ def build_workload(trace: Trace, geometry: KvGeometry, workers: int) -> Workload
         closed_loop=trace.order == "session" and not inferred,
         workers=workers,
     )
+
+
+def trace_duration_s(trace: Trace) -> float | None:
+    """``Workload.duration_s`` of ``trace``."""
+    req = trace.requests
+    if req.height < 2:
+        return None
+    if trace.order == "session" and req["session_id"].null_count() == 0:
+        spans = req.group_by("session_id").agg(
+            (pl.col("timestamp_s").max() - pl.col("timestamp_s").min()).alias("span")
+        )
+        return float(spans["span"].to_numpy().max())
+    t = req["timestamp_s"].to_numpy()
+    return float(t.max() - t.min())
 
 
 def requests_frame(w: Workload) -> pl.DataFrame:

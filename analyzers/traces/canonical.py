@@ -11,6 +11,7 @@ written (:func:`traces_equal`), including the source ``path`` and ``format``.
 from __future__ import annotations
 
 import os
+from fnmatch import fnmatch
 from pathlib import Path
 
 import polars as pl
@@ -44,6 +45,13 @@ def check_output_file(
     if source is not None and target.exists() and Path(source).exists():
         if os.path.samefile(target, source):
             raise FcctlInputError(f"{shown}: is the input trace; choose another output file")
+    if source is not None and _inside_dataset(target, source):
+        # A dataset reads every *.parquet under its directory (or its glob): the output
+        # written there would be read back as one more part of the input next time.
+        raise FcctlInputError(
+            f"{shown}: lies inside the input dataset {display_path(Path(source))}, which would "
+            "read it as one of its parts; choose an output file outside it"
+        )
     if target.exists() or target.is_symlink():
         if not force:
             raise FcctlInputError(f"{shown}: exists (pass --force to replace it)")
@@ -56,6 +64,15 @@ def check_output_file(
         raise FcctlInputError(
             f"{shown}: cannot create files in {display_path(directory)} (permission)"
         )
+
+
+def _inside_dataset(target: Path, source: str | Path) -> bool:
+    """Whether ``target`` is under the directory ``source`` or matches the glob ``source``."""
+    spec = Path(source)
+    if spec.is_dir():
+        return spec.resolve() in target.resolve().parents
+    text = str(source)
+    return not spec.exists() and any(c in text for c in "*?[") and fnmatch(str(target), text)
 
 
 def _is_convert_output(path: Path) -> bool:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import errno
 import glob as globlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -54,7 +54,14 @@ from fcctl.common.errors import FcctlInputError
 from fcctl.common.paths import display_path
 from fcctl.common.progress import Progress
 
-from .readers import TraceFormatError, check_file, fail, missing
+from .readers import (
+    DEFAULT_MAX_LINE_BYTES,
+    TraceFormatError,
+    check_file,
+    fail,
+    missing,
+    read_trace,
+)
 from .readers.parquet import (
     PARQUET_MAGIC,
     ParquetReader,
@@ -85,6 +92,46 @@ def is_dataset_spec(spec: str | Path) -> bool:
     if path.is_dir():
         return not any(path.glob("trace_*.json")) and any(path.rglob("*.parquet"))
     return False
+
+
+def is_dataset_input(
+    source: str | Path, format: str | None = None, columns: object | None = None
+) -> bool:
+    """Whether analyze, replay and convert read ``source`` as a dataset: the one rule the
+    three share (:func:`is_dataset_spec`). A dataset's parts are canonical Parquet, so only
+    ``format`` None or ``"parquet"`` and no column mapping apply to one; anything else is an
+    error naming ``format``, never a second reading of the same input."""
+    if not is_dataset_spec(source):
+        return False
+    if columns is not None or format not in (None, "parquet"):
+        raise FcctlInputError(
+            f"format: {display_path(Path(source))} is a dataset of canonical Parquet files; "
+            "format and columns apply to one trace file, not to a dataset's parts",
+            parameter="format",
+        )
+    return True
+
+
+def read_source(
+    source: str | Path,
+    format: str | None = None,
+    *,
+    progress: Progress | None = None,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    columns: str | Mapping[str, str] | None = None,
+) -> Trace:
+    """Anything analyze and replay read, whole, in memory: a dataset (a directory or glob of
+    canonical Parquet parts, :func:`is_dataset_input`) in analysis order, else one trace file
+    or Claude Code directory (:func:`~fcctl.analyzers.traces.readers.read_trace`)."""
+    if is_dataset_input(source, format, columns):
+        return read_dataset(source, progress)
+    return read_trace(
+        source,
+        format,
+        progress=progress or False,
+        max_line_bytes=max_line_bytes,
+        columns=columns,
+    )
 
 
 def _is_parquet_file(path: Path) -> bool:

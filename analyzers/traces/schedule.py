@@ -143,20 +143,27 @@ def schedule_by_rate(
     requests: pl.DataFrame, rate_requests_per_s: float, *, seed: int = 0
 ) -> SessionSchedule:
     """Poisson session starts at the session rate that gives ``rate_requests_per_s`` requests/s."""
-    rate = check_rate(rate_requests_per_s, "rate")
     _, n_sessions = _session_ordinals(requests)
-    n_requests = requests.height
-    if n_sessions == 0:
+    return schedule_sessions_by_rate(n_sessions, requests.height, rate_requests_per_s, seed=seed)
+
+
+def schedule_sessions_by_rate(
+    sessions: int, requests: int, rate_requests_per_s: float, *, seed: int = 0
+) -> SessionSchedule:
+    """:func:`schedule_by_rate` for ``sessions`` sessions (ordinals 0..sessions - 1, in order of
+    first appearance) holding ``requests`` requests, without their table."""
+    rate = check_rate(rate_requests_per_s, "rate")
+    if sessions == 0:
         return SessionSchedule("rate", seed, 0, 0, np.zeros(0), rate, None)
-    session_rate = rate * n_sessions / n_requests
+    session_rate = rate * sessions / requests
     rng = np.random.default_rng(seed)
-    gaps = rng.exponential(1.0 / session_rate, size=n_sessions)
+    gaps = rng.exponential(1.0 / session_rate, size=sessions)
     gaps[0] = 0.0  # the first session opens the clock
     return SessionSchedule(
         kind="rate",
         seed=seed,
-        sessions=n_sessions,
-        requests=n_requests,
+        sessions=sessions,
+        requests=requests,
         start_s=np.cumsum(gaps),
         rate_requests_per_s=rate,
         session_rate_per_s=session_rate,

@@ -17,7 +17,13 @@ def register(app: typer.Typer) -> None:
     @app.command("convert")
     @cli_errors
     def convert(
-        trace: Annotated[Path, typer.Argument(help="Trace file (or Claude Code directory).")],
+        trace: Annotated[
+            Path,
+            typer.Argument(
+                help="Trace file, Claude Code directory, or a dataset: a directory or glob of "
+                "canonical Parquet files (fcctl convert --partition-by, fcctl synth)."
+            ),
+        ],
         out: Annotated[
             Path,
             typer.Option(
@@ -44,14 +50,18 @@ def register(app: typer.Typer) -> None:
             typer.Option("--partitions", help="session-hash buckets, 1..65536 [default: 16]."),
         ] = None,
     ) -> None:
-        """Convert a trace to the canonical Parquet table (one row per request)."""
+        """Convert a trace to the canonical Parquet table (one row per request).
+
+        Reads whatever analyze and replay read, datasets included (one file from a dataset's
+        parts, or a dataset cut again with --partition-by).
+        """
         from fcctl.analyzers.traces.canonical import check_output_file, write_canonical
+        from fcctl.analyzers.traces.dataset import read_source
         from fcctl.analyzers.traces.partitioned import (
             check_dataset_out,
             check_partition_args,
             write_partitioned,
         )
-        from fcctl.analyzers.traces.readers import read_trace
         from fcctl.common.paths import display_path
         from fcctl.common.progress import Progress
         from fcctl.common.units import parse_size
@@ -67,7 +77,7 @@ def register(app: typer.Typer) -> None:
                 out, by=partition_by, partitions=partitions, force=force, source=trace
             )
         with Progress(enabled=True) as progress:
-            parsed = read_trace(
+            parsed = read_source(
                 trace, format, progress=progress, max_line_bytes=limit, columns=columns
             )
         written = ""

@@ -73,7 +73,12 @@ def register(app: typer.Typer) -> None:
         engine: SimEngineOpt = "local",
         scheduler: SchedulerOpt = None,
         resume: Annotated[
-            bool, typer.Option("--resume", help="Skip steps whose inputs did not change.")
+            bool,
+            typer.Option(
+                "--resume",
+                help="Reuse the steps whose inputs and outputs did not change; continue an "
+                "interrupted plan.",
+            ),
         ] = False,
         force: Annotated[
             bool, typer.Option("--force", help="Run every step again over an earlier plan.")

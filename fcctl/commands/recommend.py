@@ -118,14 +118,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Recommend FlatCake's placement thresholds for a trace: sweep, baselines, misplacement."""
         from fcctl import api
-        from fcctl.analyzers.recommend import thresholds_source, thresholds_toml
         from fcctl.analyzers.recommend.emit import (
             MANIFEST,
             check_distinct_outputs,
             check_name,
             emit_package,
         )
-        from fcctl.common.outdir import check_out_dir
+        from fcctl.common.outdir import check_out_dir, outputs_together
         from fcctl.errors import flag_for
         from fcctl.reports.recommend_report import (
             check_recommend_out_dir,
@@ -178,24 +177,19 @@ def register(app: typer.Typer) -> None:
             sample_sessions=sample_sessions,
             progress=True,
         )
-        if out is not None:
-            written = write_out_dir(result, out, force=force)
-            print(f"wrote {out}: {', '.join(written)}", file=sys.stderr)
-        if emit is not None:
-            rec = result.recommendation
-            emitted = emit_package(
-                emit,
-                name=emit_name,
-                short_reply_tokens=rec.short_reply_tokens,
-                agent_context_tokens=rec.agent_context_tokens,
-                source=thresholds_source(result),
-                toml_text=thresholds_toml(result),
-                force=force,
-            )
-            print(
-                f"wrote {emitted.package_dir}: {len(emitted.copied)} core modules, "
-                f"{', '.join(emitted.generated)}, {MANIFEST}; {emit}/pyproject.toml "
-                f"(install: pip install {emit}; check: python -m {emit_name}.smoke)",
-                file=sys.stderr,
-            )
+        wrote = []
+        # Both outputs or neither: a full disk while emitting must not leave --out behind.
+        with outputs_together():
+            if out is not None:
+                written = write_out_dir(result, out, force=force)
+                wrote.append(f"wrote {out}: {', '.join(written)}")
+            if emit is not None:
+                emitted = emit_package(emit, result, name=emit_name, force=force)
+                wrote.append(
+                    f"wrote {emitted.package_dir}: {len(emitted.copied)} core modules, "
+                    f"{', '.join(emitted.generated)}, {MANIFEST}; {emit}/pyproject.toml "
+                    f"(install: pip install {emit}; check: python -m {emit_name}.smoke)"
+                )
+        for line in wrote:
+            print(line, file=sys.stderr)
         print_result(result, as_json=as_json, print_summary=print_summary)

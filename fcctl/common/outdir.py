@@ -6,6 +6,11 @@ run leaves nothing (the temporary sibling is removed on every exit, signals incl
 as the signal reaches Python as an exception). The target must be absent or an empty
 directory; a non-empty one is refused unless ``force``, and even then only if it holds an
 earlier output of the same command (its ``marker`` file), so a typo never wipes unrelated data.
+The parent folders a run creates for its output go too when the run fails.
+
+A command with two outputs (``recommend-thresholds --out DIR --emit PKG``) writes both inside
+:func:`outputs_together`: neither is moved into place until both are complete, so a failure
+while writing the second leaves neither.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import secrets
 import shutil
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from fcctl.common.errors import FcctlInputError, RunFailed
@@ -56,6 +62,36 @@ def check_out_dir(
         raise OutDirError(f"{flag} {shown}: {str(parent)!r} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutDirError(f"{flag} {shown}: cannot create entries in {str(parent)!r} (permission)")
+
+
+def make_dirs(path: Path) -> list[Path]:
+    """``path`` and its missing parents created (as ``mkdir -p``); the ones this call created,
+    outermost first, for :func:`remove_made` to take back after a failure."""
+    missing: list[Path] = []
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    made: list[Path] = []
+    for d in reversed(missing):
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            continue  # another process made it meanwhile: not ours to remove
+        made.append(d)
+    return made
+
+
+def remove_made(made: list[Path]) -> None:
+    """Remove the folders :func:`make_dirs` created, innermost first, each only while empty
+    (anything another process put there meanwhile stays, and so does its folder)."""
+    for d in reversed(made):
+        try:
+            d.rmdir()
+        except FileNotFoundError:
+            continue  # already removed with what it held
+        except OSError:
+            return
 
 
 def _umask() -> int:
@@ -258,6 +294,44 @@ def _move_into_place(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+#: The outputs of an :func:`outputs_together` block waiting to move into place:
+#: (temporary directory, target, the parent folders made for it).
+_together: ContextVar[list[tuple[Path, Path, list[Path]]] | None] = ContextVar(
+    "_together", default=None
+)
+
+
+@contextmanager
+def outputs_together() -> Iterator[None]:
+    """Every :func:`atomic_out_dir` completed in the block moves into place when the block
+    ends, all of them; when the block fails or is interrupted, none does and every temporary
+    goes, so a command with two outputs never leaves one of them without the other."""
+    if _together.get() is not None:  # nested: the outer block moves them
+        yield
+        return
+    pending: list[tuple[Path, Path, list[Path]]] = []
+    token = _together.set(pending)
+    try:
+        yield
+    except BaseException:
+        for tmp, _, made in reversed(pending):
+            shutil.rmtree(tmp, ignore_errors=True)
+            remove_made(made)
+        raise
+    finally:
+        _together.reset(token)
+    # As in atomic_out_dir: an interrupt between two renames would leave half the outputs.
+    with deferred_interrupts():
+        for i, (tmp, out, _) in enumerate(pending):
+            try:
+                _move_into_place(tmp, out)
+            except BaseException:
+                for left, _, made in pending[i:]:
+                    shutil.rmtree(left, ignore_errors=True)
+                    remove_made(made)
+                raise
+
+
 @contextmanager
 def atomic_out_dir(
     out: Path, *, force: bool, marker: str, command: str, flag: str = "--out"
@@ -274,13 +348,18 @@ def atomic_out_dir(
     check_out_dir(out, force=force, marker=marker, command=command, flag=flag)
     tmp = _watched_dir(_fresh_sibling(out, ".tmp-"))
     phase = "creating it"
+    made: list[Path] = []
     try:
-        out.absolute().parent.mkdir(parents=True, exist_ok=True)
+        made = make_dirs(out.absolute().parent)
         os.mkdir(tmp)  # the mode a plain mkdir gives (mkdtemp's is 0700)
         phase = "writing"
         yield tmp
         if not (tmp / marker).is_file():
             raise RuntimeError(f"{command} output written without its {marker}")
+        pending = _together.get()
+        if pending is not None:
+            pending.append((tmp, out, made))  # outputs_together moves it with the others
+            return
         phase = "moving it into place"
         # Deferred while the directories move: an interrupt between the two renames would
         # leave neither the old output nor the new one at ``out``. One that came meanwhile
@@ -291,11 +370,13 @@ def atomic_out_dir(
         full = None
         if interrupt_in_chain(e) is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+            remove_made(made)
             raise
         if phase == "writing":
             phase = f"writing {_failing_name(tmp, e)}"
             full = _full_after(tmp, e)
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_made(made)
         if isinstance(e, KeyboardInterrupt | RunFailed | FcctlInputError):
             raise
         if full is not None:

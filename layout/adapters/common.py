@@ -126,13 +126,19 @@ class KeyIndex:
             break
         return "h-" + key_hex(new_keys[0])[:40], FALLBACK_SOURCE
 
-    def add(self, session: str, keys: Sequence[Hashable]) -> IndexedSession:
-        """Record a turn of ``keys`` appended to ``session``."""
+    def add(
+        self, session: str, keys: Sequence[Hashable], *, extend: bool = False
+    ) -> IndexedSession:
+        """Record a turn of ``keys`` appended to ``session`` (with ``extend``, more keys of its
+        last turn: an engine that stores one turn in pieces)."""
         s = self.sessions.setdefault(session, IndexedSession(session))
         for k in keys:
             self.where[k] = (session, len(s.keys))
             s.keys.append(k)
-        s.turn_ends.append(len(s.keys))
+        if extend and s.turn_ends:
+            s.turn_ends[-1] = len(s.keys)
+        else:
+            s.turn_ends.append(len(s.keys))
         return s
 
     def forget(self, session: str) -> list[Hashable]:
@@ -154,6 +160,45 @@ class KeyIndex:
             start = end
         stop = next(end for end in ends if end > last_block)
         return start, stop
+
+
+def pack_keys(keys: Sequence[Hashable]) -> bytes:
+    """Block keys as a turn's tag (:meth:`..store.FlatStore.write_turn`), so a restart can look
+    them up again: each key ``bytes`` or ``str``, length-prefixed; two packed runs joined are
+    the packing of both."""
+    out = bytearray()
+    for k in keys:
+        if isinstance(k, bytes | bytearray):
+            kind, raw = 0, bytes(k)
+        elif isinstance(k, str):
+            kind, raw = 1, k.encode()
+        else:
+            raise TypeError(f"keys: bytes or str keys can be kept on disk; got {type(k).__name__}")
+        out += kind.to_bytes(1, "little") + len(raw).to_bytes(4, "little") + raw
+    return bytes(out)
+
+
+def unpack_keys(tag: bytes) -> list[Hashable]:
+    """The keys :func:`pack_keys` packed (a damaged tag: the keys before the damage)."""
+    keys: list[Hashable] = []
+    at = 0
+    while at + 5 <= len(tag):
+        kind, length = tag[at], int.from_bytes(tag[at + 1 : at + 5], "little")
+        raw = tag[at + 5 : at + 5 + length]
+        if len(raw) != length or kind not in (0, 1):
+            break
+        keys.append(raw if kind == 0 else raw.decode())
+        at += 5 + length
+    return keys
+
+
+@dataclass(frozen=True)
+class KeyCodec:
+    """How an adapter keeps a turn's block keys on disk: ``pack(keys) -> bytes`` (joining two
+    packed runs packs both) and ``unpack(bytes) -> keys``."""
+
+    pack: Callable[[Sequence[Hashable]], bytes]
+    unpack: Callable[[bytes], list[Hashable]]
 
 
 class Clock:
@@ -301,6 +346,7 @@ class _WriteJob:
     context_tokens: int
     previous_reply_tokens: int | None
     prefix_ref_count: int
+    tag: bytes = b""  # the keys as kept on disk, packed at submit (the codec's state is then)
     rows: np.ndarray | None = None  # the layer-ordered turn, once gathered
     sources: list[Sequence[np.ndarray]] | None = None  # the engine's pages, until gathered
     release: Callable[[], None] | None = None  # the engine's buffers may be reused after it
@@ -351,13 +397,19 @@ class SessionKV:
     :class:`..placement.PlacementRule` or a thresholds file (else ``$FLATCAKE_THRESHOLDS``,
     else the package's ``thresholds.toml``). ``trace``: a JSON Lines path (else
     ``$FLATCAKE_TRACE``). ``metrics``: where to count (:mod:`.metrics`; default a new one,
-    exported when prometheus_client is installed). Thread-safe (engines call storage from
+    exported when prometheus_client is installed). ``key_codec``: how each turn's keys are kept
+    in its tag for a restart (default :func:`pack_keys`). Thread-safe (engines call storage from
     their own threads).
 
     Writes submitted with :meth:`submit_write` are written by this object's own writer thread,
     in submission order; until a turn is on disk its pages are a miss to lookups and reads
     (never other bytes), and a write that fails drops its session, is logged at error and
     counted (``stores_failed``), and is returned by the next :meth:`take_write_failures`.
+    **Committed** (survives ``kill -9`` and restores after a restart) is an SSD turn whose
+    ``on_written`` ran (LMCache's ``on_complete_callback``), whose :meth:`write` returned, or
+    that :meth:`flush` or :meth:`close` waited for: its tag record and segment are
+    fdatasynced by then. A turn submitted and not yet written is served from its buffers but
+    lost with the process; host-memory turns never outlive it.
     Two locks: ``lock`` guards the index (lookups never wait for I/O), ``store_lock`` the
     store (a read waits for a turn being written, and the other way round).
     """
@@ -373,8 +425,11 @@ class SessionKV:
         rule: PlacementRule | str | os.PathLike[str] | None = None,
         trace: str | os.PathLike[str] | None = None,
         metrics: AdapterMetrics | None = None,
+        key_codec: KeyCodec | None = None,
     ) -> None:
         self.engine = engine
+        self.key_codec = key_codec or KeyCodec(pack_keys, unpack_keys)
+        self.damaged = 0  # reads that failed verification: each a miss, its session dropped
         self.layers = layers
         self.layer_page_bytes = layer_page_bytes
         self.tokens_per_key = tokens_per_key
@@ -413,6 +468,28 @@ class SessionKV:
         # Read commands so far: O_DIRECT into the engine's buffers, or through the page cache.
         self.direct_commands = 0
         self.buffered_commands = 0
+        self._index_recovered()
+
+    def _index_recovered(self) -> None:
+        """Index what the store recovered from an earlier run, by the keys kept in each turn's
+        tag. A session with a turn whose keys cannot be read (another codec's, or keys
+        already indexed) is dropped whole: its turns could not all be looked up, and the next
+        write would not follow them."""
+        now = self.clock()
+        for session in self.store.sessions():
+            turns = [
+                self.key_codec.unpack(self.store.tag(session, t.turn))
+                for t in self.store.turns(session)
+            ]
+            keys = [k for turn in turns for k in turn]
+            readable = all(
+                len(k) == t.tokens for k, t in zip(turns, self.store.turns(session), strict=True)
+            )
+            if not readable or len(set(keys)) != len(keys) or any(k in self.index for k in keys):
+                self.store.drop(session, now)
+                continue
+            for turn_keys in turns:
+                self.index.add(session, turn_keys)
 
     # lookups ----------------------------------------------------------------------------
     def lookup(self, keys: Sequence[Hashable], *, count: bool = True) -> int:
@@ -528,6 +605,7 @@ class SessionKV:
             context_tokens=(len(chain) + len(new_keys)) * self.tokens_per_key,
             previous_reply_tokens=reply if turn else None,
             prefix_ref_count=prefix_ref_count,
+            tag=self._tag(new_keys),
         )
 
     def _publish(self, job: _WriteJob) -> None:
@@ -631,7 +709,13 @@ class SessionKV:
                 now_s=now,
             )
             job.stored = self.store.write_turn(
-                job.session, job.turn, kv, tokens=len(job.keys), medium=placement.medium, now_s=now
+                job.session,
+                job.turn,
+                kv,
+                tokens=len(job.keys),
+                medium=placement.medium,
+                now_s=now,
+                tag=job.tag,
             )
             reclaimed = [str(r.session) for r in self.store.reclaim(now)]
         with self.lock:
@@ -671,6 +755,12 @@ class SessionKV:
         with self._idle:
             return self._idle.wait_for(lambda: self._in_flight == 0, timeout_s)
 
+    def _tag(self, keys: Sequence[Hashable]) -> bytes:
+        try:
+            return self.key_codec.pack(keys)
+        except TypeError:
+            return b""  # keys this codec cannot keep: served now, not after a restart
+
     def set_previous_reply(self, session_id: object, reply_tokens: int) -> None:
         """The engine told a session's last reply length: the next write's placement signal."""
         with self.lock:
@@ -691,8 +781,8 @@ class SessionKV:
         page's head). ``False``, with nothing promised about ``pages``, when one key is not
         stored. One coalesced restore per session touched: the whole turns holding the
         requested pages, SSD turns read by ``preadv`` into the engine's buffers and checked
-        against their layer checksums as they land (a mismatch raises
-        :class:`..errors.VerificationError`)."""
+        against their layer checksums as they land. A damaged turn is a miss, once: ``False``,
+        its session dropped with its file (``damaged`` counts them)."""
         t0 = time.perf_counter()
         self.metrics.add("loads")
         with self.lock:
@@ -738,7 +828,11 @@ class SessionKV:
         try:
             with self.store_lock:
                 for session, (start, stop, wanted) in spans.items():
-                    got = self._restore_session(session, start, stop, wanted, pages)
+                    try:
+                        got = self._restore_session(session, start, stop, wanted, pages)
+                    except (VerificationError, CorruptSessionFile) as e:
+                        self._damaged(session, e)
+                        return None
                     if got is None:
                         return None
                     read += got
@@ -746,6 +840,13 @@ class SessionKV:
             self._load_failed(len(keys))
             raise
         return read
+
+    def _damaged(self, session: str, error: Exception) -> None:
+        """A restore of ``session`` failed verification: a miss, once. The session is dropped
+        with its file (the engine recomputes and stores it again), never served damaged."""
+        log.warning("FlatCake %s store: %s; session %r dropped", self.engine, error, session)
+        self.damaged += 1
+        self.evict_session(session)
 
     def _load_failed(self, blocks: int) -> None:
         self.metrics.add("loads_failed")
@@ -1017,13 +1118,16 @@ __all__ = [
     "FALLBACK_SOURCE",
     "Clock",
     "IndexedSession",
+    "KeyCodec",
     "KeyIndex",
     "Medium",
     "SessionKV",
     "StoreOptions",
     "key_hex",
     "open_direct",
+    "pack_keys",
     "page_geometry",
     "page_layers",
     "session_name",
+    "unpack_keys",
 ]

@@ -35,6 +35,7 @@ decides retrieval order), and GDS into the GPU (use LMCache's own ``GdsBackend``
 
 from __future__ import annotations
 
+import json
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -47,6 +48,7 @@ try:
     import torch
     from lmcache.utils import CacheEngineKey
     from lmcache.v1.memory_management import (
+        MemoryFormat,
         MemoryObj,
         MemoryObjMetadata,
         TensorMemoryObj,
@@ -59,7 +61,16 @@ except ImportError as e:  # pragma: no cover - depends on the engine being insta
     ) from e
 
 from ..placement import PlacementRule
-from .common import Clock, SessionKV, StoreOptions, key_hex, session_name
+from .common import (
+    Clock,
+    KeyCodec,
+    SessionKV,
+    StoreOptions,
+    key_hex,
+    pack_keys,
+    session_name,
+    unpack_keys,
+)
 from .metrics import AdapterMetrics, register_if_available
 from .trace import TraceRecorder
 
@@ -117,12 +128,12 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
         self.kv: SessionKV | None = None
         self.metrics = AdapterMetrics(ENGINE)  # counts from the first lookup, store open or not
         register_if_available(self.metrics)
-        if self.page_bytes:
-            self._open(self.page_bytes)
         # chunk key -> (shape, dtype, format, bytes) of the object stored under it
         self.objects: dict[CacheEngineKey, tuple[torch.Size, torch.dtype, Any, int]] = {}
         self.chains: OrderedDict[CacheEngineKey, tuple[CacheEngineKey, ...]] = OrderedDict()
         self.pinned: dict[CacheEngineKey, int] = {}
+        if self.page_bytes:
+            self._open(self.page_bytes)  # indexes what an earlier run stored (restart)
 
     def _open(self, page_bytes: int) -> SessionKV:
         if self.kv is None:
@@ -135,10 +146,32 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
                 tokens_per_key=self.chunk_tokens,
                 rule=self.rule,
                 metrics=self.metrics,
+                key_codec=KeyCodec(self._pack_keys, self._unpack_keys),
             )
             self.kv.recorder = self.recorder
             self.kv.clock = self.clock  # started earlier: never behind the store's
         return self.kv
+
+    # keys on disk, for a restart: each chunk's key and its memory object's shape ---------
+    def _pack_keys(self, keys: Sequence[Any]) -> bytes:
+        rows = []
+        for k in keys:
+            shape, dtype, fmt, size = self.objects[k]
+            rows.append(json.dumps([k.to_string(), list(shape), str(dtype), int(fmt.value), size]))
+        return pack_keys(rows)
+
+    def _unpack_keys(self, tag: bytes) -> list[Any]:
+        keys: list[Any] = []
+        for row in unpack_keys(tag):
+            try:
+                text, shape, dtype, fmt, size = json.loads(row)  # type: ignore[arg-type]
+                key = CacheEngineKey.from_string(text)
+                kind = getattr(torch, str(dtype).removeprefix("torch."))
+                self.objects[key] = (torch.Size(shape), kind, MemoryFormat(fmt), int(size))
+            except (ValueError, TypeError, AttributeError):
+                break  # not this plugin's: the keys before it are kept
+            keys.append(key)
+        return keys
 
     # lookups ----------------------------------------------------------------------------
     def contains(self, key: CacheEngineKey, pin: bool = False) -> bool:
@@ -219,6 +252,7 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
         chain = self.chains.get(keys[0], ())
         prefix = chain[: chain.index(keys[0])] if keys[0] in chain else ()
         for k, obj, size in zip(keys, objs, sizes, strict=True):
+            # Kept with the keys: a restart rebuilds each chunk's memory object from them.
             self.objects[k] = (obj.get_shape(), obj.get_dtype(), obj.get_memory_format(), size)
             obj.ref_count_up()
 

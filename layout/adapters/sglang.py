@@ -84,8 +84,9 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
     """HiCache L3 on FlatCake session files (module docstring).
 
     ``storage_config.extra_config`` holds ``directory`` (or ``$FLATCAKE_DIR``), ``host_bytes``,
-    ``ssd_bytes``, ``node``, ``page_size`` (tokens; default the host pool's) and the dynamic
-    loader's fields. ``rule`` / ``trace`` as :class:`.common.SessionKV`.
+    ``ssd_bytes``, ``node``, ``page_size`` (tokens; default the host pool's), ``page_bytes``
+    (a page's bytes, to open the store at construction) and the dynamic loader's fields.
+    ``rule`` / ``trace`` as :class:`.common.SessionKV`.
     """
 
     def __init__(
@@ -114,6 +115,11 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
         self._open_lock = threading.Lock()
         self._pending: tuple[Any, list[str]] | None = None  # the trace record being built
         self._loads = [0, 0]  # its loads' blocks delivered and failed (the monitors)
+        page_bytes = int(extra.get("page_bytes", 0))
+        if page_bytes:
+            # Known now (else at register_mem_pool_host or the first write): the store opens
+            # at once and what an earlier run stored is found from the first query.
+            self._open(page_bytes)
 
     # setup ------------------------------------------------------------------------------
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:

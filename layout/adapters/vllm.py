@@ -28,13 +28,18 @@ Split as vLLM splits it:
 
 * :class:`FlatCakeManager` (scheduler process) decides: it indexes stored keys
   (:class:`.common.KeyIndex`), names the session (side channel, else the write-time rule's
-  fallback), places each write with the emitted thresholds (:class:`..placement.PlacementRule`
-  on the manager's own host/SSD accounting) and reclaims whole sessions at the watermark
-  (:class:`..reclaim.SessionReclaimer`). Its decisions travel to the workers in the
-  load/store specs, with the sessions to drop.
+  fallback), places each request's turn once, at its first store, with the emitted
+  thresholds (:class:`..placement.PlacementRule` on the manager's own host/SSD accounting),
+  and reclaims whole sessions at the watermark (:class:`..reclaim.SessionReclaimer`). vLLM
+  stores a request's blocks step by step as they complete; each later store extends the same
+  turn. Its decisions travel to the workers in the load/store specs, with the sessions to drop
+  and the turns to seal (their request finished). At start it indexes what the workers' stores
+  recover from the directory (:func:`..store.scan_sessions`, the keys kept in each turn's tag).
 * :class:`FlatCakeWorker` (each worker process, one per rank) executes them on its own
-  :class:`..store.FlatStore`: a store writes the new blocks of every layer as one turn
-  (layer-ordered, one FC-CIO segment or one host array); a load restores each session's
+  :class:`..store.FlatStore`: a turn's stores accumulate in host memory and are written as
+  one turn when sealed (layer-ordered, one FC-CIO segment or one host array); a load that
+  fails its checksums is reported failed and its session dropped with its file (the manager
+  forgets it when the load completes: a miss from then on); a load restores each session's
   whole turns with the coalesced planner, into the KV tensors in place through the staging
   window when the requested blocks are exactly those turns, else through host memory and a
   copy of the requested blocks. On a GPU the window reads with the kvikio engine (GDS) when
@@ -84,8 +89,16 @@ from ..placement import Medium as StoreMedium
 from ..placement import PlacementRule, PlacementSignals
 from ..reclaim import SessionReclaimer
 from ..rule_file import resolve_rule
-from ..store import FlatStore
-from .common import Clock, KeyIndex, StoreOptions, page_geometry, session_name
+from ..store import FlatStore, scan_sessions, session_file_name
+from .common import (
+    Clock,
+    KeyIndex,
+    StoreOptions,
+    pack_keys,
+    page_geometry,
+    session_name,
+    unpack_keys,
+)
 from .metrics import AdapterMetrics, register_if_available
 from .trace import TraceRecorder
 
@@ -103,17 +116,25 @@ def _optional_int(value: Any) -> int | None:
 
 
 class FlatCakeStoreSpec(LoadStoreSpec):
-    """A store decided by the manager: ``keys`` become turn ``turn`` of ``session`` on
-    ``medium`` (0 memory, 1 SSD); ``drops`` are sessions to remove first."""
+    """A store decided by the manager: ``keys`` become (more of) turn ``turn`` of ``session``
+    on ``medium`` (0 memory, 1 SSD); ``drops`` are sessions to remove first, ``seals`` the
+    ``(session, turn)`` whose request finished (the turn is whole: write it)."""
 
     def __init__(
-        self, session: str, turn: int, medium: int, keys: list[bytes], drops: list[str]
+        self,
+        session: str,
+        turn: int,
+        medium: int,
+        keys: list[bytes],
+        drops: list[str],
+        seals: list[tuple[str, int]] | None = None,
     ) -> None:
         self.session = session
         self.turn = turn
         self.medium = medium
         self.keys = keys
         self.drops = drops
+        self.seals = seals or []
 
 
 class FlatCakeLoadSpec(LoadStoreSpec):
@@ -126,11 +147,13 @@ class FlatCakeLoadSpec(LoadStoreSpec):
         blocks: list[int],
         spans: dict[str, tuple[int, int]],
         drops: list[str],
+        seals: list[tuple[str, int]] | None = None,
     ) -> None:
         self.sessions = sessions
         self.blocks = blocks
         self.spans = spans
         self.drops = drops
+        self.seals = seals or []
 
 
 @dataclass
@@ -139,6 +162,9 @@ class _Request:
     chain: list[bytes] = field(default_factory=list)
     previous_reply_tokens: int | None = None
     prefix_ref_count: int = 1
+    # The turn this request is storing: (session, turn, medium), placed at its first store;
+    # vLLM's later stores of the request's blocks extend it.
+    turn: tuple[str, int, StoreMedium] | None = None
 
 
 class FlatCakeManager(OffloadingManager):
@@ -157,11 +183,39 @@ class FlatCakeManager(OffloadingManager):
         self.requests: dict[str, _Request] = {}
         self.replies: dict[str, int] = {}  # session -> its last reply's tokens
         self.drops: list[str] = []  # sessions the workers have yet to remove
+        self.seals: list[tuple[str, int]] = []  # finished turns the workers have yet to seal
+        # Sessions with a sealed SSD turn, so a file on disk: one gone has been dropped by a
+        # worker that found it damaged (the only way a worker tells: vLLM reports a failed
+        # load to the scheduler without saying so to the manager).
+        self.on_disk: set[str] = set()
         self.events: list[OffloadingEvent] = []
         self.recorder = TraceRecorder.from_environment(spec.trace, engine=ENGINE)
         # Lookups, stores and reclaimed sessions (the worker counts the loads): vllm:flatcake_*.
         self.metrics = AdapterMetrics(ENGINE)
         register_if_available(self.metrics)
+        self._index_recovered()
+
+    def _index_recovered(self) -> None:
+        """Index what the workers' stores recover from an earlier run: the same files, read
+        here without writing (the worker of this rank owns them)."""
+        opts = self.spec.options
+        found = scan_sessions(opts.directory, node=opts.node, rank=opts.rank)
+        now = self.clock()
+        per_block = self.spec.config.worker_kv_bytes_per_block
+        for session, turns in found.items():
+            for tokens, tag in turns:
+                keys = unpack_keys(tag)
+                if len(keys) != tokens or any(k in self.index for k in keys):
+                    break
+                self.index.add(session, keys)
+                self.ssd.add(session, tokens * per_block, now)
+            if session in self.index.sessions:
+                self.media[session] = {StoreMedium.SSD}
+                self.on_disk.add(session)
+
+    def _session_file(self, session: str) -> str:
+        opts = self.spec.options
+        return os.path.join(opts.directory, session_file_name(opts.node, opts.rank, session))
 
     # requests ---------------------------------------------------------------------------
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
@@ -187,6 +241,7 @@ class FlatCakeManager(OffloadingManager):
         r = self.requests.pop(req_context.req_id, None)
         if r is None:
             return
+        self._close_turn(r)
         prompt, total = req_context.num_prompt_tokens, req_context.num_tokens
         reply = None if prompt is None or total is None else max(0, total - prompt)
         stored = [k for k in r.chain if k in self.index]
@@ -235,7 +290,7 @@ class FlatCakeManager(OffloadingManager):
         for s in spans:  # never reclaimed while a worker reads it
             self.ssd.begin_read(s, now)
             self.host.begin_read(s, now)
-        return FlatCakeLoadSpec(sessions, blocks, spans, self._take_drops())
+        return FlatCakeLoadSpec(sessions, blocks, spans, self._take_drops(), self._take_seals())
 
     def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
         now = self.clock()
@@ -243,6 +298,10 @@ class FlatCakeManager(OffloadingManager):
             for reclaimer in (self.ssd, self.host):
                 if reclaimer.being_read(s):
                     reclaimer.end_read(s, now)
+            if s in self.on_disk and not os.path.exists(self._session_file(s)):
+                # The worker found it damaged and dropped it: a miss from now on, and the
+                # next request's blocks are stored again.
+                self._forget(s)
 
     # stores -----------------------------------------------------------------------------
     def prepare_store(
@@ -254,33 +313,66 @@ class FlatCakeManager(OffloadingManager):
         new = [k for k in keys if k not in self.index and k not in self.pending]
         if not new:
             return None
-        at = r.chain.index(new[0])
-        session, _ = self.index.session_for(r.chain[:at], new, r.session_id)
-        known = self.index.sessions.get(session)
-        turn = len(known.turn_ends) if known else 0
         nbytes = len(new) * self.spec.config.worker_kv_bytes_per_block
-        reply = r.previous_reply_tokens
-        if reply is None:
-            reply = self.replies.get(session)
-        decision = self.rule.place(
-            PlacementSignals(
-                turn=turn,
-                context_tokens=(at + len(new)) * self.spec.tokens_per_key,
-                previous_reply_tokens=reply if turn else None,
-                prefix_ref_count=r.prefix_ref_count,
-                memory_free_bytes=self.host.free_bytes,
-                bytes_to_write=nbytes,
-            )
-        )
         now = self.clock()
-        (self.host if decision.medium == StoreMedium.MEMORY else self.ssd).add(session, nbytes, now)
-        self.media.setdefault(session, set()).add(decision.medium)
-        indexed = self.index.add(session, new)
+        open_turn = r.turn
+        if open_turn is not None and open_turn[0] in self.index.sessions:
+            # vLLM stores a request's blocks as they complete, step by step: one turn still,
+            # placed once (docs/layout.md, section 6, "Whole turns").
+            session, turn, medium = open_turn
+            indexed = self.index.add(session, new, extend=True)
+        else:
+            at = r.chain.index(new[0])
+            session, _ = self.index.session_for(r.chain[:at], new, r.session_id)
+            self._close_open_turn_of(session)
+            known = self.index.sessions.get(session)
+            turn = len(known.turn_ends) if known else 0
+            reply = r.previous_reply_tokens
+            if reply is None:
+                reply = self.replies.get(session)
+            medium = self.rule.place(
+                PlacementSignals(
+                    turn=turn,
+                    context_tokens=(at + len(new)) * self.spec.tokens_per_key,
+                    previous_reply_tokens=reply if turn else None,
+                    prefix_ref_count=r.prefix_ref_count,
+                    memory_free_bytes=self.host.free_bytes,
+                    bytes_to_write=nbytes,
+                )
+            ).medium
+            r.turn = (session, turn, medium)
+            indexed = self.index.add(session, new)
+        (self.host if medium == StoreMedium.MEMORY else self.ssd).add(session, nbytes, now)
+        self.media.setdefault(session, set()).add(medium)
         self.pending.update(new)
         self.metrics.add("stores")
         self.metrics.observe("segments_per_session", len(indexed.turn_ends))
-        spec = FlatCakeStoreSpec(session, turn, int(decision.medium), new, self._take_drops())
+        spec = FlatCakeStoreSpec(
+            session, turn, int(medium), new, self._take_drops(), self._take_seals()
+        )
         return PrepareStoreOutput(keys_to_store=new, store_spec=spec, evicted_keys=[])
+
+    def _close_turn(self, r: _Request) -> None:
+        """``r``'s turn is whole: the workers seal it at their next transfer."""
+        if r.turn is not None:
+            session, turn, _ = r.turn
+            if session in self.index.sessions:
+                self.seals.append((session, turn))
+            r.turn = None
+
+    def _close_open_turn_of(self, session: str) -> None:
+        # A new turn of a session whose last turn's request still runs (a second request of
+        # one chat at once): that turn ends here.
+        for r in self.requests.values():
+            if r.turn is not None and r.turn[0] == session:
+                self._close_turn(r)
+
+    def _take_seals(self) -> list[tuple[str, int]]:
+        seals, self.seals = self.seals, []
+        for session, _ in seals:
+            if StoreMedium.SSD in self.media.get(session, ()):
+                self.on_disk.add(session)
+        return seals
 
     def complete_store(
         self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True
@@ -301,6 +393,10 @@ class FlatCakeManager(OffloadingManager):
                 self._drop(str(gone.session))
 
     def _drop(self, session: str) -> None:
+        self._forget(session)
+        self.drops.append(session)
+
+    def _forget(self, session: str) -> None:
         keys = self.index.forget(session)
         if keys:
             self.metrics.add("sessions_reclaimed")
@@ -308,7 +404,11 @@ class FlatCakeManager(OffloadingManager):
         self.host.remove(session)
         self.ssd.remove(session)
         self.media.pop(session, None)
-        self.drops.append(session)
+        self.on_disk.discard(session)
+        self.seals = [seal for seal in self.seals if seal[0] != session]
+        for r in self.requests.values():
+            if r.turn is not None and r.turn[0] == session:
+                r.turn = None
         if keys and self.spec.kv_events_config.enable_kv_cache_events:
             self.events.append(OffloadingEvent(keys=keys, medium=Medium.STORAGE, removed=True))
 
@@ -397,6 +497,13 @@ class FlatCakeWorker(OffloadingWorker):
             if self.store.turns(s):
                 self.store.drop(s, now)
 
+    def _seal(self, seals: list[tuple[str, int]]) -> None:
+        now = self.clock()
+        for session, turn in seals:
+            open_turn = [t for t in self.store.turns(session) if t.turn == turn]
+            if open_turn and session in self.store.open_sessions():
+                self.store.seal(session, now)
+
     def submit_store(
         self, job_id: int, device_ptrs: DevicePointers, dst_spec: LoadStoreSpec
     ) -> bool:
@@ -404,9 +511,11 @@ class FlatCakeWorker(OffloadingWorker):
         ok = True
         try:
             self._drop(dst_spec.drops)
+            self._seal(dst_spec.seals)
             ids = torch.as_tensor(self._block_ids(device_ptrs), device=self.device)
             rows = [layer.index_select(0, ids).reshape(-1) for layer in self.layers]
             kv = torch.stack(rows).cpu().numpy()
+            # Open until the manager says the request finished: one segment per turn.
             self.store.write_turn(
                 dst_spec.session,
                 dst_spec.turn,
@@ -414,6 +523,8 @@ class FlatCakeWorker(OffloadingWorker):
                 tokens=len(dst_spec.keys),
                 medium=StoreMedium(dst_spec.medium),
                 now_s=self.clock(),
+                final=False,
+                tag=pack_keys(dst_spec.keys),
             )
             if StoreMedium(dst_spec.medium) == StoreMedium.SSD:
                 self.metrics.add("bytes_written", kv.nbytes)
@@ -436,6 +547,7 @@ class FlatCakeWorker(OffloadingWorker):
         self.metrics.add("loads")
         try:
             self._drop(src_spec.drops)
+            self._seal(src_spec.seals)
             ids = self._block_ids(device_ptrs)
             for session, (start, stop) in src_spec.spans.items():
                 mine = [i for i, s in enumerate(src_spec.sessions) if s == session]
@@ -456,9 +568,11 @@ class FlatCakeWorker(OffloadingWorker):
     ) -> None:
         now = self.clock()
         plan = self.store.plan_restore(session, stop, now_s=now, start_tokens=start)
-        if plan.tokens != stop - start:
+        if max(blocks) >= start + plan.tokens:
             raise RuntimeError(f"session {session!r}: blocks {start}..{stop} are not all stored")
         self.metrics.add("bytes_read", plan.ssd_read_bytes)
+        # The manager's span may end past an open turn's stores not yet run here.
+        stop = start + plan.tokens
         if blocks == list(range(start, stop)):
             # Exactly whole turns: straight into the KV tensors through the staging window.
             self.store.restore_to_pages(

@@ -121,7 +121,7 @@ def _analyze_sentence(a: Input, *, decides: bool) -> str:
     layout = v["layout"].as_str()
     # With a replay the decision is the replay's; analyze's figures stay, its load-free
     # verdict does not (two verdicts could contradict each other).
-    text = "Without load, the trace has" if decides else f"Verdict {link(layout, 'verdict')}"
+    text = "Without load," if decides else f"Verdict {link(layout, 'verdict')}"
     clauses = []
     for c in v["checks"]:
         name, value = c["name"].as_str(), c["value"].as_num()
@@ -131,13 +131,13 @@ def _analyze_sentence(a: Input, *, decides: bool) -> str:
                 if decides
                 else f" (flat at {escape(fmt.size_2dp(c['threshold'].as_num()))} or more)"
             )
-            clauses.append(f"p90 session KV {link(fmt.size(value), 'sessions')}{rule}")
+            clauses.append(f"p90 session KV is {link(fmt.size(value), 'sessions')}{rule}")
         elif name == "share_of_ideal":
             ref = v["reference_capacity_bytes"].as_num()
             clauses.append(
                 f"a {link(fmt.size(ref), 'memory-tier')} memory tier serves "
-                f"{link(fmt.share(value), 'memory-tier')} of the ideal hit share "
-                f"{link(fmt.share(a.doc['reuse_access_share'].as_num()), 'block-reuse')}"
+                f"{link(fmt.share(value), 'memory-tier')} of the ideal hit share ("
+                f"{link(fmt.share(a.doc['reuse_access_share'].as_num()), 'block-reuse')})"
             )
     if decides and not clauses:
         return ""

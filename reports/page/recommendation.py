@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import format as fmt
 from .. import svg
 from ..report_inputs import Input, Node
-from .elements import Cell, CellLike, figure, kv_table, table
+from .elements import Cell, CellLike, figure, kv_table, para, table
 from .replay import hardware_table, number_at, rate_charts, rates_table
 
 
@@ -14,7 +14,9 @@ def tokens(v: float | None) -> str:
     return fmt.number(v) + " tokens" if v is not None else fmt.NA
 
 
-def recommendation_section(inp: Input) -> str:
+def recommendation_section(inp: Input, *, replay: Input | None = None) -> str:
+    """The section; ``replay``, the page's replay input: when it ran on the same hardware, its
+    table (in the Replay section) stands for this one, which is not printed twice."""
     doc = inp.doc
     rec = doc["recommendation"]
     short, agent = rec["short_reply_tokens"].as_num(), rec["agent_context_tokens"].as_num()
@@ -44,7 +46,18 @@ def recommendation_section(inp: Input) -> str:
     parts.append('<h3 id="baselines">Baselines at every rate</h3>')
     parts.append(rate_charts(doc, "recommend"))
     parts.append(rates_table(doc, "recommend-rates-table"))
-    parts.append(hardware_table(doc))
+    shown = replay.doc.get("hardware") if replay is not None else None
+    hardware = doc.get("hardware")
+    if hardware is not None and shown is not None and hardware.value == shown.value:
+        parts.append(para("Hardware: the same node as the replay's (its table, above)."))
+    else:
+        parts.append(
+            hardware_table(
+                doc,
+                table_id="recommend-hardware-table",
+                heading="Hardware (recommend-thresholds)" if shown is not None else "Hardware",
+            )
+        )
     return "".join(parts)
 
 

@@ -4,6 +4,8 @@ Recommendation section shows too."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from html import escape
 
 from .. import format as fmt
 from .. import svg
@@ -11,8 +13,50 @@ from ..report_inputs import Input, Node
 from .elements import Cell, CellLike, figure, para, table
 
 
+@dataclass(frozen=True)
+class LoadPoint:
+    """One entry of a document's ``rates``: its load, the sizes it ran at, its policies."""
+
+    load: float  # offered requests/s, or sessions kept active on a closed loop (--concurrency)
+    label: str  # the load as the tables write it
+    sizes: str  # "" at the node's sizes (the first entry's); else the sizes it ran at
+    policies: list[tuple[str, Node]]
+
+
+def load_points(doc: Node) -> list[LoadPoint]:
+    """The document's loads in its order: an offered rate, or a concurrency (rate null) when
+    the load axis is the closed loop; entries at other sizes (a size list such as
+    ``--host-memory 256GiB,1TiB``) name those sizes."""
+    entries = doc["rates"].as_list()
+    first = entries[0].get("sizes") if entries else None
+    base = None if first is None else first.value
+    out = []
+    for r in entries:
+        rate = r.get("rate")
+        if rate is not None:
+            load = rate.need_num()
+            label = fmt.per_s(load)
+        else:
+            active = r["concurrency"].as_int()
+            load, label = float(active or 0), f"{fmt.count(active)} sessions active"
+        sizes = r.get("sizes")
+        named = ""
+        if sizes is not None and sizes.value != base:
+            named = ", ".join(
+                f"{k.removesuffix('_bytes').replace('_', ' ')} {fmt.size(v.as_num())}"
+                for k, v in sizes.as_items()
+            )
+        out.append(LoadPoint(load, label, named, r["policies"].as_items()))
+    return out
+
+
+def closed_loop(doc: Node) -> bool:
+    """Whether the document's load axis is the concurrency (``--concurrency``)."""
+    return any(r.get("rate") is None for r in doc["rates"])
+
+
 def policies_at(doc: Node) -> list[tuple[float, list[tuple[str, Node]]]]:
-    return [(r["rate"].need_num(), r["policies"].as_items()) for r in doc["rates"]]
+    return [(p.load, p.policies) for p in load_points(doc)]
 
 
 def number_at(node: Node, *keys: str) -> float | None:
@@ -27,10 +71,15 @@ def number_at(node: Node, *keys: str) -> float | None:
 
 def rates_table(doc: Node, table_id: str) -> str:
     rows: list[list[CellLike]] = []
-    for rate, policies in policies_at(doc):
-        for name, p in policies:
+    points = load_points(doc)
+    sized = any(pt.sizes for pt in points)
+    for pt in points:
+        for name, p in pt.policies:
             hit = number_at(p, "gpu_hit_share")
-            cells: list[CellLike] = [Cell(fmt.per_s(rate), rate), name, Cell(fmt.share(hit), hit)]
+            cells: list[CellLike] = [Cell(pt.label, pt.load)]
+            if sized:
+                cells.append(pt.sizes or "the node's")
+            cells += [name, Cell(fmt.share(hit), hit)]
             for keys, render in (
                 (("ttft_s", "mean"), fmt.seconds),
                 (("ttft_s", "p50"), fmt.seconds),
@@ -47,7 +96,8 @@ def rates_table(doc: Node, table_id: str) -> str:
             rows.append(cells)
     return table(
         [
-            "rate",
+            "sessions active" if closed_loop(doc) else "rate",
+            *(["sizes"] if sized else []),
             "policy",
             "GPU hit share",
             "TTFT mean",
@@ -66,9 +116,13 @@ def rates_table(doc: Node, table_id: str) -> str:
 
 
 def _per_policy(doc: Node, *keys: str) -> dict[str, tuple[list[float], list[float]]]:
+    """Each policy's (loads, values) at the node's sizes: a chart draws one size set."""
     out: dict[str, tuple[list[float], list[float]]] = {}
-    for rate, policies in policies_at(doc):
-        for name, p in policies:
+    for pt in load_points(doc):
+        if pt.sizes:
+            continue
+        rate = pt.load
+        for name, p in pt.policies:
             v = number_at(p, *keys)
             if v is not None:
                 xs, ys = out.setdefault(name, ([], []))
@@ -78,8 +132,16 @@ def _per_policy(doc: Node, *keys: str) -> dict[str, tuple[list[float], list[floa
 
 
 def rate_charts(doc: Node, prefix: str) -> str:
-    """Hit share, TTFT p50/p99 and SSD bytes against rate, one series per policy."""
-    rate_axis = svg.Axis("offered load (requests/s)", fmt=lambda v: f"{v:g}")
+    """Hit share, TTFT p50/p99 and SSD bytes against rate, one series per policy (bars per
+    policy when the document ran one load: a line needs two)."""
+    at_node = [pt for pt in load_points(doc) if not pt.sizes]
+    if len({pt.load for pt in at_node}) == 1:
+        return _one_load_charts(doc, prefix, at_node[0])
+    rate_axis = (
+        svg.Axis("sessions kept active (closed loop)", fmt=lambda v: f"{v:g}")
+        if closed_loop(doc)
+        else svg.Axis("offered load (requests/s)", fmt=lambda v: f"{v:g}")
+    )
     ideal = doc["ideal_hit_share"].as_num()
     hits = _per_policy(doc, "gpu_hit_share")
     charts = [
@@ -132,7 +194,73 @@ def rate_charts(doc: Node, prefix: str) -> str:
     return '<div class="charts">' + "".join(charts) + "</div>"
 
 
-def hardware_table(doc: Node) -> str:
+def _one_load_charts(doc: Node, prefix: str, point: LoadPoint) -> str:
+    """The charts of :func:`rate_charts` at the one load replayed: bars, one group a policy."""
+    names = [n for n, _ in point.policies]
+
+    def values(*keys: str) -> list[float | None]:
+        return [number_at(p, *keys) for _, p in point.policies]
+
+    ideal = doc["ideal_hit_share"].as_num()
+    at = f"at {point.label}, the one load replayed"
+    charts = [
+        figure(
+            svg.bar_chart(
+                f"{prefix}-hit-share",
+                "GPU hit share per policy",
+                names,
+                [("GPU hit share", values("gpu_hit_share"))],
+                "policy",
+                svg.Axis("GPU-delivered hit share", fmt=fmt.share, lo=0.0, hi=1.0),
+                svg.RefLine("ideal (reuse access share)", ideal) if ideal is not None else None,
+            ),
+            f"Reused blocks delivered to GPU memory before prefill, over all block accesses, {at}.",
+        ),
+        figure(
+            svg.bar_chart(
+                f"{prefix}-ttft",
+                "Time to first token per policy",
+                names,
+                [("p50", values("ttft_s", "p50")), ("p99", values("ttft_s", "p99"))],
+                "policy",
+                svg.Axis("TTFT (seconds)", fmt=lambda v: fmt.seconds(v)),
+            ),
+            f"TTFT p50 and p99 per policy, {at}.",
+        ),
+    ]
+    ssd = values("ssd_read_bytes")
+    if any(v is not None for v in ssd):
+        charts.append(
+            figure(
+                svg.bar_chart(
+                    f"{prefix}-ssd-bytes",
+                    "SSD bytes read per policy",
+                    names,
+                    [("SSD bytes read", ssd)],
+                    "policy",
+                    svg.Axis("SSD bytes read", fmt=lambda v: fmt.size(v)),
+                ),
+                f"Bytes read from SSD per policy over the whole replay, {at}.",
+            )
+        )
+    return '<div class="charts">' + "".join(charts) + "</div>"
+
+
+def _plain(value: object) -> str:
+    """A non-numeric hardware value as text: a string as it is (no JSON quotes), null as
+    n/a, anything else (a list, an object) as JSON."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return fmt.NA
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return json.dumps(value)
+
+
+def hardware_table(
+    doc: Node, *, table_id: str = "hardware-table", heading: str = "Hardware"
+) -> str:
     hw = doc.get("hardware")
     if hw is None:
         return ""
@@ -144,10 +272,10 @@ def hardware_table(doc: Node) -> str:
             value, source = v.value, ""
         number = isinstance(value, int | float) and not isinstance(value, bool)
         # Figures as the JSON holds them: whole numbers with separators, fractions to 1 place.
-        cell: CellLike = Cell(fmt.number(value), value) if number else json.dumps(value)
+        cell: CellLike = Cell(fmt.number(value), value) if number else _plain(value)
         rows.append([name, cell, str(source)])
-    return "<h3>Hardware</h3>" + table(
-        ["figure", "value", "source"], rows, table_id="hardware-table"
+    return f"<h3>{escape(heading)}</h3>" + table(
+        ["figure", "value", "source"], rows, table_id=table_id
     )
 
 

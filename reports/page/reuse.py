@@ -35,6 +35,14 @@ def _percentile_rows(
     return out
 
 
+#: The caption of a CDF drawn from the document's percentiles. The tables of the whole CDF are
+#: written by ``fcctl analyze --out`` only (``fcctl plan`` and a bare ``--json`` keep the
+#: document alone), so the caption names that command and its option, whatever wrote the input.
+PERCENTILES_ONLY = (
+    "p50, p90 and p99 from the JSON document only; the whole CDF needs the tables that "
+    "fcctl analyze TRACE --out DIR writes (give that DIR to fcctl report)"
+)
+
 _DISTANCES = (
     ("requests", "requests", "reuse distance (requests)", svg.tick, 10),
     ("seconds", "seconds", "reuse distance (seconds)", svg.tick, 10),
@@ -73,7 +81,7 @@ def _distance_chart(inp: Input, metric: str, label: str, render: Callable, base:
     series = [svg.Series("p50, p90, p99", [x for x, _ in pts], [q for _, q in pts], kind="points")]
     return figure(
         svg.line_chart(f"reuse-{metric}", title, series, x_axis, y_axis),
-        f"{title}: the percentiles of the JSON (give the --out directory for the whole CDF).",
+        f"{title}: {PERCENTILES_ONLY}.",
     )
 
 
@@ -101,7 +109,7 @@ def _session_chart(inp: Input) -> str:
         if not pts:
             return ""
         series = [svg.Series("p50, p90, p99", [x for x, _ in pts], [q for _, q in pts], "points")]
-        note = "the percentiles of the JSON (give the --out directory for the whole CDF)"
+        note = PERCENTILES_ONLY
     if threshold:
         series.append(
             svg.Series(

@@ -149,7 +149,9 @@ def build_page(
     if "replay" in inputs:
         bodies["replay"] = replay_section(inputs["replay"])
     if "recommend-thresholds" in inputs:
-        bodies["recommendation"] = recommendation_section(inputs["recommend-thresholds"])
+        bodies["recommendation"] = recommendation_section(
+            inputs["recommend-thresholds"], replay=inputs.get("replay")
+        )
     if MONITORS in inputs:
         bodies["monitors"] = monitors_section(inputs[MONITORS])
     bodies["provenance"] = provenance_section(inputs, generated_utc)

@@ -24,32 +24,15 @@ def _schedule_text(schedule: Node) -> str:
         ) from None
 
 
-def trace_section(inputs: dict[str, Input]) -> str:
-    first = next(
-        (
-            inputs[c]
-            for c in ("analyze", "replay", "recommend-thresholds")
-            if c in inputs and "trace" in inputs[c].doc
-        ),
-        None,
-    )
-    if first is None:
-        return ""
-    t, kv = first.doc["trace"], first.doc.get("kv")
+def _described(doc: Node, t: Node, kv: Node | None) -> list[tuple[str, CellLike]]:
+    """The rows of a trace summary that analyze and replay state (sizes, schedule, model)."""
     sessions = fmt.count(t["sessions"].as_int())
     if t["sessions_inferred"].as_bool():
         sessions += " (INFERRED from prefix chains)"
-    rows: list[tuple[str, CellLike]] = [
-        ("trace", t["path"].as_str()),
-        ("format", t["format"].as_str()),
-    ]
-    conv = t.get("converted_from")
-    if conv is not None:
-        rows.append(("converted from", f"{conv['path'].as_str()} ({conv['format'].as_str()})"))
     block = t["block_size_tokens"].as_int()
     schedule = t.get("schedule")
     per_session = schedule is not None and schedule["kind"].as_str() in ("sequential",)
-    rows += [
+    rows: list[tuple[str, CellLike]] = [
         ("requests", Cell(fmt.count(t["requests"].as_int()), 0)),
         ("sessions", sessions),
         ("block size", f"{block} tokens" if block else "n/a"),
@@ -62,13 +45,56 @@ def trace_section(inputs: dict[str, Input]) -> str:
         rows.append(("model", desc.as_str() if desc else kv["model"].as_str()))
     if schedule is not None:
         rows.append(("order", _schedule_text(schedule)))
-    sampling = first.doc.get("sampling") or t.get("sampling")
-    rows.append(
-        (
+    rows.append(_counting(doc, t))
+    return rows
+
+
+def _counting(doc: Node, t: Node) -> tuple[str, CellLike]:
+    """How the figures were counted: every access, a SHARDS sample of the stack distances
+    (analyze's ``trace.sampling``), or every access of sampled sessions (replay's and
+    recommend's ``sampling``, issue #19, which states no SHARDS error bound)."""
+    sessions = doc.get("sampling")
+    if sessions is not None and sessions.get("method") is not None:
+        kept, total = sessions["sessions"]["kept"].as_int(), sessions["sessions"]["total"].as_int()
+        requests = sessions["requests"]
+        return (
             "counting",
-            "exact: every block access counted" if sampling is None else sampling_legend(sampling),
+            f"sampled sessions (--sample-sessions {sessions['sample_sessions'].need_num():g}, "
+            f"by the hash of their id): {fmt.count(kept)} of {fmt.count(total)} sessions, "
+            f"{fmt.count(requests['kept'].as_int())} of {fmt.count(requests['total'].as_int())} "
+            "requests; every block access of those counted",
         )
+    shards = t.get("sampling")
+    if shards is not None:
+        return ("counting", sampling_legend(shards))
+    return ("counting", "exact: every block access counted")
+
+
+def trace_section(inputs: dict[str, Input]) -> str:
+    first = next(
+        (
+            inputs[c]
+            for c in ("analyze", "replay", "recommend-thresholds")
+            if c in inputs and "trace" in inputs[c].doc
+        ),
+        None,
     )
+    if first is None:
+        return ""
+    t, kv = first.doc["trace"], first.doc.get("kv")
+    rows: list[tuple[str, CellLike]] = [
+        ("trace", t["path"].as_str()),
+        ("format", t["format"].as_str()),
+    ]
+    conv = t.get("converted_from")
+    if conv is not None:
+        rows.append(("converted from", f"{conv['path'].as_str()} ({conv['format'].as_str()})"))
+    if "sessions" not in t:
+        # recommend-thresholds states only the trace's identity (path, format, requests).
+        rows.append(("requests", Cell(fmt.count(t["requests"].as_int()), 0)))
+        rows.append(_counting(first.doc, t))
+    else:
+        rows += _described(first.doc, t, kv)
     rows.append(("read by", f"fcctl {first.command} ({first.shown})"))
     others = [
         (f"trace read by {c}", inputs[c].doc["trace"]["path"].as_str())

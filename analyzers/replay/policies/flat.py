@@ -51,7 +51,7 @@ class Flat:
         self.sim = sim
         hw = sim.hw
         g = sim.w.geometry
-        self.rule: PlacementRule = sim.options.get("placement_rule") or PlacementRule()
+        self.rule: PlacementRule = sim.spec.placement
         self.layers = g.layers
         self.piece = g.bytes_per_block_per_layer(sim.w.block_tokens)  # one rank
         self.record = record_bytes(g.layers)

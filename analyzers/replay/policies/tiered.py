@@ -62,7 +62,7 @@ class Tiered:
         self.sim = sim
         self.staging_bytes: int | None = sim.hw.staging_bytes
         # --cancel credit: a cancelled prefetch still delivers the blocks it had read.
-        self.credit_cancelled = sim.options.get("cancel", "discard") == "credit"
+        self.credit_cancelled = sim.spec.cancel == "credit"
         self.ready = ArrivalQueue(sim.workers)
         self.staging_free = sim.hw.staging_bytes
         self.waiting: deque[int] = deque()

@@ -11,16 +11,19 @@ import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dask
 
 from fcctl.common.errors import FcctlInputError, RunFailed
-from fcctl.common.signals import sigint_ignored
+from fcctl.common.signals import deferred_interrupts, sigint_ignored
 from fcctl.common.version import fcctl_version, package_version
 
 if TYPE_CHECKING:
-    from distributed import Client
+    from distributed import Client, LocalCluster
+
+#: Where the local cluster's unawaited errors go (:func:`quiet_loop`): debug, not stderr.
+LOG = logging.getLogger("fcctl.dask")
 
 #: Seconds to reach a ``--scheduler`` (and for it to have a worker) before giving up.
 CONNECT_TIMEOUT_S = 5.0
@@ -210,41 +213,73 @@ def dask_client(
         finally:
             client.close()
         return
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     workers = local_workers(memory_budget_bytes, min_worker_bytes)
     with contextlib.ExitStack() as stack:
-        with (
-            sigint_ignored(),
-            # The nannies pass this process's configuration to the workers they start.
-            dask.config.set(_local_p2p_buffers(memory_budget_bytes // workers)),
-        ):
-            try:
-                cluster = LocalCluster(
-                    n_workers=workers,
-                    threads_per_worker=1,
-                    processes=True,
-                    host="127.0.0.1",
-                    dashboard_address=None,
-                    memory_limit=memory_budget_bytes // workers,
-                    # Dask's own log lines (a worker restarted, a task failed) are not shown:
-                    # a failure is reported once, as fcctl's one line.
-                    silence_logs=logging.CRITICAL,
-                    # The scheduler's HTTP routes (health, metrics; no dashboard) on a free
-                    # loopback port, not on 8787 of every interface.
-                    scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-                    preload=[__name__],  # dask_setup: the workers ignore Ctrl-C
-                )
-            except (OSError, TimeoutError, RuntimeError) as e:
-                raise RunFailed(
-                    f"could not start a local Dask cluster of {workers} worker(s) "
-                    f"({type(e).__name__}: {short_message(e)}): a worker process died or did not "
-                    "start; check that this machine may start processes and listen on "
-                    "127.0.0.1, and has memory free"
-                ) from None
-        stack.enter_context(cluster)
-        client = stack.enter_context(Client(cluster, set_as_default=False))
+        # A SIGTERM or SIGHUP while the cluster starts takes effect once it has started and is
+        # the stack's to close: cut short, its constructor left a half-made cluster that
+        # distributed's exit hook then failed to close, with tracebacks (issue #36, item 9).
+        with deferred_interrupts():
+            with (
+                sigint_ignored(),
+                # The nannies pass this process's configuration to the workers they start.
+                dask.config.set(_local_p2p_buffers(memory_budget_bytes // workers)),
+            ):
+                cluster = _start_local_cluster(workers, memory_budget_bytes)
+            stack.enter_context(cluster)
+            quiet_loop(cluster.loop)
+            client = stack.enter_context(Client(cluster, set_as_default=False))
         yield client, _facts(client, "local", str(cluster.scheduler_address))
+
+
+def _start_local_cluster(workers: int, memory_budget_bytes: int) -> LocalCluster:
+    from distributed import LocalCluster
+
+    try:
+        return LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            memory_limit=memory_budget_bytes // workers,
+            # Dask's own log lines (a worker restarted, a task failed) are not shown: a
+            # failure is reported once, as fcctl's one line.
+            silence_logs=logging.CRITICAL,
+            # The scheduler's HTTP routes (health, metrics; no dashboard) on a free loopback
+            # port, not on 8787 of every interface.
+            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+            preload=[__name__],  # dask_setup: the workers ignore Ctrl-C
+        )
+    except (OSError, TimeoutError, RuntimeError) as e:
+        raise RunFailed(
+            f"could not start a local Dask cluster of {workers} worker(s) "
+            f"({type(e).__name__}: {short_message(e)}): a worker process died or did not "
+            "start; check that this machine may start processes and listen on 127.0.0.1, "
+            "and has memory free"
+        ) from None
+
+
+def quiet_loop(loop: Any) -> None:
+    """Route the errors nobody awaited on a local cluster's event loop (``loop``: its tornado
+    IOLoop) to the ``fcctl.dask`` logger at debug level, not to stderr.
+
+    Closing a cluster whose workers are still registering or busy (an interrupted run) leaves
+    the scheduler's connection handlers failing (``KeyError: 'tcp://127.0.0.1:PORT'`` for a
+    worker already removed) in tasks no one awaits; asyncio printed each as "Task exception
+    was never retrieved" with a traceback after fcctl's one line. Like ``silence_logs``, this
+    keeps the cluster's own noise out of the command's output: what matters to the run reaches
+    it through the futures, as one line (:mod:`.failures`).
+    """
+    asyncio_loop = getattr(loop, "asyncio_loop", None)
+    if asyncio_loop is None:
+        return
+
+    def handle(_: object, context: dict[str, Any]) -> None:
+        LOG.debug("Dask event loop: %s", context.get("message"), exc_info=context.get("exception"))
+
+    asyncio_loop.set_exception_handler(handle)
 
 
 def _local_p2p_buffers(worker_limit_bytes: int) -> dict[str, int]:
