@@ -847,6 +847,7 @@ def plan(
         decision_of,
         file_identity,
         fingerprint,
+        node_memory_tiers,
         plan_directory,
         read_document,
         read_result,
@@ -888,7 +889,18 @@ def plan(
                 overall.update(done)
 
             overall.describe("plan: analyze")
-            fp = fingerprint("analyze", identity, common)
+            # The load-free verdict is judged at this node's host memory, not analyze's
+            # default tier, so it speaks of the node the replay simulates (issue 33 item 5).
+            tiers = node_memory_tiers(node.host_memory_bytes)
+            at_node: dict[str, Any] = (
+                {}  # a node without host memory: analyze's own tiers
+                if tiers is None
+                else {
+                    "memory_capacities_bytes": tiers,
+                    "reference_capacity_bytes": node.host_memory_bytes,
+                }
+            )
+            fp = fingerprint("analyze", identity, common, at_node)
             runner.step(
                 "analyze",
                 fp,
@@ -900,6 +912,7 @@ def plan(
                         model_config=model_config,
                         tp=tp,
                         kv_dtype=kv_dtype,
+                        **at_node,
                         progress=bar,
                     ),
                     p,

@@ -264,6 +264,16 @@ def target_rate(replay: ReplayResult, rate: float | None) -> tuple[float, str]:
     raise FcctlInputError("plan: the replay ran no rate to recommend thresholds at")
 
 
+def node_memory_tiers(host_memory_bytes: int) -> tuple[int, ...] | None:
+    """The memory tiers ``plan``'s analyze step measures: the node's host memory with a quarter,
+    half and twice it around it, so the load-free verdict is stated at the node's own size and
+    the table shows how near it the answer turns; None (analyze's defaults) for a node without
+    host memory."""
+    if host_memory_bytes <= 0:
+        return None
+    return tuple(sorted({max(1, host_memory_bytes * k // 4) for k in (1, 2, 4, 8)}))
+
+
 def _load_label(p: RateResult) -> str:
     if p.rate is not None:
         return f"{p.rate:.3g} req/s"
@@ -325,9 +335,19 @@ def summary_lines(
     analyze_doc: Mapping[str, Any] | None,
     decision: Mapping[str, Any],
 ) -> list[str]:
-    """The terminal summary, decision first."""
+    """The terminal summary, decision first, then the requests the replay rejected (if any)."""
+    from fcctl.reports.replay_report import REJECTED_SHARE_STATED, rejected_share
+
     at = f" at {decision['at']}" if decision["at"] else ""
-    lines = [f"decision{at}: {decision['best']} ({decision['why']})"]
+    rejected = rejected_share(replay)
+    excluded = (
+        f"; the figures exclude the {100 * rejected.share:.3g} % of requests rejected"
+        if rejected is not None and rejected.share > REJECTED_SHARE_STATED
+        else ""
+    )
+    lines = [f"decision{at}: {decision['best']} ({decision['why']}{excluded})"]
+    if rejected is not None:
+        lines.append(f"  {rejected.line()}")
     loads = ", ".join(f"{load}: {best}" for load, best in decision["by_load"])
     if loads:
         lines.append(f"  per load: {loads}")
@@ -346,9 +366,17 @@ def summary_lines(
         )
     verdict = (analyze_doc or {}).get("verdict")
     if verdict:
-        lines.append(f"  analyze (no load): {verdict['layout']}")
+        layout = verdict["layout"]
+        ref = verdict.get("reference_capacity_bytes")
+        at_size = f" at {ref / 2**30:,.4g} GiB host memory" if isinstance(ref, int) else ""
+        differs = (
+            "; load-free, so it can differ from the decision, measured under load"
+            if layout in ("flat", "tiered") and layout != decision["best"]
+            else ""
+        )
+        lines.append(f"  analyze (no load): {layout}{at_size}{differs}")
     if replay.sampling:
-        lines.insert(1, _sampled_line(replay.sampling))
+        lines.insert(1 + (rejected is not None), _sampled_line(replay.sampling))
     return lines
 
 
@@ -488,6 +516,7 @@ __all__ = [
     "decision_of",
     "file_identity",
     "fingerprint",
+    "node_memory_tiers",
     "plan_directory",
     "read_document",
     "read_plan",
