@@ -125,7 +125,9 @@ def render_summary(result: ReplayResult, console: Console) -> None:
     console.print(_table(result))
     console.print(
         "got/s: requests served per second in the steady-state window (arrivals 10-90 %), * "
-        "saturated by the node (more than 10 % below the offered or arriving rate), ~ held "
+        "saturated by the node (more than 10 % below the part of the offered load that ran "
+        "(rejected requests excluded): the offered rate, or on one clock the rate arriving in "
+        "the window, times the share of the window's arrivals that ran), ~ held "
         "back by the trace's own turn gaps (an instant node would not reach it either); "
         "prefill: busy share of "
         "the span, mean/busiest worker; SSD: share of the span the read link is busy; TTFT over "
