@@ -9,6 +9,7 @@ import dataclasses
 import itertools
 import json
 import math
+from html import escape
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +25,10 @@ from fcctl.analyzers.replay.sweep import (
     auto_rate_steps,
     is_knee,
 )
-from fcctl.common.jsonio import to_jsonable
+from fcctl.common.jsonio import to_jsonable, write_json_file
 from fcctl.common.provenance import collect_provenance
-from fcctl.reports.replay_report import render_summary
+from fcctl.reports.html_report import make_report
+from fcctl.reports.replay_report import SATURATION_LEGEND, render_summary
 from tests.replay_helpers import TINY, random_time_trace, tiny_node
 
 GOLDEN = Path(__file__).parent / "golden" / "replay_claude_code_sample.json"
@@ -247,3 +249,32 @@ def test_rejected_requests_are_not_saturation_and_the_legend_says_so() -> None:
     text = _summary(op)
     assert not _got_cell(text).endswith(("*", "~"))
     assert "of the offered load that ran (rejected requests excluded)" in " ".join(text.split())
+
+
+def test_the_report_page_marks_the_same_points(tmp_path: Path) -> None:
+    """The report's table of policies by rate carries the JSON's mark beside the served rate,
+    with the terminal's legend."""
+    doc = json.loads(GOLDEN.read_text())
+    doc["provenance"] = to_jsonable(collect_provenance("2026-01-01T00:00:00Z"))
+    base = ReplayResult.from_json(doc)
+    behind, keeping_up = _one_clock_run(0.8), _one_clock_run(0.95)
+    points = []
+    for rate, op in ((1.0, behind), (0.5, keeping_up)):
+        flat = dataclasses.replace(
+            TEMPLATE.policies["flat"],
+            offered_rate=rate,
+            achieved_rate=op.achieved_rate,
+            saturated=op.saturated,
+            saturated_by=op.saturated_by,
+        )
+        points.append(RateResult(rate, {"flat": flat}, TEMPLATE.decision))
+    result = dataclasses.replace(base, rates=tuple(points), operating_point=None)
+    write_json_file(result, tmp_path / "replay.json")
+    make_report([tmp_path / "replay.json"], tmp_path / "report.html")
+    html = (tmp_path / "report.html").read_text()
+    table = html[html.index('id="replay-table"') :]
+    table = table[: table.index("</table>")]
+    got_behind = f"{behind.achieved_rate.central:.3g}*"
+    got_kept = f"{keeping_up.achieved_rate.central:.3g}<"
+    assert got_behind in table and got_kept in table
+    assert " ".join(escape(SATURATION_LEGEND).split()) in " ".join(html.split())
