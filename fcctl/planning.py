@@ -8,8 +8,10 @@ into the plan directory (atomically, one file each):
    (memory-only, tiered, flat: not flat-fcfs, an ablation) with the automatic load sweep
    (``rates="auto"``) plus the user's operating point (``rate`` or ``concurrency``) and sizes;
 3. ``recommend.json``: :func:`fcctl.api.recommend_thresholds` at the *target rate*: the user's
-   rate; else, at a concurrency, the rate flat achieved there; else the replay's divergence
-   rate; else the highest rate the sweep ran that no policy saturated (else its lowest);
+   rate; else, for a concurrency plan, the rate flat served (central achieved rate) at the
+   highest concurrency that no policy saturated (else the lowest), at the node's sizes; else
+   the replay's divergence rate; else the highest rate the sweep ran that no policy saturated
+   (else its lowest);
 4. ``emit/NAME/`` with ``emit=True``: the drop-in package with the recommended thresholds;
 5. ``report.html``: :func:`fcctl.reports.html_report.make_report` over the three documents.
 
@@ -243,12 +245,8 @@ def target_rate(replay: ReplayResult, rate: float | None) -> tuple[float, str]:
     """The recommender's rate and why (module docstring, step 3)."""
     if rate is not None:
         return rate, "your operating point"
-    op = replay.operating_point
-    if op is not None and op.concurrency is not None:
-        flat = op.policies.get("flat")
-        got = flat.achieved_rate.central if flat is not None else None
-        if got:
-            return float(got), f"the rate flat achieved at {op.concurrency} sessions"
+    if replay.load.get("axis") == "concurrency":
+        return _concurrency_target(replay)
     if replay.divergence_rate:
         return float(replay.divergence_rate), "the divergence rate"
     points = [p.rate for p in replay.rates if p.rate is not None]
@@ -272,6 +270,45 @@ def node_memory_tiers(host_memory_bytes: int) -> tuple[int, ...] | None:
     if host_memory_bytes <= 0:
         return None
     return tuple(sorted({max(1, host_memory_bytes * k // 4) for k in (1, 2, 4, 8)}))
+
+
+def _concurrency_target(replay: ReplayResult) -> tuple[float, str]:
+    """A concurrency plan's rate: what flat served at the highest concurrency no policy
+    saturated (else the lowest), at the node's own sizes. The recommender offers rates, and
+    flat is the layout whose thresholds it tunes, so its served rate there is the load the
+    team's sessions really put on the node; the highest calm point is the heaviest load the
+    node still serves as offered, where the thresholds matter most."""
+    base = replay.rates[0].sizes if replay.rates else None
+    points = [p for p in replay.rates if p.concurrency is not None and p.sizes == base]
+    calm = [p for p in points if not any(q.saturated for q in p.policies.values())]
+    chosen = max(calm, key=lambda p: p.concurrency or 0) if calm else None
+    if chosen is None and points:
+        chosen = min(points, key=lambda p: p.concurrency or 0)
+    if chosen is None:
+        raise FcctlInputError("plan: the replay ran no concurrency to recommend thresholds at")
+    name = "flat" if "flat" in chosen.policies else next(iter(chosen.policies))
+    got = chosen.policies[name].achieved_rate
+    # A window of length 0 (a handful of requests) has no central rate: the whole run's then.
+    served, over = (
+        (got.central, "in the steady-state window")
+        if got.central
+        else (got.whole, "over the whole run")
+    )
+    if not served:
+        raise FcctlInputError(
+            f"plan: {name} served no request at {chosen.concurrency:,} sessions to recommend "
+            "thresholds at"
+        )
+    which = (
+        "the concurrency swept"
+        if len(points) == 1
+        else "the highest concurrency swept that no policy saturated"
+        if calm
+        else "the lowest concurrency swept (every one saturated)"
+    )
+    return float(served), (
+        f"the rate {name} served {over} at {chosen.concurrency:,} sessions active, {which}"
+    )
 
 
 def _load_label(p: RateResult) -> str:

@@ -47,7 +47,7 @@ def _table(result: ReplayResult) -> Table:
             u = p.utilisation
             t.add_row(
                 _load_cell(rate),
-                fmt.sig3(p.achieved_rate.central, "-") + _saturation_mark(p.saturated_by),
+                fmt.sig3(p.achieved_rate.central, "-") + saturation_mark(p.saturated_by),
                 name,
                 f"{fmt.share(u.prefill_mean)}/{fmt.share(u.prefill_max)}",
                 fmt.share(u.ssd_read),
@@ -71,8 +71,20 @@ def load_label(point: RateResult) -> str:
     return f"{point.concurrency:,} sessions active"
 
 
-def _saturation_mark(saturated_by: str | None) -> str:
-    """``*``: the node cannot serve the offered load; ``~``: the trace's pacing cannot offer it."""
+#: What the served-rate column and its marks mean (docs/simulator.md 6.1), the one wording of
+#: the terminal table and the report page.
+SATURATION_LEGEND = (
+    "requests served per second in the steady-state window (arrivals 10-90 %), * "
+    "saturated by the node (more than 10 % below the part of the offered load that ran "
+    "(rejected requests excluded): the offered rate, or on one clock the rate arriving in "
+    "the window, times the share of the window's arrivals that ran), ~ held "
+    "back by the trace's own turn gaps (an instant node would not reach it either)"
+)
+
+
+def saturation_mark(saturated_by: str | None) -> str:
+    """``*``: the node cannot serve the offered load; ``~``: the trace's pacing cannot offer it
+    (the JSON's ``saturated_by``, set exactly when ``saturated`` is)."""
     return {"node": "*", "trace-pacing": "~"}.get(saturated_by or "", "")
 
 
@@ -181,10 +193,7 @@ def render_summary(result: ReplayResult, console: Console) -> None:
     console.print(f"ideal hit share (reuse access share): {ideal}")
     console.print(_table(result))
     console.print(
-        "got/s: requests served per second in the steady-state window (arrivals 10-90 %), * "
-        "saturated by the node (more than 10 % below the offered or arriving rate), ~ held "
-        "back by the trace's own turn gaps (an instant node would not reach it either); "
-        "prefill: busy share of "
+        f"got/s: {SATURATION_LEGEND}; prefill: busy share of "
         "the span, mean/busiest worker; SSD: share of the span the read link is busy; TTFT over "
         "the window"
     )
