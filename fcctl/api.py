@@ -1072,12 +1072,23 @@ class _PlanSteps:
 
     def analyze(self) -> None:
         from fcctl.common.jsonio import write_json_file
-        from fcctl.planning import fingerprint
+        from fcctl.planning import fingerprint, node_memory_tiers
 
         source, format, bar = self.source, self.format, self.bar
         model, model_config = self.kv_args["model"], self.kv_args["model_config"]
         tp, kv_dtype = self.kv_args["tp"], self.kv_args["kv_dtype"]
-        fp = fingerprint("analyze", self.identity, self.common)
+        # The load-free verdict is judged at this node's host memory, not analyze's
+        # default tier, so it speaks of the node the replay simulates (issue 33 item 5).
+        tiers = node_memory_tiers(self.node.host_memory_bytes)
+        at_node: dict[str, Any] = (
+            {}  # a node without host memory: analyze's own tiers
+            if tiers is None
+            else {
+                "memory_capacities_bytes": tiers,
+                "reference_capacity_bytes": self.node.host_memory_bytes,
+            }
+        )
+        fp = fingerprint("analyze", self.identity, self.common, at_node)
         self.runner.step(
             "analyze",
             fp,
@@ -1089,6 +1100,7 @@ class _PlanSteps:
                     model_config=model_config,
                     tp=tp,
                     kv_dtype=kv_dtype,
+                    **at_node,
                     progress=bar,
                 ),
                 p,

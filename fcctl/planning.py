@@ -8,8 +8,10 @@ into the plan directory (atomically, one file each):
    (memory-only, tiered, flat: not flat-fcfs, an ablation) with the automatic load sweep
    (``rates="auto"``) plus the user's operating point (``rate`` or ``concurrency``) and sizes;
 3. ``recommend.json``: :func:`fcctl.api.recommend_thresholds` at the *target rate*: the user's
-   rate; else, at a concurrency, the rate flat achieved there; else the replay's divergence
-   rate; else the highest rate the sweep ran that no policy saturated (else its lowest);
+   rate; else, for a concurrency plan, the rate flat served (central achieved rate) at the
+   highest concurrency that no policy saturated (else the lowest), at the node's sizes; else
+   the replay's divergence rate; else the highest rate the sweep ran that no policy saturated
+   (else its lowest);
 4. ``emit/NAME/`` with ``emit=True``: the drop-in package with the recommended thresholds;
 5. ``report.html``: :func:`fcctl.reports.html_report.make_report` over the three documents.
 
@@ -243,12 +245,8 @@ def target_rate(replay: ReplayResult, rate: float | None) -> tuple[float, str]:
     """The recommender's rate and why (module docstring, step 3)."""
     if rate is not None:
         return rate, "your operating point"
-    op = replay.operating_point
-    if op is not None and op.concurrency is not None:
-        flat = op.policies.get("flat")
-        got = flat.achieved_rate.central if flat is not None else None
-        if got:
-            return float(got), f"the rate flat achieved at {op.concurrency} sessions"
+    if replay.load.get("axis") == "concurrency":
+        return _concurrency_target(replay)
     if replay.divergence_rate:
         return float(replay.divergence_rate), "the divergence rate"
     points = [p.rate for p in replay.rates if p.rate is not None]
@@ -262,6 +260,55 @@ def target_rate(replay: ReplayResult, rate: float | None) -> tuple[float, str]:
     if points:
         return float(min(points)), "the lowest rate the sweep ran"
     raise FcctlInputError("plan: the replay ran no rate to recommend thresholds at")
+
+
+def node_memory_tiers(host_memory_bytes: int) -> tuple[int, ...] | None:
+    """The memory tiers ``plan``'s analyze step measures: the node's host memory with a quarter,
+    half and twice it around it, so the load-free verdict is stated at the node's own size and
+    the table shows how near it the answer turns; None (analyze's defaults) for a node without
+    host memory."""
+    if host_memory_bytes <= 0:
+        return None
+    return tuple(sorted({max(1, host_memory_bytes * k // 4) for k in (1, 2, 4, 8)}))
+
+
+def _concurrency_target(replay: ReplayResult) -> tuple[float, str]:
+    """A concurrency plan's rate: what flat served at the highest concurrency no policy
+    saturated (else the lowest), at the node's own sizes. The recommender offers rates, and
+    flat is the layout whose thresholds it tunes, so its served rate there is the load the
+    team's sessions really put on the node; the highest calm point is the heaviest load the
+    node still serves as offered, where the thresholds matter most."""
+    base = replay.rates[0].sizes if replay.rates else None
+    points = [p for p in replay.rates if p.concurrency is not None and p.sizes == base]
+    calm = [p for p in points if not any(q.saturated for q in p.policies.values())]
+    chosen = max(calm, key=lambda p: p.concurrency or 0) if calm else None
+    if chosen is None and points:
+        chosen = min(points, key=lambda p: p.concurrency or 0)
+    if chosen is None:
+        raise FcctlInputError("plan: the replay ran no concurrency to recommend thresholds at")
+    name = "flat" if "flat" in chosen.policies else next(iter(chosen.policies))
+    got = chosen.policies[name].achieved_rate
+    # A window of length 0 (a handful of requests) has no central rate: the whole run's then.
+    served, over = (
+        (got.central, "in the steady-state window")
+        if got.central
+        else (got.whole, "over the whole run")
+    )
+    if not served:
+        raise FcctlInputError(
+            f"plan: {name} served no request at {chosen.concurrency:,} sessions to recommend "
+            "thresholds at"
+        )
+    which = (
+        "the concurrency swept"
+        if len(points) == 1
+        else "the highest concurrency swept that no policy saturated"
+        if calm
+        else "the lowest concurrency swept (every one saturated)"
+    )
+    return float(served), (
+        f"the rate {name} served {over} at {chosen.concurrency:,} sessions active, {which}"
+    )
 
 
 def _load_label(p: RateResult) -> str:
@@ -325,9 +372,19 @@ def summary_lines(
     analyze_doc: Mapping[str, Any] | None,
     decision: Mapping[str, Any],
 ) -> list[str]:
-    """The terminal summary, decision first."""
+    """The terminal summary, decision first, then the requests the replay rejected (if any)."""
+    from fcctl.reports.replay_report import REJECTED_SHARE_STATED, rejected_share
+
     at = f" at {decision['at']}" if decision["at"] else ""
-    lines = [f"decision{at}: {decision['best']} ({decision['why']})"]
+    rejected = rejected_share(replay)
+    excluded = (
+        f"; the figures exclude the {100 * rejected.share:.3g} % of requests rejected"
+        if rejected is not None and rejected.share > REJECTED_SHARE_STATED
+        else ""
+    )
+    lines = [f"decision{at}: {decision['best']} ({decision['why']}{excluded})"]
+    if rejected is not None:
+        lines.append(f"  {rejected.line()}")
     loads = ", ".join(f"{load}: {best}" for load, best in decision["by_load"])
     if loads:
         lines.append(f"  per load: {loads}")
@@ -346,9 +403,17 @@ def summary_lines(
         )
     verdict = (analyze_doc or {}).get("verdict")
     if verdict:
-        lines.append(f"  analyze (no load): {verdict['layout']}")
+        layout = verdict["layout"]
+        ref = verdict.get("reference_capacity_bytes")
+        at_size = f" at {ref / 2**30:,.4g} GiB host memory" if isinstance(ref, int) else ""
+        differs = (
+            "; load-free, so it can differ from the decision, measured under load"
+            if layout in ("flat", "tiered") and layout != decision["best"]
+            else ""
+        )
+        lines.append(f"  analyze (no load): {layout}{at_size}{differs}")
     if replay.sampling:
-        lines.insert(1, _sampled_line(replay.sampling))
+        lines.insert(1 + (rejected is not None), _sampled_line(replay.sampling))
     return lines
 
 
@@ -488,6 +553,7 @@ __all__ = [
     "decision_of",
     "file_identity",
     "fingerprint",
+    "node_memory_tiers",
     "plan_directory",
     "read_document",
     "read_plan",

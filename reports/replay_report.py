@@ -5,6 +5,8 @@ matplotlib is imported only when charts are written (Agg backend, via ``reports.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -45,7 +47,7 @@ def _table(result: ReplayResult) -> Table:
             u = p.utilisation
             t.add_row(
                 _load_cell(rate),
-                fmt.sig3(p.achieved_rate.central, "-") + _saturation_mark(p.saturated_by),
+                fmt.sig3(p.achieved_rate.central, "-") + saturation_mark(p.saturated_by),
                 name,
                 f"{fmt.share(u.prefill_mean)}/{fmt.share(u.prefill_max)}",
                 fmt.share(u.ssd_read),
@@ -69,8 +71,20 @@ def load_label(point: RateResult) -> str:
     return f"{point.concurrency:,} sessions active"
 
 
-def _saturation_mark(saturated_by: str | None) -> str:
-    """``*``: the node cannot serve the offered load; ``~``: the trace's pacing cannot offer it."""
+#: What the served-rate column and its marks mean (docs/simulator.md 6.1), the one wording of
+#: the terminal table and the report page.
+SATURATION_LEGEND = (
+    "requests served per second in the steady-state window (arrivals 10-90 %), * "
+    "saturated by the node (more than 10 % below the part of the offered load that ran "
+    "(rejected requests excluded): the offered rate, or on one clock the rate arriving in "
+    "the window, times the share of the window's arrivals that ran), ~ held "
+    "back by the trace's own turn gaps (an instant node would not reach it either)"
+)
+
+
+def saturation_mark(saturated_by: str | None) -> str:
+    """``*``: the node cannot serve the offered load; ``~``: the trace's pacing cannot offer it
+    (the JSON's ``saturated_by``, set exactly when ``saturated`` is)."""
     return {"node": "*", "trace-pacing": "~"}.get(saturated_by or "", "")
 
 
@@ -103,9 +117,64 @@ def decision_lines(result: ReplayResult) -> list[str]:
     return lines
 
 
+#: Why a request never ran (analyzers/replay/engine.REJECT_REASONS), in words, and the flags
+#: that change how many do.
+REJECT_WORDS = {
+    "exceeds_max_context": "longer than the model's context",
+    "kv_exceeds_gpu_pool": "larger than one worker's GPU KV pool",
+}
+REJECT_FLAGS = {
+    "exceeds_max_context": "--model or --model-config",
+    "kv_exceeds_gpu_pool": "--gpu-kv, --gpus, --tp or --hardware",
+}
+#: Above this share of requests rejected, plan's decision says its figures exclude them.
+REJECTED_SHARE_STATED = 0.05
+
+
+@dataclass(frozen=True)
+class RejectedShare:
+    """The requests a replay never ran, of all its ``requests``, by reason."""
+
+    rejected: int
+    requests: int
+    reasons: Mapping[str, int]
+
+    @property
+    def share(self) -> float:
+        return self.rejected / self.requests if self.requests else 0.0
+
+    def line(self) -> str:
+        """One line: the share, each reason with its count and the flag that changes it."""
+        parts = [
+            f"{n:,} {REJECT_WORDS.get(r, r)} (change with {REJECT_FLAGS.get(r, '--model')})"
+            for r, n in sorted(self.reasons.items())
+        ]
+        return (
+            f"rejected: {100 * self.share:.3g} % of requests ({self.rejected:,} of "
+            f"{self.requests:,}) never ran: {'; '.join(parts)}; their TTFT is not counted and "
+            "their blocks count as misses"
+        )
+
+
+def rejected_share(result: ReplayResult) -> RejectedShare | None:
+    """The requests the replay rejected (at its operating point, else its first load point:
+    the reasons depend on the model and the GPU pool, not on the load); None when none were."""
+    point = result.operating_point or (result.rates[0] if result.rates else None)
+    if point is None:
+        return None
+    policy = max(point.policies.values(), key=lambda p: p.rejected_requests.count, default=None)
+    if policy is None or policy.rejected_requests.count == 0:
+        return None
+    r = policy.rejected_requests
+    return RejectedShare(r.count, policy.requests, dict(r.reasons))
+
+
 def render_summary(result: ReplayResult, console: Console) -> None:
     for line in decision_lines(result):
         console.print(f"decision {line}")
+    rejected = rejected_share(result)
+    if rejected is not None:
+        console.print(rejected.line(), highlight=False)
     tr = result.trace
     hw = result.hardware
     scope = ""
@@ -124,10 +193,7 @@ def render_summary(result: ReplayResult, console: Console) -> None:
     console.print(f"ideal hit share (reuse access share): {ideal}")
     console.print(_table(result))
     console.print(
-        "got/s: requests served per second in the steady-state window (arrivals 10-90 %), * "
-        "saturated by the node (more than 10 % below the offered or arriving rate), ~ held "
-        "back by the trace's own turn gaps (an instant node would not reach it either); "
-        "prefill: busy share of "
+        f"got/s: {SATURATION_LEGEND}; prefill: busy share of "
         "the span, mean/busiest worker; SSD: share of the span the read link is busy; TTFT over "
         "the window"
     )

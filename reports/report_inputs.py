@@ -33,6 +33,8 @@ from fcctl.common.errors import FcctlInputError
 from fcctl.common.inputfile import parse_json, read_regular
 from fcctl.common.paths import display_path
 
+from .monitors import is_recorded_trace, read_monitors
+
 #: The newest schema_version of each command's document this fcctl reads.
 #: replay 2: the operating point per policy, a decision per rate, TTFT over the window;
 #: recommend-thresholds 2: recommendation.matters/spread/why (and replay's policy objects).
@@ -79,6 +81,8 @@ PLAN_FILE = "plan.json"
 _PLAN_KEYS = ("decision", "steps", "out_dir")
 _SYNTH_KEYS = ("profile", "partition_rows", "parts")
 COMMANDS = tuple(k.command for k in KINDS)
+#: The input kind of a trace the FlatCake adapters recorded (not a command's document).
+MONITORS = "monitors"
 _ALIASES = {"recommend": "recommend-thresholds"}
 
 
@@ -308,6 +312,10 @@ def read_input(path: Path) -> list[Input]:
         return found
     if not path.exists():
         raise ReportInputError(f"{where}: no such file or directory")
+    if path.is_file() and is_recorded_trace(path):
+        # A trace the FlatCake adapters recorded: the Monitors section (reports/monitors.py).
+        doc = {"schema_version": 1, "monitors": read_monitors(path)}
+        return [Input(MONITORS, path, where, Node(doc, where), None)]
     return [read_document(path)]
 
 

@@ -78,8 +78,10 @@ def test_dynamic_backend_over_several_turns(tmp_path: Path) -> None:
     missing = [*keys[:2], "f" * 64, keys[3]]
     assert backend.batch_exists(missing) == 2
     assert [g is None for g in backend.batch_get(missing, None)] == [False, False, True, True]
-    # The store placed each write with the thresholds and keeps sessions in FC-CIO files.
-    assert backend.kv is not None and len(backend.kv.placements) == 2
+    # The store placed each write with the thresholds and keeps sessions in FC-CIO files (its
+    # writer thread writes them in the background).
+    assert backend.kv is not None and backend.kv.flush(timeout_s=60)
+    assert len(backend.kv.placements) == 2
     assert sum(1 for _ in (tmp_path / "kv").glob("*.fccio")) >= 1
     backend.clear()
     assert backend.batch_exists(keys) == 0 and not list((tmp_path / "kv").glob("*.fccio"))

@@ -3,6 +3,7 @@ set against analyze's memory tier, the capacity estimate, and the automatic rate
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -11,11 +12,11 @@ from typer.testing import CliRunner
 
 from fcctl.analyzers.replay import ReplayConfig, replay_trace
 from fcctl.analyzers.replay.sweep import (
-    MAX_DOUBLINGS,
-    MAX_REFINEMENTS,
+    MAX_AUTO_POINTS,
     START_FRACTION,
     GiB,
     capacity_estimate,
+    is_knee,
     size_points,
     working_set_bytes,
 )
@@ -78,7 +79,7 @@ def test_auto_rates_double_from_light_load_and_say_why_they_stop() -> None:
     c = capacity_estimate(w, hw.prefill_tokens_per_s)
     assert rates[0] == pytest.approx(c * START_FRACTION)
     assert rates == sorted(rates)
-    assert len(rates) <= MAX_DOUBLINGS + MAX_REFINEMENTS
+    assert len(rates) <= MAX_AUTO_POINTS
     doubled = [r for r in rates if np.isclose(np.log2(r / rates[0]) % 1, 0)]
     assert len(doubled) >= 2
     note = next(n for n in result.notes if n.startswith("rates auto"))
@@ -86,11 +87,15 @@ def test_auto_rates_double_from_light_load_and_say_why_they_stop() -> None:
     last = result.rates[-1]
     stopped_busy = any(p.utilisation.prefill_max >= 0.95 for p in last.policies.values())
     assert stopped_busy or "stopped growing" in note or "doublings" in note
-    # Refined points sit between neighbours whose decisions differ.
-    for prev, mid, nxt in zip(result.rates, result.rates[1:], result.rates[2:], strict=False):
-        if not np.isclose(np.log2(mid.rate / rates[0]) % 1, 0):
-            assert mid.rate == pytest.approx(np.sqrt(prev.rate * nxt.rate))
-            assert prev.decision.best != nxt.decision.best
+    # Refined points sit between neighbouring doublings whose decisions differ or across which
+    # a policy's TTFT or served share jumps (a knee: test_replay_knee.py).
+    doubled_points = [p for p in result.rates if np.isclose(np.log2(p.rate / rates[0]) % 1, 0)]
+    for low, high in itertools.pairwise(doubled_points):
+        inside = [p for p in result.rates if low.rate < p.rate < high.rate]
+        if inside:
+            assert low.decision.best != high.decision.best or any(
+                is_knee(low, high, name) for name in low.policies
+            )
 
 
 def test_operating_rate_first_and_sizes_swept() -> None:

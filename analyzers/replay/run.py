@@ -55,8 +55,7 @@ from .result import (
 from .spec import DEFAULT_ROUTER, DEFAULT_SEED, RunSpec, StoreFactory
 from .store import FastStore
 from .sweep import (
-    MAX_DOUBLINGS,
-    MAX_REFINEMENTS,
+    MAX_AUTO_POINTS,
     SIZE_FIELDS,
     START_FRACTION,
     GiB,
@@ -509,7 +508,7 @@ def replay_trace(
     if plan.sweeps_rates:
         capacity = capacity_estimate(workload, spec.hardware.prefill_tokens_per_s)
     per_size = len(plan.fixed_points(workload.sessions))
-    per_size += MAX_DOUBLINGS + MAX_REFINEMENTS if capacity else 0
+    per_size += MAX_AUTO_POINTS if capacity else 0
     total = len(sizes) * per_size * len(plan.policies) * workload.requests
     if store_factory.reference:
         execution = Execution()

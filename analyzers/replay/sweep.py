@@ -21,13 +21,23 @@ tiers' answer can change.
    ``--slo-ttft-p99``; at most :data:`MAX_DOUBLINGS` points.
 3. *Refinement*: between two neighbouring rates whose decisions differ, the geometric mean is
    run too (at most :data:`MAX_REFINEMENTS` such points, lowest pair first).
+4. *Knees*: for each policy, the lowest pair of neighbouring doublings between which it stops
+   being served as offered (:func:`is_knee`: its mean TTFT grows more than
+   :data:`KNEE_TTFT_RATIO`-fold, or its achieved rate falls more than :data:`KNEE_SERVED_DROP`
+   of the offered rate further behind it) is bisected: the geometric mean runs, then the mean
+   of whichever half still holds the sharp change, :data:`KNEE_BISECTIONS` times, every
+   policy's knee in the same rounds (knees on the same pair share their point), at most
+   :data:`MAX_KNEE_POINTS` points in all. A doubling can step from an idle node to a flooded
+   one (0.36 s to 64 s mean TTFT); bisecting narrows the step from 2x to 2^(1/2), 2^(1/4),
+   2^(1/8) (about 9 %), so the sweep shows where each layout stops keeping up.
 
 The user's own operating point (``--rate R``), when given, is run as well and reported first.
 
 Each doubling reads the previous point, so the sweep runs in rounds (:func:`auto_rate_steps`):
-one point per doubling, then every refinement at once (they read only the doublings); a
-round's simulations (every policy, every size point's round) run together where the replay
-runs them (:mod:`.parallel`).
+one point per doubling, then every refinement at once with each knee's first point (they read
+only the doublings), then every knee's next point at once; a round's simulations
+(every policy, every size point's round) run together where the replay runs them
+(:mod:`.parallel`).
 """
 
 from __future__ import annotations
@@ -53,6 +63,20 @@ WORKING_SET_SHARES: tuple[float, ...] = (0.5, 0.9, 0.99)
 START_FRACTION = 1 / 16
 MAX_DOUBLINGS = 8
 MAX_REFINEMENTS = 3
+#: Bisections of one knee: 2x narrowed to 2^(1/8), about 9 %, inside the saturation tolerance.
+KNEE_BISECTIONS = 3
+#: Points the knees' bisections may add, all knees together (module docstring, step 4): three
+#: bisections of two knees, or two of three.
+MAX_KNEE_POINTS = 6
+#: The most load points one auto sweep runs.
+MAX_AUTO_POINTS = MAX_DOUBLINGS + MAX_REFINEMENTS + MAX_KNEE_POINTS
+#: A knee: between two neighbouring loads some policy's mean TTFT grows more than this many
+#: times. Below saturation a doubled load moves TTFT by queueing a little (the samples: at most
+#: 1.7x until the node falls behind); past the knee it grows with the queue, by 8x-180x.
+KNEE_TTFT_RATIO = 2.0
+#: A knee: some policy's achieved rate falls this much further behind its offered rate (a
+#: fraction of the offered rate), the saturation tolerance: one neighbour kept up, the other not.
+KNEE_SERVED_DROP = 0.10
 #: A point whose leading policy's achieved rate grew less than this over the previous one
 #: ends the sweep: more offered load no longer reaches the node.
 GROWTH_STOP = 0.10
@@ -146,14 +170,45 @@ def _stop(prev: RateResult | None, point: RateResult, slo_ttft_p99_s: float | No
     return None
 
 
+def _served_share(point: RateResult, name: str) -> float | None:
+    got = point.policies[name].achieved_rate.central
+    return None if got is None or not point.rate else got / point.rate
+
+
+def is_knee(low: RateResult, high: RateResult, name: str) -> bool:
+    """Whether policy ``name`` stops being served as offered between the neighbouring points
+    ``low`` and ``high`` (module docstring, step 4)."""
+    if name not in low.policies or name not in high.policies:
+        return False
+    before, after = low.policies[name].ttft_s.mean, high.policies[name].ttft_s.mean
+    if before and after is not None and after > KNEE_TTFT_RATIO * before:
+        return True
+    kept, behind = _served_share(low, name), _served_share(high, name)
+    return kept is not None and behind is not None and kept - behind > KNEE_SERVED_DROP
+
+
+#: A knee being bisected: the policy and the two points around it.
+Knee = tuple[str, RateResult, RateResult]
+
+
+def knees(points: Sequence[RateResult]) -> list[Knee]:
+    """Each policy's lowest knee among neighbouring ``points`` (rate order), lowest first."""
+    found: list[Knee] = []
+    names = dict.fromkeys(n for p in points for n in p.policies)
+    for name in names:
+        found += [(name, a, b) for a, b in itertools.pairwise(points) if is_knee(a, b, name)][:1]
+    return sorted(found, key=lambda k: _rate_of(k[1]))
+
+
 AutoSteps = Generator[list[float], list[RateResult], tuple[list[RateResult], str]]
 
 
 def auto_rate_steps(capacity: float, *, slo_ttft_p99_s: float | None = None) -> AutoSteps:
     """The auto sweep (module docstring) as rounds: it yields the rates to run next (one per
-    doubling, then every refinement at once), is sent their points in that order, and returns
-    the points in rate order and why it stopped. Each doubling reads the previous point, so the
-    rounds are sequential; a round's points (and each point's policies) are independent."""
+    doubling; then every refinement and each knee's first point at once; then each knee's next
+    point at once), is sent their points in that order, and returns the points in rate order
+    and why it stopped. Each doubling reads the previous point, so the rounds are sequential;
+    a round's points (and each point's policies) are independent."""
     if not (math.isfinite(capacity) and capacity > 0):
         raise FcctlInputError(f"rates: auto: no capacity estimate; got {capacity!r}")
     points: list[RateResult] = []
@@ -170,15 +225,44 @@ def auto_rate_steps(capacity: float, *, slo_ttft_p99_s: float | None = None) -> 
     # Between neighbouring doublings whose decisions differ, lowest pair first; a refined
     # point's own decision is never compared, so every refinement is known before any runs.
     between = [
-        i
-        for i, (a, b) in enumerate(itertools.pairwise(points))
-        if a.decision.best != b.decision.best and a.rate is not None and b.rate is not None
+        _midpoint(a, b) for a, b in itertools.pairwise(points) if a.decision.best != b.decision.best
     ][:MAX_REFINEMENTS]
-    if between:
-        refined = yield [math.sqrt(points[i].rate * points[i + 1].rate) for i in between]  # type: ignore[operator]
-        for i, point in reversed(list(zip(between, refined, strict=True))):
-            points.insert(i + 1, point)
+    open_knees = knees(points)
+    budget = MAX_KNEE_POINTS
+    for _ in range(KNEE_BISECTIONS):
+        if not (between or open_knees):
+            break
+        # Knees that share their two sides share their point; so may a refinement.
+        mids = [_midpoint(low, high) for _, low, high in open_knees]
+        knee_rates = [m for m in dict.fromkeys(mids) if m not in between][:budget]
+        budget -= len(knee_rates)
+        wanted = [*between, *knee_rates]
+        ran = dict(zip(wanted, (yield wanted), strict=True))
+        points = sorted([*points, *ran.values()], key=_rate_of)
+        between = []
+        halves = [_knee_half(k, ran[m]) for k, m in zip(open_knees, mids, strict=True) if m in ran]
+        open_knees = [k for k in halves if k is not None] if budget > 0 else []
     return points, why
+
+
+def _rate_of(point: RateResult) -> float:
+    return point.rate or 0.0
+
+
+def _midpoint(low: RateResult, high: RateResult) -> float:
+    """The geometric mean of two points' offered rates: rates double, so it halves the step."""
+    return math.sqrt(_rate_of(low) * _rate_of(high))
+
+
+def _knee_half(knee: Knee, middle: RateResult) -> Knee | None:
+    """The half of ``knee`` that ``middle`` splits which still holds the sharp change (the
+    lower first); None when neither does (the change is spread over both)."""
+    name, low, high = knee
+    if is_knee(low, middle, name):
+        return name, low, middle
+    if is_knee(middle, high, name):
+        return name, middle, high
+    return None
 
 
 def auto_rates(

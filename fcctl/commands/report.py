@@ -19,7 +19,8 @@ def register(app: typer.Typer) -> None:
             list[Path],
             typer.Argument(
                 help="--json documents or --out directories of analyze, iobench, replay, "
-                "recommend-thresholds (any subset, one of each).",
+                "recommend-thresholds (any subset, one of each), or a trace the FlatCake "
+                "adapters recorded (FLATCAKE_TRACE: its Monitors section).",
                 show_default=False,
                 metavar="INPUT",
             ),

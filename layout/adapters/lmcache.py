@@ -86,6 +86,7 @@ from .common import (
     session_name,
     unpack_keys,
 )
+from .metrics import AdapterMetrics, register_if_available
 from .trace import OpenRequests, TraceRecorder
 
 ENGINE = "lmcache"
@@ -166,6 +167,8 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
         self.recorder = TraceRecorder.from_environment(trace, engine=ENGINE)
         self.clock = Clock()  # the store's too, once open: one clock for the capture
         self.kv: SessionKV | None = None
+        self.metrics = AdapterMetrics(ENGINE)  # counts from the first lookup, store open or not
+        register_if_available(self.metrics)
         # chunk key -> (shape, dtype, format, bytes) of the object stored under it
         self.objects: dict[CacheEngineKey, tuple[torch.Size, torch.dtype, Any, int]] = {}
         self.chains: OrderedDict[CacheEngineKey, tuple[CacheEngineKey, ...]] = OrderedDict()
@@ -186,6 +189,7 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
                 layer_page_bytes=page_bytes,
                 tokens_per_key=self.chunk_tokens,
                 rule=self.rule,
+                metrics=self.metrics,
                 key_codec=KeyCodec(self._pack_keys, self._unpack_keys),
             )
             self.kv.recorder = self.recorder
@@ -227,6 +231,8 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
             if self.requests.is_new(keys):
                 self._remember(keys)
                 self._record(keys)
+        if self.kv is None:
+            self.metrics.add("blocks_looked_up", len(keys))
         hits = 0 if self.kv is None else self.kv.lookup(keys)
         if pin:
             for k in keys[:hits]:
@@ -297,7 +303,8 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
             self.chains.popitem(last=False)
 
     def exists_in_put_tasks(self, key: CacheEngineKey) -> bool:
-        return False  # puts complete before batched_submit_put_task returns
+        """Whether ``key``'s chunk was submitted and is still being written."""
+        return self.kv is not None and key in self.kv.pending
 
     # writes -----------------------------------------------------------------------------
     def batched_submit_put_task(
@@ -307,30 +314,46 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
         transfer_spec: Any = None,
         on_complete_callback: Callable[[CacheEngineKey], None] | None = None,
     ) -> list[Future[Any]] | None:
-        """Store the chunks as one turn of their session (synchronously; ``None`` as the
-        interface says for a synchronous put)."""
+        """Submit the chunks as one turn of their session and return (``None``, as LMCache's
+        own disk backend does): the store's writer thread copies them once from the memory
+        objects (referenced until then, as ``LocalDiskBackend`` holds them) into the turn's
+        layer-ordered segment and writes it; until then a lookup of them is a miss."""
         if not keys:
             return None
         with self.lock:
             self.requests.close(keys)
         sizes = [o.get_size() for o in objs]
         kv = self._open(max(sizes))
-        pages = np.zeros((len(keys), 1, kv.layer_page_bytes), dtype=np.uint8)
-        for i, obj in enumerate(objs):
-            if sizes[i] > kv.layer_page_bytes:
+        for size in sizes:
+            if size > kv.layer_page_bytes:
                 raise ValueError(
-                    f"objs: a chunk is at most {kv.layer_page_bytes} bytes here; got {sizes[i]}"
+                    f"objs: a chunk is at most {kv.layer_page_bytes} bytes here; got {size}"
                 )
-            raw = obj.tensor.contiguous().view(-1).view(torch.uint8).cpu().numpy()
-            pages[i, 0, : raw.nbytes] = raw
         chain = self.chains.get(keys[0], ())
         prefix = chain[: chain.index(keys[0])] if keys[0] in chain else ()
-        for k, obj, size in zip(keys, objs, sizes, strict=True):  # kept with the keys
+        for k, obj, size in zip(keys, objs, sizes, strict=True):
+            # Kept with the keys: a restart rebuilds each chunk's memory object from them.
             self.objects[k] = (obj.get_shape(), obj.get_dtype(), obj.get_memory_format(), size)
-        kv.write(list(keys), pages, prefix=prefix, session_id=_session_of(keys[0]))
-        for k in keys:
+            obj.ref_count_up()
+
+        def release() -> None:
+            for obj in objs:
+                obj.ref_count_down()
+
+        def written() -> None:
             if on_complete_callback is not None:
-                on_complete_callback(k)
+                for k in keys:
+                    on_complete_callback(k)
+
+        kv.submit_write(
+            list(keys),
+            [[_bytes_of(o)] for o in objs],
+            prefix=prefix,
+            session_id=_session_of(keys[0]),
+            copy_now=False,
+            release=release,
+            on_written=written,
+        )
         return None
 
     # reads ------------------------------------------------------------------------------
@@ -339,16 +362,20 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
         return got[0]
 
     def batched_get_blocking(self, keys: list[CacheEngineKey]) -> list[MemoryObj | None]:
-        """The chunks, restored with one coalesced read per session; ``None`` for a chunk not
-        stored."""
+        """The chunks, restored with one coalesced read per session straight into the memory
+        objects handed back; ``None`` for a chunk not stored."""
         with self.lock:
             self.requests.close(keys)
         if self.kv is None:
             return [None] * len(keys)
-        present = [k for k in keys if self.kv.lookup([k]) == 1]
-        pages = self.kv.read(present) if present else None
-        found = dict(zip(present, pages, strict=True)) if pages is not None else {}
-        return [self._object(k, found[k][0]) if k in found else None for k in keys]
+        present = [k for k in keys if self.kv.lookup([k], count=False) == 1]
+        objs = [self._allocate(k) for k in present]
+        if not present or not self.kv.read_into(present, [[_bytes_of(o)] for o in objs]):
+            for obj in objs:
+                obj.ref_count_down()
+            return [None] * len(keys)
+        found = dict(zip(present, objs, strict=True))
+        return [found.get(k) for k in keys]
 
     def get_non_blocking(
         self, key: CacheEngineKey, location: str | None = None
@@ -360,7 +387,8 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
         done.set_result(obj)
         return done
 
-    def _object(self, key: CacheEngineKey, page: np.ndarray) -> MemoryObj | None:
+    def _allocate(self, key: CacheEngineKey) -> MemoryObj:
+        """A memory object for ``key``'s chunk, from LMCache's allocator when there is one."""
         shape, dtype, fmt, size = self.objects[key]
         obj = None
         if self.local_cpu_backend is not None:
@@ -371,7 +399,6 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
                 shape=shape, dtype=dtype, address=0, phy_size=size, ref_count=1, fmt=fmt
             )
             obj = TensorMemoryObj(raw, meta, None)
-        obj.tensor.contiguous().view(-1).view(torch.uint8).copy_(torch.from_numpy(page[:size]))
         return obj
 
     # pins and removal -------------------------------------------------------------------
@@ -403,6 +430,11 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
             self.pinned.pop(k, None)
         return True
 
+    def stats(self) -> dict[str, Any]:
+        """The monitors' numbers (:mod:`.metrics`; exported as ``lmcache:flatcake_*`` where
+        prometheus_client is installed)."""
+        return self.kv.stats() if self.kv is not None else self.metrics.stats()
+
     def get_allocator_backend(self) -> Any:
         return self.local_cpu_backend
 
@@ -414,6 +446,13 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
             self.kv.close()
         elif self.recorder is not None:
             self.recorder.close()
+
+
+def _bytes_of(obj: MemoryObj) -> np.ndarray:
+    """A memory object's chunk bytes as a flat uint8 view (no copy; the object is on the
+    host)."""
+    view: np.ndarray = obj.tensor.view(-1).view(torch.uint8).numpy()
+    return view[: obj.get_size()]
 
 
 def _full_chunk(metadata: Any) -> int:

@@ -55,6 +55,7 @@ except ImportError as e:  # pragma: no cover - depends on the engine being insta
 
 from ..placement import PlacementRule
 from .common import Clock, SessionKV, StoreOptions, key_hex, session_name
+from .metrics import AdapterMetrics, register_if_available
 from .trace import TraceRecorder
 
 ENGINE = "sglang"
@@ -108,9 +109,12 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
         self.recorder = TraceRecorder.from_environment(trace, engine=ENGINE)
         self.clock = Clock()  # the store's too, once open: one clock for the capture
         self.kv: SessionKV | None = None
+        self.metrics = AdapterMetrics(ENGINE)  # counts from the first lookup, store open or not
+        register_if_available(self.metrics)
         self.mem_pool_host: Any = None
         self._open_lock = threading.Lock()
         self._pending: tuple[Any, list[str]] | None = None  # the trace record being built
+        self._loads = [0, 0]  # its loads' blocks delivered and failed (the monitors)
         page_bytes = int(extra.get("page_bytes", 0))
         if page_bytes:
             # Known now (else at register_mem_pool_host or the first write): the store opens
@@ -135,6 +139,7 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
                     layer_page_bytes=page_bytes,
                     tokens_per_key=self.page_tokens or 1,
                     rule=self.rule,
+                    metrics=self.metrics,
                 )
                 self.kv.recorder = self.recorder  # one capture, open before the store is
                 self.kv.clock = self.clock  # started earlier: never behind the store's
@@ -153,7 +158,10 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
     ) -> int:
         """The consecutive prefix of ``keys`` stored (what the cache controller prefetches)."""
         self._trace(keys, extra_info)
-        return 0 if self.kv is None else self.kv.lookup(keys)
+        if self.kv is None:
+            self.metrics.add("blocks_looked_up", len(keys))
+            return 0
+        return self.kv.lookup(keys)
 
     def _trace(self, keys: Sequence[str], extra_info: HiCacheStorageExtraInfo | None) -> None:
         # One record per query: the controller asks in batches of 128 pages, each batch's
@@ -169,6 +177,12 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
             return
         self.flush_trace()
         self._pending = (session, [*prefix, *keys])
+        self._loads = [0, 0]
+
+    def _loaded(self, delivered: int, failed: int) -> None:
+        """A load of the query being recorded delivered / failed this many pages."""
+        self._loads[0] += delivered
+        self._loads[1] += failed
 
     def flush_trace(self) -> None:
         """Write the query being recorded (the next query, or close, does it too)."""
@@ -177,8 +191,16 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
             return
         session, keys = pending
         tokens = len(keys) * (self.page_tokens or 1)
+        delivered, failed = self._loads
         if self.kv is not None:
-            self.kv.record(keys, session_id=session, source=SESSION_SOURCE, input_tokens=tokens)
+            self.kv.record(
+                keys,
+                session_id=session,
+                source=SESSION_SOURCE,
+                input_tokens=tokens,
+                delivered_blocks=delivered,
+                failed_blocks=failed,
+            )
             return
         # Nothing stored yet: the session is the side channel's, or the fallback's new one.
         named = session is not None and str(session)
@@ -190,6 +212,8 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
             keys=keys,
             block_size_tokens=self.page_tokens or 1,
             input_tokens=tokens,
+            delivered_blocks=delivered,
+            failed_blocks=failed,
         )
 
     # zero-copy interface (interface_v1) ----------------------------------------------------
@@ -197,24 +221,45 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
         page = int(self.mem_pool_host.page_size)
         return int(host_indices[i * page].item())
 
+    def _host_pieces(self, index: int) -> list[np.ndarray] | None:
+        """The host pool's page at ``index`` as views of the pool whose concatenation is its
+        flat page (``get_data_page(index, flat=True)``), or ``None`` when the layout does not
+        split into contiguous pieces."""
+        page = self.mem_pool_host.get_data_page(index, flat=False)
+        pieces = [page[i] for i in range(page.shape[0])] if page.dim() > 1 else [page]
+        if not all(p.is_contiguous() and p.device.type == "cpu" for p in pieces):
+            return None
+        return [p.view(-1).view(torch.uint8).numpy() for p in pieces]
+
     def batch_get_v1(
         self,
         keys: list[str],
         host_indices: torch.Tensor,
         extra_info: HiCacheStorageExtraInfo | None = None,
     ) -> list[bool]:
-        """Restore the stored prefix of ``keys`` into the host pool's pages (one coalesced
-        read per session); the rest are ``False``."""
+        """Restore the stored prefix of ``keys`` straight into the host pool's pages (one
+        coalesced read per session); the rest are ``False``."""
         if self.kv is None:
             return [False] * len(keys)
-        hits = self.kv.lookup(keys)
-        pages = self.kv.read(keys[:hits]) if hits else None
-        if pages is None:
+        hits = self.kv.lookup(keys, count=False)
+        if not hits:
             return [False] * len(keys)
-        dummy = self.mem_pool_host.get_dummy_flat_data_page()
-        for i in range(hits):
-            data = torch.from_numpy(pages[i, 0].copy()).view(dummy.dtype).reshape(dummy.shape)
-            self.mem_pool_host.set_from_flat_data_page(self._host_index(host_indices, i), data)
+        indices = [self._host_index(host_indices, i) for i in range(hits)]
+        views = [self._host_pieces(index) for index in indices]
+        if all(v is not None for v in views):
+            ok = self.kv.read_into(keys[:hits], views)  # type: ignore[arg-type]
+        else:  # a layout without contiguous pieces: through flat pages
+            pages = self.kv.read(keys[:hits])
+            ok = pages is not None
+            dummy = self.mem_pool_host.get_dummy_flat_data_page()
+            for i, index in enumerate(indices):
+                if pages is None:
+                    break
+                data = torch.from_numpy(pages[i, 0]).view(dummy.dtype).reshape(dummy.shape)
+                self.mem_pool_host.set_from_flat_data_page(index, data)
+        self._loaded(hits if ok else 0, 0 if ok else hits)
+        if not ok:
+            return [False] * len(keys)
         return [True] * hits + [False] * (len(keys) - hits)
 
     def batch_set_v1(
@@ -223,24 +268,36 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
         host_indices: torch.Tensor,
         extra_info: HiCacheStorageExtraInfo | None = None,
     ) -> list[bool]:
-        """Write the host pool's pages of ``keys`` as one turn of their session."""
-        pages = [
-            tensor_bytes(self.mem_pool_host.get_data_page(self._host_index(host_indices, i)))
-            for i in range(len(keys))
-        ]
+        """Submit the host pool's pages of ``keys`` as one turn of their session (copied once
+        now, written by the store's writer thread)."""
+        pages = []
+        for i in range(len(keys)):
+            index = self._host_index(host_indices, i)
+            pieces = self._host_pieces(index)
+            if pieces is None:
+                pieces = [tensor_bytes(self.mem_pool_host.get_data_page(index))]
+            pages.append(pieces)
         return self.write_pages(keys, pages, _prefix(extra_info), _session_id(extra_info))
 
     def write_pages(
-        self, keys: Sequence[Hashable], pages: list[np.ndarray], prefix: list[str], session: Any
+        self,
+        keys: Sequence[Hashable],
+        pages: Sequence[Sequence[np.ndarray] | np.ndarray],
+        prefix: list[str],
+        session: Any,
     ) -> list[bool]:
-        """Store ``pages`` (one flat page's bytes each) under ``keys`` as one turn; what both
-        writers (``batch_set``, ``batch_set_v1``) end in."""
+        """Submit ``pages`` (each a flat page's bytes, as one or more pieces) under ``keys``
+        as one turn; what both writers (``batch_set``, ``batch_set_v1``) end in. ``False``
+        for every page when one is not a whole page; a write that fails later is logged, is
+        counted in ``stats()`` and makes its pages a miss."""
         if not keys:
             return []
-        kv = self._open(int(pages[0].nbytes))
-        if any(p.nbytes != kv.layer_page_bytes for p in pages):
+        pieces = [[p] if isinstance(p, np.ndarray) else p for p in pages]
+        sizes = [sum(int(p.nbytes) for p in page) for page in pieces]
+        kv = self._open(sizes[0])
+        if any(size != kv.layer_page_bytes for size in sizes):
             return [False] * len(keys)
-        kv.write(keys, np.stack(pages), prefix=prefix, session_id=session)
+        kv.submit_write(keys, pieces, prefix=prefix, session_id=session, copy_now=True)
         return [True] * len(keys)
 
     # the abstract interface (page tensors) ----------------------------------------------------
@@ -263,19 +320,27 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
         uint8 tensor); ``None`` from the first page not stored."""
         if self.kv is None:
             return [None] * len(keys)
-        hits = self.kv.lookup(keys)
-        pages = self.kv.read(keys[:hits]) if hits else None
+        hits = self.kv.lookup(keys, count=False)
         out: list[torch.Tensor | None] = [None] * len(keys)
-        if pages is None:
+        if not hits:
             return out
+        targets: list[torch.Tensor] = []
         for i in range(hits):
-            data = torch.from_numpy(pages[i, 0].copy())
-            target = None if target_locations is None else target_locations[i]
-            if target is None:
-                out[i] = data
-            else:
-                target.view(-1).view(torch.uint8).copy_(data)
-                out[i] = target
+            given = None if target_locations is None else target_locations[i]
+            if given is None or not given.is_contiguous() or given.device.type != "cpu":
+                given = torch.empty(self.kv.layer_page_bytes, dtype=torch.uint8)
+            targets.append(given)
+        views = [[t.view(-1).view(torch.uint8).numpy()] for t in targets]
+        ok = self.kv.read_into(keys[:hits], views)
+        self._loaded(hits if ok else 0, 0 if ok else hits)
+        if not ok:
+            return out
+        for i, target in enumerate(targets):
+            given = None if target_locations is None else target_locations[i]
+            if given is not None and given is not target:  # not contiguous or on a device
+                given.view(-1).view(torch.uint8).copy_(target.view(-1).view(torch.uint8))
+                target = given
+            out[i] = target
         return out
 
     def set(
@@ -296,7 +361,12 @@ class FlatCakeHiCacheStorage(HiCacheStorage):
     ) -> bool:
         if values is None or len(values) != len(keys):
             return False
-        return all(self.write_pages(keys, [tensor_bytes(v) for v in values], [], None))
+        return all(self.write_pages(keys, [[tensor_bytes(v)] for v in values], [], None))
+
+    def stats(self) -> dict[str, Any]:
+        """The monitors' numbers (:mod:`.metrics`; exported as ``sglang:flatcake_*`` where
+        prometheus_client is installed)."""
+        return self.kv.stats() if self.kv is not None else self.metrics.stats()
 
     # lifetime ---------------------------------------------------------------------------
     def clear(self) -> None:

@@ -16,7 +16,10 @@ adapter), each adapter appends one record per request it sees to ``PATH`` (JSON 
   to an unsigned 64-bit integer (the first 8 bytes of BLAKE2b of the key's bytes), so equal
   keys give equal ids across engines and runs;
 * ``input_tokens`` / ``output_tokens``: where the engine gives them; ``null`` where it does not
-  (the reader then counts ``hash_ids x block_size_tokens`` input tokens and 0 output).
+  (the reader then counts ``hash_ids x block_size_tokens`` input tokens and 0 output);
+* ``delivered_blocks`` / ``failed_blocks``: blocks the request's loads delivered to the engine
+  and blocks they failed to deliver (the design's monitors; ``fcctl report`` on the trace draws
+  them against load), ``null`` where the adapter does not know them.
 
 One record per request, whatever the engine calls: an engine that looks a prompt up, then
 looks it up again as it retrieves (LMCache), asks about one request several times.
@@ -199,8 +202,12 @@ class TraceRecorder:
         block_size_tokens: int,
         input_tokens: int | None = None,
         output_tokens: int | None = None,
+        delivered_blocks: int | None = None,
+        failed_blocks: int | None = None,
     ) -> None:
-        """One request: its prefix block keys in order from the sequence start."""
+        """One request: its prefix block keys in order from the sequence start;
+        ``delivered_blocks`` / ``failed_blocks``: what its loads delivered to the engine and
+        what they failed to (``None`` where the adapter does not know; the monitors)."""
         row = {
             "flatcake_trace": TRACE_VERSION,
             "engine": self.engine,
@@ -211,6 +218,8 @@ class TraceRecorder:
             "block_size_tokens": int(block_size_tokens),
             "input_tokens": input_tokens,
             "output_tokens": output_tokens,
+            "delivered_blocks": delivered_blocks,
+            "failed_blocks": failed_blocks,
         }
         with self._lock:
             self._buffer.append(row)

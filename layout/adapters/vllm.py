@@ -99,6 +99,7 @@ from .common import (
     session_name,
     unpack_keys,
 )
+from .metrics import AdapterMetrics, register_if_available
 from .trace import TraceRecorder
 
 ENGINE = "vllm"
@@ -189,6 +190,9 @@ class FlatCakeManager(OffloadingManager):
         self.on_disk: set[str] = set()
         self.events: list[OffloadingEvent] = []
         self.recorder = TraceRecorder.from_environment(spec.trace, engine=ENGINE)
+        # Lookups, stores and reclaimed sessions (the worker counts the loads): vllm:flatcake_*.
+        self.metrics = AdapterMetrics(ENGINE)
+        register_if_available(self.metrics)
         self._index_recovered()
 
     def _index_recovered(self) -> None:
@@ -264,9 +268,14 @@ class FlatCakeManager(OffloadingManager):
     # lookups and loads ------------------------------------------------------------------
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         self._see(self._request(req_context), [key])
+        self.metrics.add("blocks_looked_up")
         if key in self.pending:
+            self.metrics.add("blocks_hit")
             return LookupResult.HIT_PENDING
-        return LookupResult.HIT if key in self.index else LookupResult.MISS
+        if key in self.index:
+            self.metrics.add("blocks_hit")
+            return LookupResult.HIT
+        return LookupResult.MISS
 
     def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> LoadStoreSpec:
         now = self.clock()
@@ -311,7 +320,7 @@ class FlatCakeManager(OffloadingManager):
             # vLLM stores a request's blocks as they complete, step by step: one turn still,
             # placed once (docs/layout.md, section 6, "Whole turns").
             session, turn, medium = open_turn
-            self.index.add(session, new, extend=True)
+            indexed = self.index.add(session, new, extend=True)
         else:
             at = r.chain.index(new[0])
             session, _ = self.index.session_for(r.chain[:at], new, r.session_id)
@@ -332,10 +341,12 @@ class FlatCakeManager(OffloadingManager):
                 )
             ).medium
             r.turn = (session, turn, medium)
-            self.index.add(session, new)
+            indexed = self.index.add(session, new)
         (self.host if medium == StoreMedium.MEMORY else self.ssd).add(session, nbytes, now)
         self.media.setdefault(session, set()).add(medium)
         self.pending.update(new)
+        self.metrics.add("stores")
+        self.metrics.observe("segments_per_session", len(indexed.turn_ends))
         spec = FlatCakeStoreSpec(
             session, turn, int(medium), new, self._take_drops(), self._take_seals()
         )
@@ -369,6 +380,7 @@ class FlatCakeManager(OffloadingManager):
         keys = list(keys)
         self.pending.difference_update(keys)
         if not success:
+            self.metrics.add("stores_failed")
             # A turn that did not land leaves its session unrestorable past it: drop it whole.
             for s in {self.index.where[k][0] for k in keys if k in self.index}:
                 self._drop(s)
@@ -386,6 +398,8 @@ class FlatCakeManager(OffloadingManager):
 
     def _forget(self, session: str) -> None:
         keys = self.index.forget(session)
+        if keys:
+            self.metrics.add("sessions_reclaimed")
         self.pending.difference_update(keys)
         self.host.remove(session)
         self.ssd.remove(session)
@@ -464,6 +478,8 @@ class FlatCakeWorker(OffloadingWorker):
         self.turns: dict[str, int] = {}
         self.window_restores = 0  # loads that went through the staging window
         self.host_restores = 0  # loads that went through host memory
+        self.metrics = AdapterMetrics(ENGINE)  # loads and bytes (the manager counts lookups)
+        register_if_available(self.metrics)
 
     def _block_ids(self, device_ptrs: DevicePointers) -> np.ndarray:
         n = int(device_ptrs.group_block_counts[0])
@@ -510,6 +526,8 @@ class FlatCakeWorker(OffloadingWorker):
                 final=False,
                 tag=pack_keys(dst_spec.keys),
             )
+            if StoreMedium(dst_spec.medium) == StoreMedium.SSD:
+                self.metrics.add("bytes_written", kv.nbytes)
         except Exception:
             log.exception("flatcake: store of session %s failed", dst_spec.session)
             ok = False
@@ -525,6 +543,8 @@ class FlatCakeWorker(OffloadingWorker):
     ) -> bool:
         assert isinstance(src_spec, FlatCakeLoadSpec)
         ok = True
+        t0 = self.clock()
+        self.metrics.add("loads")
         try:
             self._drop(src_spec.drops)
             self._seal(src_spec.seals)
@@ -535,6 +555,11 @@ class FlatCakeWorker(OffloadingWorker):
         except Exception:
             log.exception("flatcake: load failed")
             ok = False
+            self.metrics.add("loads_failed")
+            self.metrics.add("blocks_failed", len(src_spec.blocks))
+        else:
+            self.metrics.add("blocks_delivered", len(src_spec.blocks))
+            self.metrics.observe("load_seconds", self.clock() - t0)
         self.finished.append(TransferResult(job_id, ok, len(src_spec.blocks) * self.page_bytes))
         return True
 
@@ -545,6 +570,7 @@ class FlatCakeWorker(OffloadingWorker):
         plan = self.store.plan_restore(session, stop, now_s=now, start_tokens=start)
         if max(blocks) >= start + plan.tokens:
             raise RuntimeError(f"session {session!r}: blocks {start}..{stop} are not all stored")
+        self.metrics.add("bytes_read", plan.ssd_read_bytes)
         # The manager's span may end past an open turn's stores not yet run here.
         stop = start + plan.tokens
         if blocks == list(range(start, stop)):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from html import escape
 
 from .. import format as fmt
+from ..replay_report import REJECT_FLAGS, REJECT_WORDS, RejectedShare
 from ..report_inputs import Input, Node
 from .elements import link
 from .recommendation import tokens
@@ -25,6 +26,27 @@ def _load(point: Node) -> str:
     if rate is not None:
         return f"{fmt.per_s(rate.as_num())} offered"
     return f"{point['concurrency'].as_int():,} sessions active"
+
+
+def _node_points(doc: Node) -> list[Node]:
+    """The load points replayed at the node's own sizes (the first size point's)."""
+    points = doc["rates"].as_list() if doc.get("rates") is not None else []
+    divergence = doc.get("divergence") or None
+    first_sizes = divergence.as_list()[0].get("sizes") if divergence is not None else None
+    if first_sizes is not None:
+        base = first_sizes.value
+        points = [p for p in points if p.get("sizes") is None or p["sizes"].value == base]
+    return points
+
+
+def _replay_best(doc: Node) -> str:
+    """The layout :func:`replay_decision` names: the operating point's, else the first one that
+    leads across the loads, else ``none``."""
+    op = doc.get("operating_point")
+    if op is not None:
+        return op["decision"]["best"].as_str()
+    named = [p["decision"]["best"].as_str() for p in _node_points(doc)]
+    return next((b for b in named if b != "none"), "none")
 
 
 def replay_decision(rep: Input) -> str:
@@ -56,12 +78,7 @@ def replay_decision(rep: Input) -> str:
             f"At your operating point ({link(at, 'replay-rates')}) the layout to choose is "
             f"<strong>{escape(d['best'].as_str())}</strong>: {escape(d['why'].as_str())}."
         )
-    points = doc["rates"].as_list() if doc.get("rates") is not None else []
-    divergence = doc.get("divergence") or None
-    first_sizes = divergence.as_list()[0].get("sizes") if divergence is not None else None
-    if first_sizes is not None:
-        base = first_sizes.value
-        points = [p for p in points if p.get("sizes") is None or p["sizes"].value == base]
+    points = _node_points(doc)
     if not points:
         return ""
     named = [(p, p["decision"]["best"].as_str()) for p in points]
@@ -98,10 +115,17 @@ def decision(inputs: dict[str, Input], *, mixed: bool = False) -> str:
         text = replay_decision(rep)
         if text:
             sentences.append(trace_of(rep) + text)
+        text = _rejected_sentence(rep)
+        if text:
+            sentences.append(trace_of(rep) + text)
     if a is not None:
         text = _analyze_sentence(a, decides=decides)
         if text:
             sentences.append(trace_of(a) + text)
+        if decides and rep is not None:
+            text = _verdict_differs(a, _replay_best(rep.doc))
+            if text:
+                sentences.append(trace_of(a) + text)
     rec = inputs.get("recommend-thresholds")
     if rec is not None:
         text = _recommend_sentence(rec)
@@ -143,6 +167,62 @@ def _analyze_sentence(a: Input, *, decides: bool) -> str:
         return ""
     joiner = " " if decides else ": "
     return text + (joiner + "; ".join(clauses) if clauses else "") + "."
+
+
+def _rejected_sentence(rep: Input) -> str:
+    """The share of requests the replay never ran, by reason with the flag that changes it
+    (replay_report.RejectedShare, read from the document); "" when none were."""
+    doc = rep.doc
+    op = doc.get("operating_point")
+    rates = doc.get("rates")
+    point = op if op is not None else (rates.as_list()[0] if rates is not None else None)
+    if point is None or rep.schema_version < 2:
+        return ""
+    counted = [
+        (p["rejected_requests"], p["requests"].as_int() or 0)
+        for _n, p in point["policies"].as_items()
+        if p.get("rejected_requests") is not None
+    ]
+    if not counted:
+        return ""
+    r, requests = max(counted, key=lambda t: t[0]["count"].as_int() or 0)
+    reasons = {k: v.as_int() or 0 for k, v in r["reasons"].as_items()}
+    shown = RejectedShare(r["count"].as_int() or 0, requests, reasons)
+    if shown.rejected == 0:
+        return ""
+    parts = [
+        f"{n:,} {escape(REJECT_WORDS.get(k, k))} (change with "
+        f"<code>{escape(REJECT_FLAGS.get(k, '--model'))}</code>)"
+        for k, n in sorted(reasons.items())
+    ]
+    return (
+        f"{link(fmt.share(shown.share), 'replay')} of the requests "
+        f"({shown.rejected:,} of {shown.requests:,}) were rejected, never run: "
+        f"{'; '.join(parts)}; their TTFT is not counted and their blocks count as misses."
+    )
+
+
+def _verdict_differs(a: Input, best: str) -> str:
+    """Why analyze's load-free verdict (shown on this page) names another layout than the
+    replay's decision ``best``; "" when they agree or the verdict names none."""
+    v = a.doc["verdict"]
+    layout = v["layout"].as_str()
+    if layout not in ("flat", "tiered") or layout == best:
+        return ""
+    ref = v.get("reference_capacity_bytes")
+    size = (
+        f" with a {link(fmt.size(ref.as_num()), 'memory-tier')} memory tier"
+        if ref is not None
+        else ""
+    )
+    return (
+        f"The load-free {link('verdict', 'verdict')} below says "
+        f"<strong>{escape(layout)}</strong>{size} and the decision says "
+        f"<strong>{escape(best)}</strong>: the verdict judges the trace's reuse alone, without "
+        "load (no prefill queue, no SSD or PCIe contention, no staging limit), while the "
+        "decision is measured under load on the simulated node; the decision is the one to "
+        "follow here."
+    )
 
 
 def _recommend_sentence(rec: Input) -> str:

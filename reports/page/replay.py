@@ -9,6 +9,7 @@ from html import escape
 
 from .. import format as fmt
 from .. import svg
+from ..replay_report import SATURATION_LEGEND, saturation_mark
 from ..report_inputs import Input, Node
 from .elements import Cell, CellLike, figure, para, table
 
@@ -79,7 +80,10 @@ def rates_table(doc: Node, table_id: str) -> str:
             cells: list[CellLike] = [Cell(pt.label, pt.load)]
             if sized:
                 cells.append(pt.sizes or "the node's")
-            cells += [name, Cell(fmt.share(hit), hit)]
+            served = number_at(p, "achieved_rate", "central")
+            by = p.get("saturated_by")
+            mark = saturation_mark(None if by is None else by.as_opt_str())
+            cells += [name, Cell(fmt.sig3(served) + mark, served), Cell(fmt.share(hit), hit)]
             for keys, render in (
                 (("ttft_s", "mean"), fmt.seconds),
                 (("ttft_s", "p50"), fmt.seconds),
@@ -99,6 +103,7 @@ def rates_table(doc: Node, table_id: str) -> str:
             "sessions active" if closed_loop(doc) else "rate",
             *(["sizes"] if sized else []),
             "policy",
+            "served/s",
             "GPU hit share",
             "TTFT mean",
             "TTFT p50",
@@ -311,5 +316,6 @@ def replay_section(inp: Input) -> str:
         + rate_charts(doc, "replay")
         + '<h3 id="replay-rates">Policies by rate</h3>'
         + rates_table(doc, "replay-table")
+        + para(f"served/s: {SATURATION_LEGEND}.")
         + hardware_table(doc)
     )

@@ -20,9 +20,10 @@ from fcctl.common.paths import display_path
 from fcctl.common.provenance import utc_now
 from fcctl.common.version import fcctl_version
 
-from ..report_inputs import Input, check_same_trace, read_inputs
+from ..report_inputs import MONITORS, Input, check_same_trace, read_inputs
 from .decision import decision
 from .elements import para
+from .monitors import monitors_section
 from .provenance import provenance_section
 from .recommendation import recommendation_section
 from .replay import replay_section
@@ -32,6 +33,9 @@ from .trace import trace_section
 
 #: Section ids in page order; the tests and the decision paragraph's links use them.
 SECTIONS = ("decision", "trace", "reuse", "storage", "replay", "recommendation", "provenance")
+#: Every section in page order: SECTIONS (from command documents) and, before the provenance,
+#: the Monitors of a trace the FlatCake adapters recorded (given as an input of its own).
+PAGE_SECTIONS = (*SECTIONS[:-1], "monitors", SECTIONS[-1])
 SECTION_TITLES = {
     "decision": "Decision",
     "trace": "Trace",
@@ -39,6 +43,7 @@ SECTION_TITLES = {
     "storage": "Storage (iobench)",
     "replay": "Replay",
     "recommendation": "Recommendation",
+    "monitors": "Monitors (recorded trace)",
     "provenance": "Provenance",
 }
 
@@ -147,6 +152,8 @@ def build_page(
         bodies["recommendation"] = recommendation_section(
             inputs["recommend-thresholds"], replay=inputs.get("replay")
         )
+    if MONITORS in inputs:
+        bodies["monitors"] = monitors_section(inputs[MONITORS])
     bodies["provenance"] = provenance_section(inputs, generated_utc)
     if mixed:
         owner = {
@@ -160,7 +167,7 @@ def build_page(
             if bodies.get(section) and inp is not None:
                 trace = escape(inp.trace_path or "(no trace)")
                 bodies[section] = para(f"Trace of this section: {trace}.") + bodies[section]
-    present = [s for s in SECTIONS if bodies.get(s)]
+    present = [s for s in PAGE_SECTIONS if bodies.get(s)]
     nav = "".join(f'<a href="#{s}">{escape(SECTION_TITLES[s])}</a>' for s in present)
     sections = "".join(
         f'<section id="{s}"><h2>{escape(SECTION_TITLES[s])}</h2>{bodies[s]}</section>'
@@ -272,7 +279,7 @@ def make_report(
     mixed = check_same_trace(inputs, allow_mixed=allow_mixed)
     html = build_page(inputs, title=title, mixed=mixed)
     write_page(html, out)
-    present = tuple(s for s in SECTIONS if f'<section id="{s}">' in html)
+    present = tuple(s for s in PAGE_SECTIONS if f'<section id="{s}">' in html)
     return ReportSummary(
         out, len(html.encode()), present, tuple((c, i.shown) for c, i in inputs.items())
     )
