@@ -324,7 +324,7 @@ def test_the_emitted_readme_tells_each_rank_to_open_its_own_store() -> None:
     from fcctl.analyzers.recommend.emit import readme_text
 
     text = readme_text("pkg", 256, 32768, {"trace": "t.jsonl"})
-    assert "rank=tp_rank" in text and "node=node_id" in text
+    assert "its own `rank=`" in text and "`node=`" in text
     assert "n{node}-r{rank}-*.fccio" in text and "StoreBusy" in text
 
 
