@@ -16,8 +16,13 @@ things these cases compute by hand:
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from fcctl.analyzers.replay import ReplayConfig
+from fcctl.analyzers.replay.reference import ReferenceStore
 from fcctl.analyzers.replay.run import simulate
+from fcctl.analyzers.replay.store import FastStore
 from fcctl.analyzers.replay.workload import build_workload
 from tests.replay_helpers import BLOCK_TOKENS, TINY, tiny_node, trace_of
 
@@ -103,3 +108,31 @@ def test_a_decoding_request_keeps_its_prompt_blocks() -> None:
     a, c, a2 = t.row(0, named=True), t.row(2, named=True), t.row(3, named=True)
     assert c["start_s"] < a["end_s"] < a2["arrival_s"]  # the case's premise
     assert a2["gpu_blocks"] == 4
+
+
+@pytest.mark.parametrize("store_cls", [FastStore, ReferenceStore])
+def test_referenced_blocks_stay_and_are_released_tail_first(store_cls: type) -> None:
+    """By hand, one worker, a 6-block cache. Blocks 0-2 are a running request's (referenced
+    twice: a second request shares 0-1), 10-12 cached and unreferenced.
+
+    * Trimming to 4 keeps all referenced blocks (3) and evicts the oldest two of 10-12.
+    * Releasing the first request frees only block 2 (0-1 stay referenced by the second).
+    * Releasing the second makes 0, 1 the most recent, 0 (the head) before 1: a trim to 1
+      keeps block 0 alone.
+    """
+    store = store_cls(num_blocks=16, max_request_blocks=8, workers=1, gpu_blocks=6, host_blocks=0)
+    store.gpu_insert(np.array([10, 11, 12]), 0, 6)
+    store.gpu_pin(np.array([0, 1, 2]), 0, 6)
+    store.gpu_pin(np.array([0, 1]), 0, 6)
+    assert store.gpu_pinned(0) == 3
+    store.gpu_trim(0, 4)
+    assert store.gpu_prefix(np.array([0, 1, 2]), 0) == 3  # referenced: never evicted
+    assert store.gpu_prefix(np.array([10, 11, 12]), 0) == 1  # the tail 11, 12 went first
+    store.gpu_unpin(np.array([0, 1, 2]), 0, 6)
+    assert store.gpu_pinned(0) == 2
+    store.gpu_unpin(np.array([0, 1]), 0, 6)
+    assert store.gpu_pinned(0) == 0
+    store.gpu_trim(0, 1)
+    assert store.gpu_prefix(np.array([0]), 0) == 1
+    assert store.gpu_prefix(np.array([1]), 0) == 0
+    assert store.gpu_prefix(np.array([2]), 0) == 0 and store.gpu_prefix(np.array([10]), 0) == 0
