@@ -164,9 +164,9 @@ def test_reference_or_fast_is_the_stores_own_flag() -> None:
 
         calls = 0
 
-        def gpu_pin(self, blk: Any, worker: int, cap: int) -> None:
+        def gpu_insert(self, blk: Any, worker: int, cap: int | None = None) -> None:
             Slow.calls += 1
-            super().gpu_pin(blk, worker, cap)
+            super().gpu_insert(blk, worker, cap)
 
     mine = replay_trace(trace, spec, plan, store_factory=Slow)
     assert Slow.calls > 0 and dumps(mine.rates) == dumps(fast.rates)

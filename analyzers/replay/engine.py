@@ -595,15 +595,10 @@ class Simulation:
 
     def _fits(self, w: int, r: int, need: int) -> bool:
         """Whether ``r``, taking ``need`` blocks of the pool, fits beside what ``w``'s running
-        requests hold: their own blocks and the cached blocks they reference."""
-        pinned = self.store.gpu_pinned(w)
-        if self.shared_pool:
-            return self.running[w] + pinned + need <= self.pool_blocks
-        # A separate pool: the referenced prompt blocks are in the prefix cache, which must
-        # also hold r's prompt once it is referenced.
-        return self.running[w] + need <= self.pool_blocks and (
-            pinned == 0 or pinned + self.prompt_blocks[r] <= self.gpu_blocks
-        )
+        requests hold: their own blocks and, in the shared pool, the cached blocks they
+        reference."""
+        held = self.running[w] + (self.store.gpu_pinned(w) if self.shared_pool else 0)
+        return held + need <= self.pool_blocks
 
     def _cache_cap(self, w: int) -> int:
         return self.gpu_blocks - self.running[w] if self.shared_pool else self.gpu_blocks
@@ -619,9 +614,14 @@ class Simulation:
         # until then: vLLM's KV cache manager, SGLang's radix cache and Dynamo's mocker hold a
         # running request's blocks until it finishes. They move from r's share of the pool to
         # the cache's referenced blocks, one count of the same memory.
-        self._hold(w, -self.new_prompt[r])
         self.pending_prefill[w] -= self.routed_new[r]
-        self.store.gpu_pin(self.w.blocks_of(r), w, self._cache_cap(w))
+        if self.shared_pool:
+            self._hold(w, -self.new_prompt[r])
+            self.store.gpu_pin(self.w.blocks_of(r), w, self._cache_cap(w))
+        else:
+            # A pool of its own: r's KV stays charged there until its last token, and the
+            # prefix cache keeps a copy of its own (evictable).
+            self.store.gpu_insert(self.w.blocks_of(r), w, self._cache_cap(w))
         self.policy.on_prefill_done(r, now)
         self.done += 1
         if self.progress is not None and self.done % 1024 == 0:
@@ -641,8 +641,11 @@ class Simulation:
         log.end_s[r] = now
         self.policy.on_decode_done(r, now)
         w = self.worker_of[r]
-        self._hold(w, -self.out_blocks[r])
-        self.store.gpu_unpin(self.w.blocks_of(r), w, self._cache_cap(w))
+        if self.shared_pool:
+            self._hold(w, -self.out_blocks[r])
+            self.store.gpu_unpin(self.w.blocks_of(r), w, self._cache_cap(w))
+        else:
+            self._hold(w, -(self.out_blocks[r] + self.new_prompt[r]))
         if self.next_in_session is not None:
             q = self.next_in_session[r]
             if q >= 0:
