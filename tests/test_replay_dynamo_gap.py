@@ -6,20 +6,23 @@ requests agree, and with the requests of different sessions kept from overlappin
 x100) the two agree within 0.2 pp. The gap appears only where requests overlap, through two
 things these cases compute by hand:
 
-* how long a request runs decides whether another session's cached prefix survives (fcctl's
-  time model keeps requests about four times longer than Dynamo's mocker);
-* which blocks a running request holds: fcctl returns a request's prompt blocks to the LRU at
-  its first token, where vLLM, SGLang and Dynamo's mocker keep them referenced until its last
-  token. The engines' rule is the right one (a decode reads its prompt's KV at every step);
-  the case is marked xfail (strict) until the simulator follows it.
+* which blocks a running request holds: fcctl returned a request's prompt blocks to the LRU
+  at its first token, where vLLM, SGLang and Dynamo's mocker keep them referenced until its
+  last token. The engines' rule is the right one (a decode reads its prompt's KV at every
+  step), and the simulator now follows it: these cases check it by hand;
+* how long a request runs (fcctl's time model keeps requests about four times longer than
+  Dynamo's mocker) then decides how long the blocks it references stay pinned.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fcctl.analyzers.replay import ReplayConfig
+from fcctl.analyzers.replay.reference import ReferenceStore
 from fcctl.analyzers.replay.run import simulate
+from fcctl.analyzers.replay.store import FastStore
 from fcctl.analyzers.replay.workload import build_workload
 from tests.replay_helpers import BLOCK_TOKENS, TINY, tiny_node, trace_of
 
@@ -47,18 +50,19 @@ def _run(hbm_bytes_per_s: float):  # type: ignore[no-untyped-def]
     return p.table.sort("request_index")
 
 
-def test_how_long_a_request_runs_decides_whether_a_prefix_survives() -> None:
-    """By hand, when C starts (pool 16 blocks):
+def test_a_decoding_request_holds_its_prompt_so_the_next_waits() -> None:
+    """By hand, when C is ready (pool 16 blocks):
 
     * B has finished (fast decode): cached A 4 + B 4 = 8 blocks, 8 free; C takes 7 of the
       free ones, nothing is evicted, and A's next turn finds its 4 blocks.
-    * B is still decoding (slow decode): B's 6 output blocks are held, A 4 + B 4 cached,
-      2 free; C needs 7, so 5 cached blocks go, least recently used first: A's 4 (older than
-      B's), then one of B's. A's next turn finds 0.
+    * B is still decoding (slow decode): B holds its 4 prompt blocks and 6 output blocks
+      (the engines' rule: referenced until its last token), A's 4 are cached: 14 of 16. C needs
+      7, and only A's 4 could be evicted: 10 + 7 > 16, so C waits for B, as vLLM's scheduler
+      keeps a request waiting while free plus evictable blocks fall short. When B ends its
+      blocks become evictable and C fits beside A 4 + B 4 (15 of 16): A's next turn finds 4.
 
-    The same trace, pool and eviction rule; only the time B runs differs. (With the engines'
-    rule B would also hold its 4 prompt blocks while decoding, and C would wait for B: the
-    prefix survives there, for the reason of the next case.)
+    Before the rule (B's prompt blocks evictable at its first token) C started at once beside
+    B, evicted A's 4 and one of B's, and A's next turn found 0.
     """
     fast = _run(1e15)
     b, c = fast.row(1, named=True), fast.row(2, named=True)
@@ -67,9 +71,9 @@ def test_how_long_a_request_runs_decides_whether_a_prefix_survives() -> None:
 
     slow = _run(1e4)  # a decode step reads ~5 KiB of KV at 10 kB/s: B decodes ~10 minutes
     b, c = slow.row(1, named=True), slow.row(2, named=True)
-    assert c["start_s"] < b["end_s"]  # B still decoding when C starts
-    assert c["start_s"] < slow["arrival_s"][3]  # A looks its prefix up after C evicted it
-    assert slow["gpu_blocks"].to_list() == [0, 0, 0, 0]
+    assert c["ready_s"] < b["end_s"]  # C was ready while B decoded ...
+    assert c["start_s"] == b["end_s"]  # ... and started when B's blocks were released
+    assert slow["gpu_blocks"].to_list() == [0, 0, 0, 4]
 
 
 def _decoding_run():  # type: ignore[no-untyped-def]
@@ -89,12 +93,6 @@ def _decoding_run():  # type: ignore[no-untyped-def]
     return p.table.sort("request_index")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fcctl frees a decoding request's prompt blocks to the LRU at its first token "
-    "(docs/simulator.md §2.1); vLLM, SGLang and Dynamo's mocker keep them referenced until "
-    "the request ends. Issue #33 item 6: the measured cause of the GPU-only gap to Dynamo.",
-)
 def test_a_decoding_request_keeps_its_prompt_blocks() -> None:
     """By hand, with the engines' rule (a running request's blocks are referenced until its
     last token), a 13-block pool:
@@ -110,3 +108,31 @@ def test_a_decoding_request_keeps_its_prompt_blocks() -> None:
     a, c, a2 = t.row(0, named=True), t.row(2, named=True), t.row(3, named=True)
     assert c["start_s"] < a["end_s"] < a2["arrival_s"]  # the case's premise
     assert a2["gpu_blocks"] == 4
+
+
+@pytest.mark.parametrize("store_cls", [FastStore, ReferenceStore])
+def test_referenced_blocks_stay_and_are_released_tail_first(store_cls: type) -> None:
+    """By hand, one worker, a 6-block cache. Blocks 0-2 are a running request's (referenced
+    twice: a second request shares 0-1), 10-12 cached and unreferenced.
+
+    * Trimming to 4 keeps all referenced blocks (3) and evicts the oldest two of 10-12.
+    * Releasing the first request frees only block 2 (0-1 stay referenced by the second).
+    * Releasing the second makes 0, 1 the most recent, 0 (the head) before 1: a trim to 1
+      keeps block 0 alone.
+    """
+    store = store_cls(num_blocks=16, max_request_blocks=8, workers=1, gpu_blocks=6, host_blocks=0)
+    store.gpu_insert(np.array([10, 11, 12]), 0, 6)
+    store.gpu_pin(np.array([0, 1, 2]), 0, 6)
+    store.gpu_pin(np.array([0, 1]), 0, 6)
+    assert store.gpu_pinned(0) == 3
+    store.gpu_trim(0, 4)
+    assert store.gpu_prefix(np.array([0, 1, 2]), 0) == 3  # referenced: never evicted
+    assert store.gpu_prefix(np.array([10, 11, 12]), 0) == 1  # the tail 11, 12 went first
+    store.gpu_unpin(np.array([0, 1, 2]), 0, 6)
+    assert store.gpu_pinned(0) == 2
+    store.gpu_unpin(np.array([0, 1]), 0, 6)
+    assert store.gpu_pinned(0) == 0
+    store.gpu_trim(0, 1)
+    assert store.gpu_prefix(np.array([0]), 0) == 1
+    assert store.gpu_prefix(np.array([1]), 0) == 0
+    assert store.gpu_prefix(np.array([2]), 0) == 0 and store.gpu_prefix(np.array([10]), 0) == 0

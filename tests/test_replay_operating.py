@@ -442,19 +442,20 @@ def test_every_request_rejected_is_one_line_of_bad_input() -> None:
 
 
 def test_running_requests_wait_for_gpu_memory() -> None:
-    """Two requests of 5 prompt + 3 output blocks arrive together on one worker with an 8-block
-    pool: the first's prompt becomes cached (evictable) at its first token but its output
-    holds 3 blocks until its decode ends, so the second (8 blocks) waits until then."""
+    """Two requests of 5 prompt + 3 output blocks arrive together on one worker with an 11-block
+    pool: the first's prompt becomes cached at its first token but stays referenced (not
+    evictable) until its decode ends, beside its 3 output blocks, so the second (8 blocks)
+    waits until then (5 + 3 + 8 > 11)."""
     rows = [list(range(5)), list(range(100, 105))]
     trace = trace_of(rows, timestamps=[0.0, 0.0], output_tokens=[48, 48])
-    config = ReplayConfig(geometry=TINY, hardware=_shared_pool_node(8), keep_tables=True)
+    config = ReplayConfig(geometry=TINY, hardware=_shared_pool_node(11), keep_tables=True)
     p = simulate(build_workload(trace, TINY, 1), config, "memory-only", 1.0)
     t = p.table.sort("start_s")
     first, second = t.row(0, named=True), t.row(1, named=True)
     assert second["start_s"] == pytest.approx(first["end_s"])
     assert p.rejected_requests.count == 0
-    # With a pool of 11 both fit: the second starts when the worker is free (after prefill).
-    config = ReplayConfig(geometry=TINY, hardware=_shared_pool_node(11), keep_tables=True)
+    # With a pool of 16 both fit: the second starts when the worker is free (after prefill).
+    config = ReplayConfig(geometry=TINY, hardware=_shared_pool_node(16), keep_tables=True)
     p = simulate(build_workload(trace, TINY, 1), config, "memory-only", 1.0)
     t = p.table.sort("start_s")
     assert t["start_s"][1] == pytest.approx(t["first_token_s"][0])

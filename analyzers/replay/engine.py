@@ -16,10 +16,11 @@ Per request ``r`` on its worker ``w``:
    runs in the next iteration. The iteration that carries ``r``'s first chunk also copies its
    blocks delivered through host memory to the GPU (blocking, as LMCache's non-layerwise
    load). The first token is out when ``r``'s last chunk's iteration ends: TTFT = that end -
-   arrival. All of ``r``'s blocks then enter the worker's GPU cache and the policy writes the
-   new ones (host, SSD) at that moment.
+   arrival. All of ``r``'s blocks then enter the worker's GPU cache, referenced by ``r``
+   (found by later lookups, not evictable), and the policy writes the new ones (host, SSD).
 4. **decode**: one token an iteration for ``output_tokens - 1`` iterations; then ``r`` ends,
-   releases its references to its blocks and its GPU pool share. For per-session clocks the
+   releases its references to its blocks (they become evictable, tail first) and its GPU
+   pool share. For per-session clocks the
    session's next turn arrives at ``max(this arrival + the trace's gap, this end)``.
 
 An iteration takes the fitted prefill polynomial's constant, its linear term for every token
@@ -457,7 +458,7 @@ class Simulation:
             # Its new prompt blocks and its output must fit beside the running ones.
             new = self.prompt_blocks[r] - log.gpu_blocks[r]
             need = new + self.out_blocks[r]
-            if self.running[w] + need > self.pool_blocks:
+            if not self._fits(w, r, need):
                 self.blocked[w] = r
                 return
             self.blocked[w] = None
@@ -592,6 +593,13 @@ class Simulation:
         if self.shared_pool and blocks > 0:
             self.store.gpu_trim(w, self.pool_blocks - self.running[w])
 
+    def _fits(self, w: int, r: int, need: int) -> bool:
+        """Whether ``r``, taking ``need`` blocks of the pool, fits beside what ``w``'s running
+        requests hold: their own blocks and, in the shared pool, the cached blocks they
+        reference."""
+        held = self.running[w] + (self.store.gpu_pinned(w) if self.shared_pool else 0)
+        return held + need <= self.pool_blocks
+
     def _cache_cap(self, w: int) -> int:
         return self.gpu_blocks - self.running[w] if self.shared_pool else self.gpu_blocks
 
@@ -601,10 +609,19 @@ class Simulation:
         log = self.log
         log.first_token_s[r] = now
         w = self.worker_of[r]
-        # The prompt's new blocks are now cached prefix blocks (the most recently used).
-        self._hold(w, -self.new_prompt[r])
+        # The prompt's blocks are now cached prefix blocks that later requests can find,
+        # referenced by r until its last token (each decode step reads them), so not evictable
+        # until then: vLLM's KV cache manager, SGLang's radix cache and Dynamo's mocker hold a
+        # running request's blocks until it finishes. They move from r's share of the pool to
+        # the cache's referenced blocks, one count of the same memory.
         self.pending_prefill[w] -= self.routed_new[r]
-        self.store.gpu_insert(self.w.blocks_of(r), w, self._cache_cap(w))
+        if self.shared_pool:
+            self._hold(w, -self.new_prompt[r])
+            self.store.gpu_pin(self.w.blocks_of(r), w, self._cache_cap(w))
+        else:
+            # A pool of its own: r's KV stays charged there until its last token, and the
+            # prefix cache keeps a copy of its own (evictable).
+            self.store.gpu_insert(self.w.blocks_of(r), w, self._cache_cap(w))
         self.policy.on_prefill_done(r, now)
         self.done += 1
         if self.progress is not None and self.done % 1024 == 0:
@@ -624,7 +641,11 @@ class Simulation:
         log.end_s[r] = now
         self.policy.on_decode_done(r, now)
         w = self.worker_of[r]
-        self._hold(w, -self.out_blocks[r])
+        if self.shared_pool:
+            self._hold(w, -self.out_blocks[r])
+            self.store.gpu_unpin(self.w.blocks_of(r), w, self._cache_cap(w))
+        else:
+            self._hold(w, -(self.out_blocks[r] + self.new_prompt[r]))
         if self.next_in_session is not None:
             q = self.next_in_session[r]
             if q >= 0:

@@ -77,6 +77,9 @@ class ReferenceStore:
         self.gpu_blocks = gpu_blocks
         self.host_blocks = host_blocks
         self.gpu = [_Lru() for _ in range(workers)]  # each worker's own copies
+        # Blocks running requests reference on each worker: cached, outside the LRU (never
+        # evicted), block -> references.
+        self.pinned: list[dict[int, int]] = [{} for _ in range(workers)]
         if host_pools not in (1, workers):
             raise ValueError(f"host_pools: 1 or one per worker ({workers}); got {host_pools!r}")
         self.host = [_Lru() for _ in range(host_pools)]  # the node's one, or one per worker
@@ -102,8 +105,9 @@ class ReferenceStore:
     def lookup_lru(self, blk: np.ndarray, worker: int, use_ssd: bool) -> tuple[int, int, int, int]:
         host = self.host[self.host_pool(worker)]
         codes: list[int] = []
+        pinned = self.pinned[worker]
         for b in blk.tolist():
-            if b in self.gpu[worker]:
+            if b in self.gpu[worker] or b in pinned:
                 codes.append(CODE_GPU)
             elif b in host:
                 codes.append(CODE_HOST)
@@ -113,7 +117,8 @@ class ReferenceStore:
                 break
         hits = blk[: len(codes)].tolist()
         self._touch(
-            self.gpu[worker], [b for b, c in zip(hits, codes, strict=True) if c == CODE_GPU]
+            self.gpu[worker],
+            [b for b, c in zip(hits, codes, strict=True) if c == CODE_GPU and b not in pinned],
         )
         self._touch(host, [b for b, c in zip(hits, codes, strict=True) if c == CODE_HOST])
         self._codes = codes
@@ -131,8 +136,10 @@ class ReferenceStore:
         cap = self.gpu_blocks if cap is None else cap
         if cap <= 0:
             return
-        lru = self.gpu[worker]
+        lru, pinned = self.gpu[worker], self.pinned[worker]
         for b in reversed(_last_occurrence(blk.tolist())):
+            if b in pinned:  # cached already, outside the LRU
+                continue
             if b in lru:
                 lru.touch(b)
             else:
@@ -140,10 +147,10 @@ class ReferenceStore:
         self.gpu_trim(worker, cap)
 
     def gpu_prefix(self, blk: np.ndarray, worker: int) -> int:
-        lru = self.gpu[worker]
+        lru, pinned = self.gpu[worker], self.pinned[worker]
         p = 0
         for b in blk.tolist():
-            if b not in lru:
+            if b not in lru and b not in pinned:
                 break
             p += 1
         return p
@@ -153,8 +160,33 @@ class ReferenceStore:
 
     def gpu_trim(self, worker: int, cap: int) -> None:
         lru = self.gpu[worker]
-        while len(lru) > max(cap, 0):
+        while len(lru) > max(cap - len(self.pinned[worker]), 0):
             lru.pop_lru()
+
+    def gpu_pin(self, blk: np.ndarray, worker: int, cap: int) -> None:
+        lru, pinned = self.gpu[worker], self.pinned[worker]
+        for b in blk.tolist():
+            if b in lru:
+                del lru.d[b]
+            pinned[b] = pinned.get(b, 0) + 1
+        self.gpu_trim(worker, cap)
+
+    def gpu_unpin(self, blk: np.ndarray, worker: int, cap: int) -> None:
+        lru, pinned = self.gpu[worker], self.pinned[worker]
+        released = []
+        for b in blk.tolist():
+            pinned[b] -= 1
+            if pinned[b] == 0:
+                del pinned[b]
+                released.append(b)
+        # Freed as vLLM frees a finished request's blocks: tail first, so the head is the
+        # most recently used.
+        for b in reversed(released):
+            lru.insert(b)
+        self.gpu_trim(worker, cap)
+
+    def gpu_pinned(self, worker: int) -> int:
+        return len(self.pinned[worker])
 
     def _ssd_append(self, b: int) -> None:
         self._written += 1
@@ -215,8 +247,9 @@ class ReferenceStore:
         codes: list[int] = []
         runs: list[list[int]] = []
         last_ssd = -2
+        pinned = self.pinned[worker]
         for i, b in enumerate(blk.tolist()):
-            if b in self.gpu[worker]:
+            if b in self.gpu[worker] or b in pinned:
                 codes.append(CODE_GPU)
             elif b in mem_seg:
                 codes.append(CODE_HOST)
@@ -232,7 +265,8 @@ class ReferenceStore:
                 break
         hits = blk[: len(codes)].tolist()
         self._touch(
-            self.gpu[worker], [b for b, c in zip(hits, codes, strict=True) if c == CODE_GPU]
+            self.gpu[worker],
+            [b for b, c in zip(hits, codes, strict=True) if c == CODE_GPU and b not in pinned],
         )
         self._codes = codes
         rows = np.array(runs, dtype=np.int64).reshape(-1, 3)

@@ -176,6 +176,7 @@ def _lookup_lru(  # pragma: no cover - numba
     g_prev: np.ndarray,
     g_next: np.ndarray,
     g_lst: np.ndarray,
+    g_ref: np.ndarray,
     h_in: np.ndarray,
     h_prev: np.ndarray,
     h_next: np.ndarray,
@@ -208,7 +209,8 @@ def _lookup_lru(  # pragma: no cover - numba
     for tier in range(2):
         k = 0
         for i in range(p):
-            if codes[i] == tier:
+            # A referenced GPU block is outside the LRU list (nothing to touch).
+            if codes[i] == tier and not (tier == CODE_GPU and g_ref[blk[i]] > 0):
                 buf[k] = blk[i]
                 k += 1
         if k:
@@ -224,6 +226,7 @@ def _gpu_insert(  # pragma: no cover - numba
     blk: np.ndarray,
     w: int,
     g_in: np.ndarray,
+    g_ref: np.ndarray,
     g_prev: np.ndarray,
     g_next: np.ndarray,
     g_lst: np.ndarray,
@@ -235,8 +238,11 @@ def _gpu_insert(  # pragma: no cover - numba
     n = blk.shape[0]
     i = 0
     while i < n:
+        if g_ref[blk[i]] > 0:  # referenced: cached already, outside the list
+            i += 1
+            continue
         j = i
-        while j < n and g_in[blk[j]]:
+        while j < n and g_in[blk[j]] and g_ref[blk[j]] == 0:
             j += 1
         if j > i:
             a = _place_seq(blk[i:j], a, g_prev, g_next, g_lst, w)
@@ -247,7 +253,7 @@ def _gpu_insert(  # pragma: no cover - numba
         g_in[b] = 1
         a = b
         i += 1
-    while g_lst[w, 2] > cap:
+    while g_lst[w, 2] > cap - g_lst[w, 3]:
         t = g_lst[w, 1]
         _unlink(t, g_prev, g_next, g_lst, w)
         g_in[t] = 0
@@ -279,10 +285,59 @@ def _gpu_trim(  # pragma: no cover - numba
     g_lst: np.ndarray,
     cap: int,
 ) -> None:
-    while g_lst[w, 2] > max(cap, 0):
+    # Referenced blocks take their place in the cache but cannot be evicted: the LRU list
+    # holds what is left.
+    while g_lst[w, 2] > max(cap - g_lst[w, 3], 0):
         t = g_lst[w, 1]
         _unlink(t, g_prev, g_next, g_lst, w)
         g_in[t] = 0
+
+
+@njit(cache=True)
+def _gpu_pin(  # pragma: no cover - numba
+    blk: np.ndarray,
+    w: int,
+    g_in: np.ndarray,
+    g_ref: np.ndarray,
+    g_prev: np.ndarray,
+    g_next: np.ndarray,
+    g_lst: np.ndarray,
+    cap: int,
+) -> None:
+    for i in range(blk.shape[0]):
+        b = blk[i]
+        if g_ref[b] == 0:
+            if g_in[b]:
+                _unlink(b, g_prev, g_next, g_lst, w)
+            g_in[b] = 1
+            g_lst[w, 3] += 1
+        g_ref[b] += 1
+    _gpu_trim(w, g_in, g_prev, g_next, g_lst, cap)
+
+
+@njit(cache=True)
+def _gpu_unpin(  # pragma: no cover - numba
+    blk: np.ndarray,
+    w: int,
+    g_in: np.ndarray,
+    g_ref: np.ndarray,
+    g_prev: np.ndarray,
+    g_next: np.ndarray,
+    g_lst: np.ndarray,
+    cap: int,
+) -> None:
+    # A block's last reference goes at its last occurrence in blk, so the released blocks
+    # are met in request order: placed one after the other at the front, the head ends most
+    # recent and the tail is evicted first.
+    a = -1
+    for i in range(blk.shape[0]):
+        b = blk[i]
+        g_ref[b] -= 1
+        if g_ref[b] == 0:
+            g_lst[w, 3] -= 1
+            _insert_after(b, a, g_prev, g_next, g_lst, w)
+            a = b
+    _gpu_trim(w, g_in, g_prev, g_next, g_lst, cap)
 
 
 @njit(cache=True)
@@ -333,6 +388,7 @@ def _lookup_flat(  # pragma: no cover - numba
     g_prev: np.ndarray,
     g_next: np.ndarray,
     g_lst: np.ndarray,
+    g_ref: np.ndarray,
     m_seg: np.ndarray,
     s_seg: np.ndarray,
     s_idx: np.ndarray,
@@ -380,7 +436,7 @@ def _lookup_flat(  # pragma: no cover - numba
         p += 1
     k = 0
     for i in range(p):
-        if codes[i] == CODE_GPU:
+        if codes[i] == CODE_GPU and g_ref[blk[i]] == 0:  # referenced: outside the list
             buf[k] = blk[i]
             k += 1
     if k:
@@ -473,8 +529,11 @@ class FastStore:
         self.g_prev = np.full((workers, n), -1, dtype=np.int32)
         self.g_next = np.full((workers, n), -1, dtype=np.int32)
         self._prefixes = np.zeros(workers, dtype=np.int64)
-        self.g_lst = np.zeros((workers, 3), dtype=np.int64)
+        # Per worker: LRU head, tail, length, and blocks referenced by running requests
+        # (outside the list, not evictable; g_ref counts each block's references).
+        self.g_lst = np.zeros((workers, 4), dtype=np.int64)
         self.g_lst[:, :2] = -1
+        self.g_ref = np.zeros((workers, n), dtype=np.int32)
         # One LRU list per host pool; worker w's pool is w, or 0 when the node shares one.
         self.host_pools = host_pools
         self.h_in = np.zeros((host_pools, n), dtype=np.uint8)
@@ -522,6 +581,7 @@ class FastStore:
             self.g_prev[worker],
             self.g_next[worker],
             self.g_lst,
+            self.g_ref[worker],
             self.h_in[hp],
             self.h_prev[hp],
             self.h_next[hp],
@@ -544,6 +604,7 @@ class FastStore:
             blk,
             worker,
             self.g_in[worker],
+            self.g_ref[worker],
             self.g_prev[worker],
             self.g_next[worker],
             self.g_lst,
@@ -561,10 +622,43 @@ class FastStore:
         return prefixes
 
     def gpu_trim(self, worker: int, cap: int) -> None:
-        """Evict ``worker``'s least recently used cached blocks down to ``cap``."""
+        """Evict ``worker``'s least recently used cached blocks down to ``cap`` (referenced
+        blocks included in the count, never evicted)."""
         _gpu_trim(
             worker, self.g_in[worker], self.g_prev[worker], self.g_next[worker], self.g_lst, cap
         )
+
+    def gpu_pin(self, blk: np.ndarray, worker: int, cap: int) -> None:
+        """A running request references ``blk`` in ``worker``'s GPU cache: cached (if not),
+        not evictable until :meth:`gpu_unpin`; the cache then evicts down to ``cap``."""
+        _gpu_pin(
+            blk,
+            worker,
+            self.g_in[worker],
+            self.g_ref[worker],
+            self.g_prev[worker],
+            self.g_next[worker],
+            self.g_lst,
+            cap,
+        )
+
+    def gpu_unpin(self, blk: np.ndarray, worker: int, cap: int) -> None:
+        """The request that pinned ``blk`` ended: blocks no longer referenced become
+        evictable, the most recently used, its head most recent (evicted tail first)."""
+        _gpu_unpin(
+            blk,
+            worker,
+            self.g_in[worker],
+            self.g_ref[worker],
+            self.g_prev[worker],
+            self.g_next[worker],
+            self.g_lst,
+            cap,
+        )
+
+    def gpu_pinned(self, worker: int) -> int:
+        """Distinct blocks that running requests reference in ``worker``'s GPU cache."""
+        return int(self.g_lst[worker, 3])
 
     def host_insert(self, blk: np.ndarray, tiered: bool, worker: int = 0) -> None:
         """Write ``blk`` to ``worker``'s host pool (LRU; tiered: its evictions go to SSD)."""
@@ -623,6 +717,7 @@ class FastStore:
             self.g_prev[worker],
             self.g_next[worker],
             self.g_lst,
+            self.g_ref[worker],
             m_seg,
             self.s_seg,
             self.s_idx,
