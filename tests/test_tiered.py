@@ -126,9 +126,9 @@ def test_every_block_once_and_the_default_tier():
 
 
 def test_bad_sizes_are_refused():
-    with pytest.raises(FcctlInputError, match="--memory-tier: must be >= 0; got -1"):
+    with pytest.raises(FcctlInputError, match="memory_tier_bytes: must be >= 0; got -1"):
         eviction_order(SCHEDULE, block_bytes=1, memory_tier_bytes=-1)
-    with pytest.raises(FcctlInputError, match="--bucket-size: must hold at least one block"):
+    with pytest.raises(FcctlInputError, match="bucket_bytes: must hold at least one block"):
         place_in_buckets(SCHEDULE, block_bytes=8, bucket_bytes=4)
     placed = place_in_buckets(SCHEDULE, block_bytes=1, bucket_bytes=2, memory_tier_bytes=2)
     with pytest.raises(ValueError, match=r"bucket: must be in 0\.\.2; got 3"):
