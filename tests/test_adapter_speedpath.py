@@ -268,7 +268,7 @@ def direct_supported(path: str) -> bool:
 def test_staging_keeps_as_many_buffers_as_were_in_use_at_once(tmp_path: Path) -> None:
     kv = _kv(tmp_path)
     turn = 2 * LAYERS * PAGE  # two pages
-    # The writer gathers (LMCache's way): one buffer at a time, one kept.
+    # The writer gathers: one buffer at a time, one kept.
     for t in range(3):
         keys = [f"g{t}-{i}" for i in range(2)]
         pages = [[p.reshape(-1)] for p in _pages(2, 20 + t)]

@@ -301,8 +301,8 @@ def test_lmcache_engine_serves_chats_through_the_plugin(
         assert _chat(engine, tagged, 1, (48, 80, 112)) == [0, 48, 80]
         assert _chat(engine, {}, 2, (32, 64)) == [0, 32]
         # Every chunk went to the plugin (LMCache's CPU tier is off): one FlatCake session per
-        # chat, one turn per request that stored.
-        assert plugin.kv is not None
+        # chat, one turn per request that stored (written in the background: waited for).
+        assert plugin.kv is not None and plugin.kv.flush(timeout_s=60)
         assert [t.tokens for t in plugin.kv.store.turns("chat-1")] == [3, 2, 2]
         untagged = set(plugin.kv.index.sessions) - {"chat-1"}
         assert len(untagged) == 1
@@ -317,6 +317,38 @@ def test_lmcache_engine_serves_chats_through_the_plugin(
     assert [r["session_id"] for r in rows[:3]] == ["chat-1"] * 3
     assert len({r["session_id"] for r in rows[3:]}) == 1
     engine_helpers.check_trace(trace, requests=5, block_accesses=21, distinct_blocks=11)
+
+
+def test_a_write_still_queued_when_the_engine_closes_keeps_its_bytes(tmp_path: Path) -> None:
+    """LMCache's ``StorageManager.close`` closes its ``LocalCPUBackend`` (whose allocator frees
+    every memory object's buffer, whatever its reference count) before the plugin. A write
+    still queued then must not read LMCache's memory: the writer is held until that
+    allocator is closed, and what it writes afterwards is the chunks as stored, byte for
+    byte (before the fix the writer copied from the freed buffer: SIGSEGV or other bytes)."""
+    name = "flatcake-close-order"
+    engine = _engine(tmp_path, name, async_loading=False)
+    try:
+        plugin = _plugin_of(engine)
+        g = torch.Generator().manual_seed(5)
+        tokens = torch.randint(0, 30000, (48,), generator=g)
+        kv = torch.randn((LAYERS, 2, 48, HEADS, HEAD_DIM), generator=g).half()
+        configs = {"lmcache.tag.session_id": "chat-close"}
+        assert plugin.kv is not None
+        with plugin.kv.lock:  # the writer waits on this before it touches the turn
+            engine.store(tokens, kv=kv, request_configs=configs)
+            assert plugin.kv.stats()["stores_pending"] == 1
+            engine.storage_manager.storage_backends["LocalCPUBackend"].close()
+        assert plugin.kv.flush(timeout_s=60)
+        assert plugin.kv.take_write_failures() == []
+        keys = plugin.kv.index.sessions["chat-close"].keys
+        got = plugin.kv.read(keys)
+        assert got is not None and len(keys) == 3
+        for i in range(3):
+            chunk = kv[:, :, i * CHUNK : (i + 1) * CHUNK].permute(1, 0, 2, 3, 4)
+            expected = chunk.reshape(2, LAYERS, CHUNK, -1).contiguous().view(torch.uint8)
+            assert bytes(got[i].reshape(-1)) == bytes(expected.reshape(-1).numpy())
+    finally:
+        _close(name, engine)
 
 
 def test_a_plugin_that_cannot_start_stops_the_engine(tmp_path: Path) -> None:

@@ -299,8 +299,8 @@ class _Staging:
     copy. Fresh memory costs its first-touch page faults (0.24-0.31 GB/s on the test machine,
     against 3-4 GB/s for a copy into warm memory), so the writer keeps buffers it used and
     reuses the smallest that fits: as many as were ever in use at once (one where the writer
-    gathers, LMCache; two where a turn is gathered at submit while the last one is written,
-    SGLang), at most ``STAGING_BUFFERS``.
+    gathers; two where a turn is gathered at submit while the last one is written, as
+    SGLang's and LMCache's adapters do), at most ``STAGING_BUFFERS``.
     """
 
     def __init__(self) -> None:
@@ -550,8 +550,10 @@ class SessionKV:
         ``i`` in (layer, byte) order; a short page is padded) under ``keys[i]``. Returns at once
         (``False`` when nothing was new); the writer thread writes it. ``copy_now``: gather the
         pages now (the engine reuses its buffers when this returns); else the writer gathers
-        them and then calls ``release`` (the engine keeps the buffers until then). ``on_written``
-        runs in the writer thread once the turn is on its medium."""
+        them and then calls ``release`` (the engine keeps the buffers until then: only for an
+        engine that can never free them before ``release``, whatever else it closes; LMCache's
+        allocator can, so its adapter copies now). ``on_written`` runs in the writer thread
+        once the turn is on its medium."""
         self._report_failures()
         job = self._reserve(keys, prefix, session_id, previous_reply_tokens, prefix_ref_count)
         if job is None:

@@ -315,9 +315,16 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
         on_complete_callback: Callable[[CacheEngineKey], None] | None = None,
     ) -> list[Future[Any]] | None:
         """Submit the chunks as one turn of their session and return (``None``, as LMCache's
-        own disk backend does): the store's writer thread copies them once from the memory
-        objects (referenced until then, as ``LocalDiskBackend`` holds them) into the turn's
-        layer-ordered segment and writes it; until then a lookup of them is a miss."""
+        own disk backend does): the chunks are copied once, before this returns, into the
+        turn's layer-ordered staging buffer, which the store's writer thread writes in the
+        background (a lookup of them is a hit meanwhile, served from that buffer).
+
+        Copied now, not by the writer from the memory objects held by reference count (as
+        ``LocalDiskBackend`` holds them): LMCache's ``StorageManager.close`` closes its
+        ``LocalCPUBackend`` first, whose allocator frees the memory of every object it
+        handed out whatever their reference counts, and only then this plugin; a write still
+        queued then read freed memory (SIGSEGV in the writer thread). The copy is the one the
+        writer made anyway, moved to the engine's thread; the disk write stays off it."""
         if not keys:
             return None
         with self.lock:
@@ -334,11 +341,6 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
         for k, obj, size in zip(keys, objs, sizes, strict=True):
             # Kept with the keys: a restart rebuilds each chunk's memory object from them.
             self.objects[k] = (obj.get_shape(), obj.get_dtype(), obj.get_memory_format(), size)
-            obj.ref_count_up()
-
-        def release() -> None:
-            for obj in objs:
-                obj.ref_count_down()
 
         def written() -> None:
             if on_complete_callback is not None:
@@ -350,8 +352,7 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
             [[_bytes_of(o)] for o in objs],
             prefix=prefix,
             session_id=_session_of(keys[0]),
-            copy_now=False,
-            release=release,
+            copy_now=True,  # never touch LMCache's memory after return (docstring)
             on_written=written,
         )
         return None
