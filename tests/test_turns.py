@@ -48,9 +48,9 @@ def test_synthetic_turns_round_robin_and_the_unstored_tail():
 
 
 def test_synthetic_turns_refuse_bad_counts():
-    with pytest.raises(FcctlInputError, match="--tokens: 3 turns need at least 48 tokens"):
+    with pytest.raises(FcctlInputError, match="tokens: 3 turns need at least 48 tokens"):
         synthetic_turns(block_tokens=16, sessions=1, tokens=40, turns=3)
-    with pytest.raises(FcctlInputError, match="--sessions: must be an integer >= 1; got True"):
+    with pytest.raises(FcctlInputError, match="sessions: must be an integer >= 1; got True"):
         synthetic_turns(block_tokens=16, sessions=True, tokens=64, turns=1)
 
 
@@ -93,7 +93,7 @@ def test_trace_turns_refuse_what_cannot_make_a_page():
         trace_turns(
             _frame(), block_tokens=16, sessions=2, bytes_per_token=1024, size_limit_bytes=1024
         )
-    with pytest.raises(FcctlInputError, match="--scale: must be > 0"):
+    with pytest.raises(FcctlInputError, match="scale: must be > 0"):
         trace_turns(
             _frame(), block_tokens=16, sessions=2, bytes_per_token=1, size_limit_bytes=1, scale=0
         )
