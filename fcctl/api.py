@@ -397,6 +397,7 @@ _LOAD_KEYWORDS = (
     "host_memory_auto",
     "decision_margin_pp",
     "decision_ttft_margin",
+    "amplify",
 )
 
 
@@ -418,6 +419,7 @@ def replay(
     host_memory_sweep: Sequence[Size] = (),
     staging_sweep: Sequence[Size] = (),
     host_memory_auto: bool = False,
+    amplify: int = 1,
     memory_budget_bytes: Size | None = None,
     model: str = DEFAULT_MODEL,
     model_config: str | Path | None = None,
@@ -452,8 +454,11 @@ def replay(
     closed loop (``"4,16,all"``; instead of rates); ``slo_ttft_p99_s``: the auto sweep stops
     past it. ``gpu_kv_sweep``/``host_memory_sweep``/``staging_sweep``: more sizes to run
     besides the node's (every combination); ``host_memory_auto``: add the trace's working-set
-    sizes to host memory. ``source`` may be a dataset (a directory or glob of canonical Parquet
-    parts) that fits ``memory_budget_bytes`` (default 30 % of the machine's memory).
+    sizes to host memory. ``amplify``: replay K copies of every session (own blocks fresh,
+    shared ones shared, starts staggered; docs/simulator.md, "Session amplification"), refused
+    before any work when its memory estimate exceeds the budget. ``source`` may be a dataset
+    (a directory or glob of canonical Parquet parts) that fits ``memory_budget_bytes``
+    (default 30 % of the machine's memory).
     ``think_time``: ``original``, ``none``, ``capped:S`` or ``scale:K`` (the gap between a
     session's turns; analyzers/replay/load.py). ``cancel``: what a cancelled tiered prefetch's
     bytes become, ``discard`` (recomputed) or ``credit`` (delivered). ``router``: ``kv-aware``
@@ -600,6 +605,7 @@ def _load_plan(
     host_memory_auto: bool,
     decision_margin_pp: float,
     decision_ttft_margin: float,
+    amplify: int,
 ) -> LoadPlan:
     """:func:`replay`'s sweep keywords as a :class:`~fcctl.LoadPlan`."""
     from fcctl.analyzers.replay import LoadPlan
@@ -632,6 +638,7 @@ def _load_plan(
         host_memory_auto=host_memory_auto,
         decision_margin_pp=decision_margin_pp,
         decision_ttft_margin=decision_ttft_margin,
+        amplify=amplify,
     )
 
 

@@ -170,6 +170,9 @@ def rejected_share(result: ReplayResult) -> RejectedShare | None:
 
 
 def render_summary(result: ReplayResult, console: Console) -> None:
+    amplify = result.load.get("amplify", 1)
+    if amplify != 1:
+        console.print(f"amplified {amplify}x: {result.trace.sessions:,} sessions", highlight=False)
     for line in decision_lines(result):
         console.print(f"decision {line}")
     rejected = rejected_share(result)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from fcctl.common.errors import FcctlInputError
 
 from ..traces.schedule import check_rate, check_rates
+from .amplify import check_amplify_value
 from .decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins
 from .policies import DEFAULT_POLICIES, POLICIES
 from .result import RateResult
@@ -104,9 +105,12 @@ class LoadPlan:
     host_memory_auto: bool = False
     decision_margin_pp: float = DEFAULT_MARGIN_PP
     decision_ttft_margin: float = DEFAULT_TTFT_MARGIN
+    #: Copies of every session replayed (:mod:`.amplify`); 1: the trace as it is.
+    amplify: int = 1
 
     def __post_init__(self) -> None:
         check_margins(self.decision_margin_pp, self.decision_ttft_margin)
+        object.__setattr__(self, "amplify", check_amplify_value(self.amplify))
         object.__setattr__(self, "policies", check_policies(self.policies))
         if self.concurrency is not None:
             _check_concurrency(self.concurrency)

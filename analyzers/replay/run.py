@@ -26,6 +26,7 @@ from fcctl.layout.placement import PlacementRule
 from ..reuse.bounded import default_memory_budget
 from ..summary import KvSummary
 from ..traces.schema import Trace
+from .amplify import amplify_workload, check_amplify, copies_for
 from .decision import (
     DEFAULT_MARGIN_PP,
     DEFAULT_TTFT_MARGIN,
@@ -307,7 +308,12 @@ def run_task(
     store_factory: StoreFactory = FastStore,
 ) -> PolicyResult:
     """One :class:`~.parallel.SimTask` on ``workload`` (what a runner's workers call): a
-    simulation that frees its own cycles, since a worker runs many."""
+    simulation that frees its own cycles, since a worker runs many. A concurrency above the
+    workload's sessions runs on the workload amplified to reach it (:func:`.amplify.copies_for`,
+    checked against the memory budget before the run by :func:`amplified_workload`)."""
+    k = copies_for(task.concurrency, workload.sessions)
+    if k > 1:
+        workload = amplify_workload(workload, k, seed=task.spec.seed)
     return simulate(
         workload,
         task.spec,
@@ -353,6 +359,21 @@ def simulation_workload(trace: Trace, geometry: KvGeometry, hardware: Hardware) 
     once for many simulations (it keeps none of the trace's table: worker processes get the
     arrays the simulator reads, not the block hashes)."""
     return build_workload(trace, geometry, workers_of(geometry, hardware))
+
+
+def amplified_workload(
+    workload: Workload, spec: RunSpec, plan: LoadPlan, memory_budget_bytes: int | None
+) -> Workload:
+    """``workload`` with ``plan.amplify`` copies of every session (seeded by ``spec.seed``),
+    after checking against the memory budget (None: the default share of the machine's) both
+    that and the largest amplification a concurrency point needs, before anything is built."""
+    budget = default_memory_budget() if memory_budget_bytes is None else memory_budget_bytes
+    check_amplify(workload, plan.amplify, budget)
+    sessions = workload.sessions * plan.amplify
+    most = max((copies_for(c, sessions) for c in plan.concurrency or ()), default=1)
+    if most > 1:
+        check_amplify(workload, plan.amplify * most, budget, parameter="concurrency")
+    return amplify_workload(workload, plan.amplify, seed=spec.seed)
 
 
 def decision_of(
@@ -451,7 +472,9 @@ class Batches:
         spec: RunSpec,
         sizes: Sequence[Mapping[str, int]],
         plan: LoadPlan,
+        sessions: int,
     ) -> None:
+        self._sessions = sessions  # of the workload the runner holds (already amplified)
         self._runner = runner
         self._display = display
         self._specs = [spec.with_sizes(s) for s in sizes]
@@ -475,7 +498,8 @@ class Batches:
         for j, (k, r, c) in enumerate(wanted):
             per_policy = {p: found[j * len(policies) + n] for n, p in enumerate(policies)}
             decision = decision_of(per_policy, *self._plan.margins)
-            out.append(RateResult(r, per_policy, decision, c, dict(self._sizes[k])))
+            amplify = self._plan.amplify * copies_for(c, self._sessions)
+            out.append(RateResult(r, per_policy, decision, c, dict(self._sizes[k]), amplify))
         return out
 
 
@@ -499,7 +523,12 @@ def replay_trace(
     spec, plan = config.split() if isinstance(config, ReplayConfig) else (config, plan)
     if plan is None:
         raise ValueError("replay_trace: give a LoadPlan with a RunSpec")
-    workload = simulation_workload(trace, spec.geometry, spec.hardware)
+    workload = amplified_workload(
+        simulation_workload(trace, spec.geometry, spec.hardware),
+        spec,
+        plan,
+        (execution or Execution()).memory_budget_bytes,
+    )
     if plan.concurrency is None:
         check_load(spec, workload)
     notes = load_notes(spec, plan, workload)
@@ -522,7 +551,7 @@ def replay_trace(
         ) as runner,
     ):
         display = SimulationDisplay(prog, task, workload.requests, workload.requests)
-        batches = Batches(runner, display, spec, sizes, plan)
+        batches = Batches(runner, display, spec, sizes, plan, workload.sessions)
         rounds = plan.rounds(len(sizes), workload.sessions, capacity)
         try:
             wanted = next(rounds)
@@ -618,6 +647,7 @@ def replay_result(
             "router": spec.router,
             "seed": spec.seed,
             "natural_rate_per_s": workload.natural_rate_per_s(),
+            "amplify": plan.amplify,
         },
         ideal_hit_share=workload.ideal_hit_share,
         rates=points.rates,

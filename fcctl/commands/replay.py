@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from fcctl.commands.options import (
+    AmplifyOpt,
     ConcurrencyOpt,
     DecisionMarginOpt,
     DecisionTtftMarginOpt,
@@ -66,6 +67,7 @@ def register(app: typer.Typer) -> None:
         rate: OperatingRateOpt = None,
         slo_ttft_p99: SloTtftP99Opt = None,
         concurrency: ConcurrencyOpt = None,
+        amplify: AmplifyOpt = 1,
         think_time: ThinkTimeOpt = "original",
         cancel: Annotated[
             str,
@@ -166,6 +168,7 @@ def register(app: typer.Typer) -> None:
             staging_sweep=staging_more,
             host_memory_auto=host_auto,
             concurrency=concurrency,
+            amplify=amplify,
             memory_budget_bytes=memory_budget,
             think_time=think_time,
             cancel=cancel,
