@@ -756,6 +756,7 @@ def recommend_thresholds(
     decision_margin_pp: float = 1.0,
     decision_ttft_margin: float = 0.1,
     sample_sessions: float | None = None,
+    amplify: int = 1,
     progress: Progress | bool = False,
 ) -> RecommendResult:
     """Sweep FlatCake's placement thresholds on a trace and recommend a pair.
@@ -770,7 +771,8 @@ def recommend_thresholds(
     of GPU hit share) and ``decision_ttft_margin`` (a fraction of mean TTFT): pairs closer than
     both are equal, and when all are, the thresholds do not matter (the default pair is
     recommended). ``sample_sessions``: sweep on sampled sessions (as :func:`replay`).
-    Other parameters as :func:`replay`.
+    ``amplify``: sweep on K copies of every session (as :func:`replay`). Other parameters as
+    :func:`replay`.
     """
     from fcctl.analyzers.recommend import RecommendConfig
     from fcctl.analyzers.recommend import recommend_thresholds as sweep
@@ -798,6 +800,7 @@ def recommend_thresholds(
         decision_ttft_margin=decision_ttft_margin,
         engine=engine,
         scheduler=scheduler,
+        amplify=amplify,
     )
     with _progress(progress) as bar:
         # No name here holds a trace read from a file: with worker processes the sweep can let
@@ -938,16 +941,18 @@ def plan(
     resume: bool = False,
     force: bool = False,
     sample_sessions: float | None = None,
+    amplify: int = 1,
     progress: Progress | bool = False,
 ) -> PlanResult:
     """Analyze, replay at the automatic loads and the user's point, recommend thresholds,
     optionally emit, and write one report into ``out`` (module docstring). ``hardware``: a
     :func:`fcctl.hardware` node (default the h200-8x preset). ``sample_sessions``: replay and
-    recommend on sampled sessions (analyze reads the whole trace). ``jobs``, ``engine`` and
-    ``scheduler`` say where the replay's and the recommendation's simulations run (the
-    analysis runs here). Other parameters as :func:`fcctl.replay`."""
+    recommend on sampled sessions (analyze reads the whole trace). ``amplify``: replay and
+    recommend on K copies of every session (analyze reads the trace as it is). ``jobs``,
+    ``engine`` and ``scheduler`` say where the replay's and the recommendation's simulations
+    run (the analysis runs here). Other parameters as :func:`fcctl.replay`."""
     from fcctl.analyzers.recommend.emit import check_name
-    from fcctl.analyzers.replay import Execution, check_execution
+    from fcctl.analyzers.replay import Execution, check_amplify_value, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
     from fcctl.common.progress import Progress
     from fcctl.common.version import __version__
@@ -955,6 +960,7 @@ def plan(
 
     out = Path(out)
     _check_sample(sample_sessions)
+    check_amplify_value(amplify)
     if emit:
         check_name(emit_name)
     execution = Execution(engine, jobs, scheduler)
@@ -971,7 +977,7 @@ def plan(
     with bar, plan_directory(out, resume=resume, force=force) as held:
         steps = _PlanSteps(
             out, held, resume, bar, source, format, identity, common, kv_args, node, execution,
-            sample_sessions,
+            sample_sessions, amplify,
         )  # fmt: skip
         with bar.task("plan", total=100, unit="%") as overall:
             done = 0.0
@@ -1023,6 +1029,7 @@ class _PlanSteps:
         node: Hardware,
         execution: Execution,
         sample_sessions: float | None,
+        amplify: int = 1,
     ) -> None:
         from fcctl.common.jsonio import dumps
         from fcctl.planning import PlanRunner
@@ -1035,6 +1042,7 @@ class _PlanSteps:
         self.node, self.node_json = node, dumps(node)
         self.execution = execution
         self.sample_sessions = sample_sessions
+        self.amplify = amplify
         self.docs: dict[str, Any] = {}
         self.target = 0.0  # the recommendation's rate, once recommend has run
         self.trace_cache: list[Any] = []
@@ -1054,6 +1062,8 @@ class _PlanSteps:
             len(lines) - 1 if docs.get("analyze", {}).get("verdict") else len(lines),
             f"  (thresholds measured at {target:.3g} req/s: {why})",
         )
+        if self.amplify != 1:  # replay and recommend ran on the copies; analyze on the trace
+            lines.insert(0, f"amplified {self.amplify}x: {replayed.trace.sessions:,} sessions")
         result = PlanResult(
             1, str(self.out), decision, tuple(lines), tuple(self.runner.steps), docs
         )
@@ -1139,6 +1149,8 @@ class _PlanSteps:
         }
         if self.sample_sessions is not None:
             replay_params["sample_sessions"] = self.sample_sessions
+        if self.amplify != 1:  # absent at 1, so an earlier plan directory still resumes
+            replay_params["amplify"] = self.amplify
         fp = fingerprint("replay", self.identity, self.common, replay_params)
         self.runner.step(
             "replay",
@@ -1157,6 +1169,7 @@ class _PlanSteps:
                         host_memory_sweep=host_memory_sweep,
                         host_memory_auto=host_memory_auto,
                         slo_ttft_p99_s=slo_ttft_p99_s,
+                        amplify=self.amplify,
                         jobs=self.execution.jobs,
                         engine=self.execution.engine,
                         scheduler=self.execution.scheduler,
@@ -1186,6 +1199,7 @@ class _PlanSteps:
             self.node_json,
             target,
             *([] if self.sample_sessions is None else [self.sample_sessions]),
+            *([] if self.amplify == 1 else [f"amplify={self.amplify}"]),
         )
         self.runner.step("recommend", fp, lambda p: self._recommend(target, p))
         recommended = read_result(
@@ -1206,6 +1220,7 @@ class _PlanSteps:
                     jobs=self.execution.jobs,
                     engine=self.execution.engine,
                     scheduler=self.execution.scheduler,
+                    amplify=self.amplify,
                     progress=self.bar,
                 )
             )

@@ -38,7 +38,12 @@ import numpy as np
 
 from fcctl.common.errors import FcctlInputError
 
-from .parallel import WORKER_BASE_BYTES, WORKER_BYTES_PER_ACCESS, WORKER_BYTES_PER_REQUEST
+from .parallel import (
+    WORKER_BASE_BYTES,
+    WORKER_BYTES_PER_ACCESS,
+    WORKER_BYTES_PER_REQUEST,
+    budget_bytes,
+)
 from .workload import Workload
 
 #: Bytes of the amplified workload's arrays per request: offsets and the seven per-request
@@ -46,9 +51,10 @@ from .workload import Workload
 WORKLOAD_BYTES_PER_REQUEST = 8 * 8
 #: Bytes per block access of the amplified workload: its int32 dense block id.
 WORKLOAD_BYTES_PER_ACCESS = 4
-#: Temporaries per access of the original while one copy is built: three int64 position arrays
-#: (shift, range, their sum), the int32 mapped ids, the own-block mask and the int64 fresh ids.
-BUILD_BYTES_PER_ORIGINAL_ACCESS = 3 * 8 + 4 + 1 + 8
+#: Temporaries per access of the original while one copy is built: two int64 position arrays
+#: (within the request, and in the amplified array) and the int32 mapped ids; before that, the
+#: int64 session of each access (own_blocks) is freed.
+BUILD_BYTES_PER_ORIGINAL_ACCESS = 2 * 8 + 4
 #: Dense block ids are int32 (flatten_accesses); an amplified workload must still fit.
 MAX_BLOCK_ID = np.iinfo(np.int32).max
 
@@ -98,13 +104,28 @@ def check_amplify(w: Workload, k: int, budget_bytes: int, parameter: str = "ampl
             f"got {k!r}",
             parameter=parameter,
         )
-    blocks = w.num_blocks + (k - 1) * int(own_blocks(w).sum())
+    check_block_ids(w, k, int(own_blocks(w).sum()), parameter)
+
+
+def check_block_ids(w: Workload, k: int, n_own: int, parameter: str = "amplify") -> None:
+    """Refuse ``k`` when its distinct blocks would not fit the simulator's int32 block ids."""
+    blocks = w.num_blocks + (k - 1) * n_own
     if blocks > MAX_BLOCK_ID:
         raise FcctlInputError(
             f"{parameter}: {k:,} copies make {blocks:,} distinct blocks, more than the "
             f"simulator's {MAX_BLOCK_ID:,} block ids; got {k!r}",
             parameter=parameter,
         )
+
+
+def amplify_within_budget(
+    w: Workload, k: int, seed: int, memory_budget_bytes: int | None, parameter: str = "amplify"
+) -> Workload:
+    """:func:`amplify_workload` after :func:`check_amplify` against ``memory_budget_bytes``
+    (None: :func:`fcctl.analyzers.reuse.bounded.default_memory_budget`, 30 % of the machine's
+    memory, the budget every other command uses)."""
+    check_amplify(w, k, budget_bytes(memory_budget_bytes), parameter)
+    return amplify_workload(w, k, seed=seed)
 
 
 def own_blocks(w: Workload) -> np.ndarray:
@@ -126,23 +147,23 @@ def amplify_workload(w: Workload, k: int, *, seed: int = 0) -> Workload:
         return w
     n = w.requests
     own = own_blocks(w)
-    own_rank = np.cumsum(own, dtype=np.int64) - 1  # index among own blocks
     n_own = int(own.sum())
+    check_block_ids(w, k, n_own)
     lengths = np.diff(w.offsets)
-    new_lengths = np.repeat(lengths, k)
     offsets = np.zeros(k * n + 1, dtype=np.int64)
-    np.cumsum(new_lengths, out=offsets[1:])
+    np.cumsum(np.repeat(lengths, k), out=offsets[1:])
     block = np.empty(int(offsets[-1]), dtype=np.int32)
-    accessed_own = own[w.block]
+    # Each access's position within its request, so copy j's positions are its start plus it.
+    within = np.arange(w.block_accesses, dtype=np.int64) - np.repeat(w.offsets[:-1], lengths)
+    # Per distinct block, its id in the copy being built: itself, or a fresh id if it is own.
+    ids = np.arange(w.num_blocks, dtype=np.int32)
     for j in range(k):
-        # Where request r's copy j starts, minus where request r starts: one shift per access.
-        shift = np.repeat(offsets[j : k * n : k] - w.offsets[:-1], lengths)
-        mapped = w.block.copy()
         if j:
-            fresh = w.num_blocks + (j - 1) * n_own + own_rank[w.block[accessed_own]]
-            mapped[accessed_own] = fresh.astype(np.int32)
-        block[np.arange(w.block_accesses, dtype=np.int64) + shift] = mapped
-        del shift, mapped
+            ids[own] = w.num_blocks + (j - 1) * n_own + np.arange(n_own, dtype=np.int32)
+        where = np.repeat(offsets[j : k * n : k], lengths)
+        where += within
+        block[where] = ids[w.block]
+        del where
     copy = np.tile(np.arange(k, dtype=np.int64), n)
     session = np.repeat(w.session, k) * k + copy
     prev = np.repeat(w.prev_request, k)

@@ -26,7 +26,7 @@ from fcctl.layout.placement import PlacementRule
 from ..reuse.bounded import default_memory_budget
 from ..summary import KvSummary
 from ..traces.schema import Trace
-from .amplify import amplify_workload, check_amplify, copies_for
+from .amplify import amplify_within_budget, amplify_workload, check_amplify, copies_for
 from .decision import (
     DEFAULT_MARGIN_PP,
     DEFAULT_TTFT_MARGIN,
@@ -40,7 +40,7 @@ from .hardware import Hardware, hardware_document
 from .load import ThinkTime
 from .loadplan import DEFAULT_RATES, LoadPlan, LoadPoint, SizeSweep
 from .operating import Window, operating_point
-from .parallel import Execution, Runner, SimTask, SimulationDisplay, open_runner
+from .parallel import Execution, Runner, SimTask, SimulationDisplay, budget_bytes, open_runner
 from .policies import DEFAULT_POLICIES, POLICIES
 from .result import (
     SCHEMA_VERSION,
@@ -367,13 +367,12 @@ def amplified_workload(
     """``workload`` with ``plan.amplify`` copies of every session (seeded by ``spec.seed``),
     after checking against the memory budget (None: the default share of the machine's) both
     that and the largest amplification a concurrency point needs, before anything is built."""
-    budget = default_memory_budget() if memory_budget_bytes is None else memory_budget_bytes
-    check_amplify(workload, plan.amplify, budget)
     sessions = workload.sessions * plan.amplify
     most = max((copies_for(c, sessions) for c in plan.concurrency or ()), default=1)
     if most > 1:
+        budget = budget_bytes(memory_budget_bytes)
         check_amplify(workload, plan.amplify * most, budget, parameter="concurrency")
-    return amplify_workload(workload, plan.amplify, seed=spec.seed)
+    return amplify_within_budget(workload, plan.amplify, spec.seed, memory_budget_bytes)
 
 
 def decision_of(

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from fcctl.commands.options import (
+    AmplifyOpt,
     ConcurrencyOpt,
     EmitNameOpt,
     FormatOpt,
@@ -66,6 +67,7 @@ def register(app: typer.Typer) -> None:
         io_profile: IoProfileOpt = None,
         slo_ttft_p99: SloTtftP99Opt = None,
         sample_sessions: SampleSessionsOpt = None,
+        amplify: AmplifyOpt = 1,
         emit: Annotated[
             bool, typer.Option("--emit", help="Also write the drop-in package into DIR/emit.")
         ] = False,
@@ -138,6 +140,7 @@ def register(app: typer.Typer) -> None:
             resume=resume,
             force=force,
             sample_sessions=sample_sessions,
+            amplify=amplify,
             progress=True,
         )
         if as_json:

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from fcctl.commands.options import (
+    AmplifyOpt,
     DecisionMarginOpt,
     DecisionTtftMarginOpt,
     EmitNameOpt,
@@ -92,6 +93,7 @@ def register(app: typer.Typer) -> None:
         io_profile: IoProfileOpt = None,
         seed: ScheduleSeedOpt = 0,
         sample_sessions: SampleSessionsOpt = None,
+        amplify: AmplifyOpt = 1,
         decision_margin_pp: DecisionMarginOpt = 1.0,
         decision_ttft_margin: DecisionTtftMarginOpt = 0.1,
         jobs: JobsOpt = None,
@@ -175,6 +177,7 @@ def register(app: typer.Typer) -> None:
             decision_margin_pp=decision_margin_pp,
             decision_ttft_margin=decision_ttft_margin,
             sample_sessions=sample_sessions,
+            amplify=amplify,
             progress=True,
         )
         wrote = []
