@@ -22,6 +22,7 @@ from fcctl.analyzers.replay.workload import Workload
 from fcctl.cli import app
 from fcctl.common.errors import FcctlInputError
 from tests.conftest import SAMPLES
+from tests.plan_helpers import SMALL_REQUESTS, small_trace
 
 runner = CliRunner()
 CLAUDE = str(SAMPLES / "claude_code_sample.jsonl.gz")
@@ -200,3 +201,34 @@ def test_the_library_names_the_parameter(bad: object) -> None:
     with pytest.raises(FcctlInputError) as e:
         amplify_workload(w, bad)  # type: ignore[arg-type]
     assert e.value.parameter == "amplify" and str(e.value).startswith("amplify: ")
+
+
+def test_plan_amplifies_its_replay_and_recommend_and_analyzes_the_trace_as_is(
+    tmp_path: Path,
+) -> None:
+    source = small_trace(tmp_path)
+    out = tmp_path / "p"
+    args = ["plan", str(source), "-o", str(out), "--jobs", "1", "--concurrency", "4,all"]
+    r = runner.invoke(app, [*args, "--amplify", "2"])
+    assert r.exit_code == 0, r.output
+    replay = json.loads((out / "replay.json").read_text())
+    recommend = json.loads((out / "recommend.json").read_text())
+    analyze = json.loads((out / "analyze.json").read_text())
+    assert replay["load"]["amplify"] == 2 and recommend["provenance"]["amplify"] == 2
+    assert replay["trace"]["requests"] == 2 * SMALL_REQUESTS
+    assert recommend["trace"]["requests"] == 2 * SMALL_REQUESTS
+    assert analyze["trace"]["requests"] == SMALL_REQUESTS
+    sessions = replay["trace"]["sessions"]
+    assert r.stdout.startswith(f"amplified 2x: {sessions:,} sessions\n")
+    # The same plan at K = 2 is not the plan at K = 1: --resume reruns replay and recommend.
+    again = runner.invoke(app, [*args, "--resume"])
+    assert again.exit_code == 0, again.output
+    assert json.loads((out / "replay.json").read_text())["load"]["amplify"] == 1
+
+
+def test_recommend_thresholds_sweeps_the_copies() -> None:
+    args = ["recommend-thresholds", CLAUDE, "--rates", "1", "--short-reply", "256,1024"]
+    args += ["--agent-context", "4096", "--gpus", "2", "--jobs", "1"]
+    r = runner.invoke(app, [*args, "--amplify", "2"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("amplified 2x: 10 sessions\n")
