@@ -8,6 +8,7 @@ together, as a notebook or a test writes them; :meth:`ReplayConfig.split` makes 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +27,13 @@ from fcctl.layout.placement import PlacementRule
 from ..reuse.bounded import default_memory_budget
 from ..summary import KvSummary
 from ..traces.schema import Trace
-from .amplify import amplify_within_budget, amplify_workload, check_amplify, copies_for
+from .amplify import (
+    amplified_bytes,
+    amplify_within_budget,
+    amplify_workload,
+    check_amplify,
+    copies_for,
+)
 from .decision import (
     DEFAULT_MARGIN_PP,
     DEFAULT_TTFT_MARGIN,
@@ -40,7 +47,15 @@ from .hardware import Hardware, hardware_document
 from .load import ThinkTime
 from .loadplan import DEFAULT_RATES, LoadPlan, LoadPoint, SizeSweep
 from .operating import Window, operating_point
-from .parallel import Execution, Runner, SimTask, SimulationDisplay, budget_bytes, open_runner
+from .parallel import (
+    Execution,
+    Runner,
+    SimTask,
+    SimulationDisplay,
+    budget_bytes,
+    default_jobs,
+    open_runner,
+)
 from .policies import DEFAULT_POLICIES, POLICIES
 from .result import (
     SCHEMA_VERSION,
@@ -375,6 +390,18 @@ def amplified_workload(
     return amplify_within_budget(workload, plan.amplify, spec.seed, memory_budget_bytes)
 
 
+def point_jobs(workload: Workload, plan: LoadPlan, execution: Execution) -> Execution:
+    """``execution``, with worker processes chosen by default (``jobs`` None, local) capped at
+    as many as the memory budget holds of the largest concurrency point's amplified workload:
+    each worker builds its own copy of it (:func:`run_task`)."""
+    most = max((copies_for(c, workload.sessions) for c in plan.concurrency or ()), default=1)
+    if most == 1 or execution.engine != "local" or execution.jobs is not None:
+        return execution
+    fits = budget_bytes(execution.memory_budget_bytes) // amplified_bytes(workload, most)
+    jobs = min(default_jobs(workload, execution.memory_budget_bytes), max(1, fits))
+    return dataclasses.replace(execution, jobs=jobs)
+
+
 def decision_of(
     policies: Mapping[str, PolicyResult],
     margin_pp: float = DEFAULT_MARGIN_PP,
@@ -540,13 +567,14 @@ def replay_trace(
     total = len(sizes) * per_size * len(plan.policies) * workload.requests
     if store_factory.reference:
         execution = Execution()
+    execution = point_jobs(workload, plan, execution or Execution())
     prog = progress or Progress(enabled=False)
     with (
         prog.task("replaying", total=total, unit="requests") as task,
         open_runner(
             workload,
             functools.partial(run_task, store_factory=store_factory),
-            execution or Execution(),
+            execution,
         ) as runner,
     ):
         display = SimulationDisplay(prog, task, workload.requests, workload.requests)
