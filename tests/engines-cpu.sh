@@ -26,3 +26,11 @@ PY
 "${PIP[@]}" pybase64 cachetools msgspec blake3 pyzmq cbor2 setproctitle aiofile \
     aiofiles prometheus_client tqdm aiohttp transformers starlette \
     uvloop==0.23.0 llguidance==1.7.6 xgrammar==0.2.8 einops  # vLLM's Scheduler and ModelConfig import these on CPU
+# SGLang's HiCacheController and host KV pool (tests/test_engine_sglang*.py): its JIT kernels
+# import tvm_ffi (apache-tvm-ffi, a CPU wheel); its configs import torchvision (for multimodal
+# models), sentencepiece, compressed_tensors, gguf; its utilities dill and loguru. All without
+# their dependencies: compressed_tensors' and torchvision's would replace torch's CPU build.
+# torchvision 0.28.0 is the release for torch 2.13; PyPI's build links libtorch_cuda, so its
+# kernels do not load here and the tests import it as tests/engine_helpers.py explains.
+"${PIP[@]}" --no-deps apache-tvm-ffi==0.1.15.post2 torchvision==0.28.0 dill==0.4.1 \
+    sentencepiece==0.2.3 compressed-tensors==0.20.1 gguf==0.19.0 loguru==0.7.3
