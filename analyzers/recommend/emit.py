@@ -384,6 +384,14 @@ worker-side `FlatCakeWorker` (an `OffloadingWorker`) and their `FlatCakeStoreSpe
 Session id: the request's `kv_transfer_params` (`{{"session_id": "chat-7"}}`, optionally
 `"previous_reply_tokens"` and `"prefix_ref_count"`).
 
+What it stores: every whole block a request computed, its reply's included (vLLM's own default,
+`"offload_prompt_only": true`, stores prompt blocks only; the adapter defaults it to false,
+since a chat's reply is its next turn's prefix; set it true for a model whose replies are
+dropped before the next turn). A request's stores form one turn, kept open in the worker's
+host memory and written whole when vLLM tells the workers the request finished: vLLM gives a
+worker no call for that, so the manager creates an empty `*.fcseal` file in the directory
+and each worker seals the turn at its next `get_finished` (vLLM calls it in that very step).
+
 | part of the design | vLLM |
 |---|---|
 | write-time placement | yes (reply length: `kv_transfer_params`, else the finished request) |
