@@ -424,13 +424,16 @@ session of its own.)
 
 | part of the design | SGLang |
 |---|---|
-| write-time placement | partly: no reply length reaches storage: placed as a first turn |
+| write-time placement | partly: no reply length reaches storage (2): placed as a first turn |
 | layer-ordered session files | no: HiCache loads L3 into host pages before the request runs (1) |
 | coalesced reads | yes: a prefetch restores each session's whole turns in one planned read |
 | direct reads into the GPU | no: L3 fills SGLang's host-memory tier only |
 | two queues | no: SGLang's prefetch policy (`best_effort`, `wait_complete`, `timeout`) |
 
 1. No reader goes layer by layer, so a page is kept whole (the host pool's flat page).
+2. HiCache writes back radix-tree nodes, not requests: the backup calls the backend with the
+   page hashes and `prefix_keys` only, and a node (possibly shared by requests) records no
+   request or turn, so which part of the prefix was the last reply is not known there.
 
 ### LMCache 0.5.6: `adapters.lmcache.FlatCakeStoragePlugin`
 
@@ -450,9 +453,15 @@ directory, a bad `FLATCAKE_TRACE`) raises `PluginStartupFailure`: LMCache's laun
 log any ordinary exception and start without the plugin, so this one, a `BaseException`,
 passes it and the engine's startup fails with the cause.
 
+Reply length: LMCache never tells storage which tokens were the last reply, but forwards every
+`lmcache.*` request config to the chunk keys, and only `lmcache.tag.*` ones enter a key's
+identity; so send `"lmcache.flatcake.previous_reply_tokens": 212` (and optionally
+`"lmcache.flatcake.prefix_ref_count"`) with each later turn. Without it a turn is placed as
+a first turn.
+
 | part of the design | LMCache |
 |---|---|
-| write-time placement | partly: no reply length reaches storage: placed as a first turn |
+| write-time placement | yes, given `lmcache.flatcake.previous_reply_tokens`; else as a first turn |
 | layer-ordered session files | no: LMCache's GPU connector takes a retrieved chunk whole |
 | coalesced reads | yes: the chunks asked for, one planned read per session |
 | direct reads into the GPU | no: a plugin returns CPU memory objects that LMCache copies (1) |
