@@ -390,14 +390,16 @@ class FlatCakeManager(OffloadingManager):
         return PrepareStoreOutput(keys_to_store=new, store_spec=spec, evicted_keys=[])
 
     def _close_turn(self, r: _Request) -> None:
-        """``r``'s turn is whole: written whole by this step's store of it, if it made one (not
-        yet sent to the workers), else sealed by the workers at their next transfer."""
+        """``r``'s turn is whole: written whole by this step's store of it, if it made one (in
+        vLLM not yet sent to the workers when the request finishes), and in any case sealed by
+        the workers in this step (seal marker) or at their next transfer (``seals``); sealing a
+        sealed turn does nothing."""
         if r.turn is not None:
             session, turn, _ = r.turn
             store = r.step_store
             if store is not None and (store.session, store.turn) == (session, turn):
                 store.final = True
-            elif session in self.index.sessions:
+            if session in self.index.sessions:
                 self.seals.append((session, turn))
                 self._mark_sealed(session, turn)
             r.turn = None
@@ -590,7 +592,9 @@ class FlatCakeWorker(OffloadingWorker):
             rows = [layer.index_select(0, ids).reshape(-1) for layer in self.layers]
             kv = torch.stack(rows).cpu().numpy()
             # Open until the manager says the request finished: one segment per turn.
-            if not dst_spec.final:
+            if dst_spec.final:  # written whole by this call: nothing left to seal
+                self.turns.pop(dst_spec.session, None)
+            else:
                 self.turns[dst_spec.session] = dst_spec.turn  # open: see get_finished
             self.store.write_turn(
                 dst_spec.session,
