@@ -222,7 +222,7 @@ def _progress(progress: Progress | bool) -> Iterator[Progress]:
 
 
 def geometry(
-    model: str = DEFAULT_MODEL,
+    model: str | KvGeometry = DEFAULT_MODEL,
     *,
     model_config: str | Path | None = None,
     tp: int | None = None,
@@ -230,12 +230,28 @@ def geometry(
 ) -> KvGeometry:
     """The KV geometry of ``model`` (a preset name) or of a Hugging Face ``model_config``
     (config.json, overrides ``model``), over ``tp`` tensor-parallel ranks (default 1) with the
-    KV stored as ``kv_dtype`` (bf16, fp16, fp8, fp32; default: the model's)."""
-    from fcctl.layout.geometry import model_geometry
+    KV stored as ``kv_dtype`` (bf16, fp16, fp8, fp32; default: the model's). ``model`` may be a
+    geometry already made (a :class:`~fcctl.RunSpec`'s), returned as it is."""
+    from fcctl.layout.geometry import KvGeometry, model_geometry
 
+    if isinstance(model, KvGeometry):
+        _given_geometry(model_config=model_config, tp=tp, kv_dtype=kv_dtype)
+        return model
     config = None if model_config is None else Path(model_config)
     with _blame("model_config"):
         return model_geometry(model, config_path=config, tp=tp, kv_dtype=kv_dtype)
+
+
+def _given_geometry(**keywords: object) -> None:
+    """A geometry given as an object holds what these keywords would set."""
+    from fcctl.common.errors import FcctlInputError
+
+    for keyword, value in keywords.items():
+        if value is not None:
+            raise FcctlInputError(
+                f"{keyword}: `model` is a KvGeometry, which holds this setting; got {value!r}",
+                parameter=keyword,
+            )
 
 
 @_python_values(max_line_bytes="size")
@@ -439,7 +455,7 @@ def _node(hw: Hardware | None) -> Hardware:
 
 
 #: :func:`replay`'s keywords that make its ``spec`` (a RunSpec) and its ``load`` (a LoadPlan).
-_SPEC_KEYWORDS = (
+_REPLAY_SPEC = (
     "model",
     "model_config",
     "tp",
@@ -453,7 +469,7 @@ _SPEC_KEYWORDS = (
     "think_time",
     "keep_tables",
 )
-_LOAD_KEYWORDS = (
+_REPLAY_LOAD = (
     "policies",
     "rates",
     "rate",
@@ -466,6 +482,23 @@ _LOAD_KEYWORDS = (
     "decision_margin_pp",
     "decision_ttft_margin",
 )
+_GEOMETRY = ("model", "model_config", "tp", "kv_dtype")
+#: (call, object) -> the call's keywords whose settings the object holds: given beside it at
+#: other than their defaults, each is an error naming the keyword (:func:`_given`). A keyword
+#: new to a call is one more name here.
+_HELD_BY: dict[tuple[str, str], tuple[str, ...]] = {
+    ("replay", "spec"): _REPLAY_SPEC,
+    ("replay", "load"): _REPLAY_LOAD,
+    ("recommend_thresholds", "spec"): (*_GEOMETRY, "hardware", "seed"),
+    ("plan", "spec"): (*_GEOMETRY, "hardware", "think_time"),
+    ("plan", "load"): (
+        "rate",
+        "concurrency",
+        "slo_ttft_p99_s",
+        "host_memory_sweep",
+        "host_memory_auto",
+    ),
+}
 
 
 @_python_values(
@@ -555,14 +588,16 @@ def replay(
     from fcctl.analyzers.replay.parallel import start_worker_server
 
     given = dict(locals())
-    spec_keywords = {k: given[k] for k in _SPEC_KEYWORDS}
-    load_keywords = {k: given[k] for k in _LOAD_KEYWORDS}
     if load is None:
         _check_load_axis(rates, rate, concurrency)
-    spec = _given("spec", spec, spec_keywords) or _run_spec(**spec_keywords)
+    spec = _given("spec", spec, replay, given) or _run_spec(
+        **{k: given[k] for k in _HELD_BY["replay", "spec"]}
+    )
     _check_sample(sample_sessions)
     _check_format(format)
-    load = _given("load", load, load_keywords) or _load_plan(**load_keywords)
+    load = _given("load", load, replay, given) or _load_plan(
+        **{k: given[k] for k in _HELD_BY["replay", "load"]}
+    )
     budget = _optional_size(memory_budget_bytes, "memory_budget_bytes")
     execution = Execution(engine, jobs, scheduler, budget)
     check_execution(execution)
@@ -621,10 +656,12 @@ def _check_load_axis(rates: Rates, rate: float | None, concurrency: Concurrency)
 _Settings = TypeVar("_Settings")
 
 
-def _given(name: str, settings: _Settings | None, keywords: Mapping[str, Any]) -> _Settings | None:
-    """``settings`` (a :class:`~fcctl.RunSpec` or :class:`~fcctl.LoadPlan` passed as ``name``),
-    checked to be one and to meet no keyword of :func:`replay` that would set what it holds;
-    None when not given."""
+def _given(
+    name: str, settings: _Settings | None, function: Callable[..., Any], given: Mapping[str, Any]
+) -> _Settings | None:
+    """``settings`` (a :class:`~fcctl.RunSpec` or :class:`~fcctl.LoadPlan` passed as ``name``
+    to ``function``), checked to be one and to meet none of ``function``'s keywords (in
+    ``given``, its arguments) that would set what it holds; None when not given."""
     import inspect
 
     from fcctl.analyzers.replay import LoadPlan, RunSpec
@@ -637,9 +674,9 @@ def _given(name: str, settings: _Settings | None, keywords: Mapping[str, Any]) -
         raise FcctlInputError(
             f"{name}: expected a fcctl.{kind.__name__}; got {settings!r}", parameter=name
         )
-    defaults = inspect.signature(replay).parameters
-    for keyword, value in keywords.items():
-        default = defaults[keyword].default
+    defaults = inspect.signature(function).parameters
+    for keyword in _HELD_BY[function.__name__, name]:
+        value, default = given[keyword], defaults[keyword].default
         same = (
             tuple(value) == tuple(default)
             if isinstance(value, list | tuple) and isinstance(default, list | tuple)
@@ -832,6 +869,7 @@ def _grid(value: Sequence[int] | None, parameter: str) -> tuple[int, ...] | None
 def recommend_thresholds(
     source: str | Path | Trace,
     *,
+    spec: RunSpec | None = None,
     format: str | None = None,
     rates: Sequence[float] = (0.1, 0.25, 0.5, 1.0),
     short_reply_grid: Sequence[int] | None = None,
@@ -864,29 +902,38 @@ def recommend_thresholds(
     of GPU hit share) and ``decision_ttft_margin`` (a fraction of mean TTFT): pairs closer than
     both are equal, and when all are, the thresholds do not matter (the default pair is
     recommended). ``sample_sessions``: sweep on sampled sessions (as :func:`replay`).
+    ``spec``: a :class:`~fcctl.RunSpec` instead of ``model``...``kv_dtype``, ``hardware`` and
+    ``seed`` (its geometry, node and seed; each cell sets its own placement, and the sweep runs
+    the default cancel mode, router and think time, so a spec with others is refused).
     Other parameters as :func:`replay`.
     """
     from fcctl.analyzers.recommend import RecommendConfig
     from fcctl.analyzers.recommend import recommend_thresholds as sweep
-    from fcctl.analyzers.replay import Execution, check_execution
+    from fcctl.analyzers.replay import Execution, RunSpec, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
 
+    given = dict(locals())
     execution = Execution(engine, jobs, scheduler)
     check_execution(execution)
     _check_sample(sample_sessions)
-    _check_seed(seed)
     _check_format(format)
+    run = _given("spec", spec, recommend_thresholds, given)
+    if run is None:
+        _check_seed(seed)
+        kv = geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
+        run = RunSpec(geometry=kv, hardware=_node(hardware), seed=seed)
+    _check_sweep_spec(run, "recommend_thresholds")
     start_worker_server(execution)  # before the trace is read (parallel.worker_context)
 
     config = RecommendConfig(
-        geometry=geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype),
-        hardware=_node(hardware),
+        geometry=run.geometry,
+        hardware=run.hardware,
         rates=_numbers(rates, "rates"),
         short_reply_grid=_grid(short_reply_grid, "short_reply_grid"),
         agent_context_grid=_grid(agent_context_grid, "agent_context_grid"),
         objective=objective,
         target_rate=target_rate,
-        seed=seed,
+        seed=run.seed,
         jobs=jobs,
         decision_margin_pp=decision_margin_pp,
         decision_ttft_margin=decision_ttft_margin,
@@ -903,6 +950,24 @@ def recommend_thresholds(
             progress=bar,
         )
         return _with_sampling(result, kept[0])
+
+
+def _check_sweep_spec(spec: RunSpec, call: str, kept: Sequence[str] = ()) -> None:
+    """The threshold sweep runs each cell at its own placement rule and otherwise at a
+    RunSpec's defaults (RecommendConfig.spec): a ``spec`` holding another setting (except the
+    ``kept`` fields, which ``call`` uses elsewhere) is refused, not silently dropped."""
+    from fcctl.analyzers.replay import RunSpec
+    from fcctl.common.errors import FcctlInputError
+
+    default = RunSpec(geometry=spec.geometry, hardware=spec.hardware, seed=spec.seed)
+    for name in ("placement", "cancel", "router", "think_time"):
+        value = getattr(spec, name)
+        if name not in kept and value != getattr(default, name):
+            raise FcctlInputError(
+                f"spec: {call} sweeps the placement thresholds with the default {name} "
+                f"({getattr(default, name)}); got {name}={value!r}",
+                parameter="spec",
+            )
 
 
 def _note_sample(loaded: tuple[Trace, SessionSample | None], into: list[Any]) -> Trace:
@@ -1013,6 +1078,8 @@ def plan(
     source: str | Path,
     out: str | Path,
     *,
+    spec: RunSpec | None = None,
+    load: LoadPlan | None = None,
     format: str | None = None,
     rate: float | None = None,
     concurrency: int | Sequence[int | Literal["all"]] | Literal["all"] | None = None,
@@ -1020,7 +1087,7 @@ def plan(
     hardware: Hardware | None = None,
     host_memory_sweep: Sequence[int] = (),
     host_memory_auto: bool = False,
-    model: str = "llama-3.1-8b",
+    model: str = DEFAULT_MODEL,
     model_config: str | Path | None = None,
     tp: int | None = None,
     kv_dtype: str | None = None,
@@ -1040,7 +1107,12 @@ def plan(
     :func:`fcctl.hardware` node (default the h200-8x preset). ``sample_sessions``: replay and
     recommend on sampled sessions (analyze reads the whole trace). ``jobs``, ``engine`` and
     ``scheduler`` say where the replay's and the recommendation's simulations run (the
-    analysis runs here). Other parameters as :func:`fcctl.replay`."""
+    analysis runs here). ``spec``: a :class:`~fcctl.RunSpec` instead of ``model``...``kv_dtype``,
+    ``hardware`` and ``think_time`` (the recommendation runs its geometry, node and seed, as
+    :func:`recommend_thresholds` takes it); ``load``: the replay step's :class:`~fcctl.LoadPlan`
+    instead of ``rate``, ``concurrency``, ``slo_ttft_p99_s`` and the host memory sweep (plan's
+    own: every policy, ``auto_rates``). Other parameters as :func:`fcctl.replay`."""
+    given = dict(locals())
     from fcctl.analyzers.recommend.emit import check_name
     from fcctl.analyzers.replay import Execution, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
@@ -1054,13 +1126,11 @@ def plan(
         check_name(emit_name)
     execution = Execution(engine, jobs, scheduler)
     check_execution(execution)
-    _check_plan_load(rate, concurrency, think_time, slo_ttft_p99_s, host_memory_sweep)
-    geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
+    spec, load, kv_args = _plan_settings(given)
     start_worker_server(execution)  # before the trace is read (parallel.worker_context)
-    node = _node(hardware)
+    node = _node(hardware) if spec is None else spec.hardware
     with _blame("source"):
         identity = file_identity(source, format)
-    kv_args = {"model": model, "model_config": model_config, "tp": tp, "kv_dtype": kv_dtype}
     common = {"format": format, **kv_args, "version": __version__}
     bar = progress if isinstance(progress, Progress) else Progress(enabled=bool(progress))
     with bar, plan_directory(out, resume=resume, force=force) as held:
@@ -1068,6 +1138,7 @@ def plan(
             out, held, resume, bar, source, format, identity, common, kv_args, node, execution,
             sample_sessions,
         )  # fmt: skip
+        steps.spec, steps.load = spec, load
         with bar.task("plan", total=100, unit="%") as overall:
             done = 0.0
 
@@ -1087,7 +1158,8 @@ def plan(
             advance("replay")
 
             overall.describe("plan: recommend-thresholds")
-            recommended, target, target_why, fp = steps.recommend(replayed, rate)
+            operating_rate = rate if load is None else load.operating_rate
+            recommended, target, target_why, fp = steps.recommend(replayed, operating_rate)
             advance("recommend")
 
             if emit:
@@ -1134,6 +1206,9 @@ class _PlanSteps:
         self.target = 0.0  # the recommendation's rate, once recommend has run
         self.trace_cache: list[Any] = []
         self.rec_result: list[Any] = []
+        # The caller's objects (plan's ``spec`` and ``load``), used instead of the keywords.
+        self.spec: RunSpec | None = None
+        self.load: LoadPlan | None = None
 
     def finish(
         self, replayed: ReplayResult, recommended: RecommendResult, target: float, why: str
@@ -1226,7 +1301,7 @@ class _PlanSteps:
         # The settings as the command line spells them ("4,16,all", "capped:60"), so that a plan
         # fingerprinted when the API took those strings resumes over the same fingerprint.
         counts = None if concurrency is None else _concurrency(concurrency)
-        replay_params = {
+        replay_params: dict[str, Any] = {
             "rate": rate,
             "concurrency": None if counts is None else _flag_text(counts),
             "think_time": str(_think_time(think_time)),
@@ -1237,6 +1312,26 @@ class _PlanSteps:
         }
         if self.sample_sessions is not None:
             replay_params["sample_sessions"] = self.sample_sessions
+        # Keys only for objects given, so a plan made from keywords keeps its fingerprints.
+        replay_params.update({k: v for k, v in (("spec", self.spec), ("load", self.load)) if v})
+        settings: dict[str, Any] = (
+            {**self.kv_args, "hardware": self.node, "think_time": think_time}
+            if self.spec is None
+            else {"spec": self.spec}
+        )
+        settings.update(
+            {
+                "policies": PLAN_POLICIES,
+                "rates": None if concurrency is not None else "auto",
+                "rate": rate,
+                "concurrency": concurrency,
+                "host_memory_sweep": host_memory_sweep,
+                "host_memory_auto": host_memory_auto,
+                "slo_ttft_p99_s": slo_ttft_p99_s,
+            }
+            if self.load is None
+            else {"load": self.load}
+        )
         fp = fingerprint("replay", self.identity, self.common, replay_params)
         self.runner.step(
             "replay",
@@ -1245,16 +1340,7 @@ class _PlanSteps:
                 self.sampled(
                     replay(
                         self.trace(),
-                        policies=PLAN_POLICIES,
-                        rates=None if concurrency is not None else "auto",
-                        rate=rate,
-                        concurrency=concurrency,
-                        think_time=think_time,
-                        hardware=self.node,
-                        **self.kv_args,
-                        host_memory_sweep=host_memory_sweep,
-                        host_memory_auto=host_memory_auto,
-                        slo_ttft_p99_s=slo_ttft_p99_s,
+                        **settings,
                         jobs=self.execution.jobs,
                         engine=self.execution.engine,
                         scheduler=self.execution.scheduler,
@@ -1292,6 +1378,9 @@ class _PlanSteps:
         return recommended, target, target_why, fp
 
     def _recommend(self, target: float, p: Path | None) -> None:
+        import dataclasses
+
+        from fcctl.analyzers.replay.load import ThinkTime
         from fcctl.common.jsonio import write_json_file
 
         self.rec_result[:] = [
@@ -1299,8 +1388,12 @@ class _PlanSteps:
                 recommend_thresholds(
                     self.trace(),
                     rates=(target,),
-                    **self.kv_args,
-                    hardware=self.node,
+                    # The recommendation runs the default think time, as the keywords' plan did.
+                    **(
+                        {**self.kv_args, "hardware": self.node}
+                        if self.spec is None
+                        else {"spec": dataclasses.replace(self.spec, think_time=ThinkTime())}
+                    ),
                     jobs=self.execution.jobs,
                     engine=self.execution.engine,
                     scheduler=self.execution.scheduler,
@@ -1334,6 +1427,25 @@ class _PlanSteps:
         self.runner.step("report", fp, lambda p: make_report(inputs, p, force=True))
 
 
+def _plan_settings(
+    given: Mapping[str, Any],
+) -> tuple[RunSpec | None, LoadPlan | None, dict[str, Any]]:
+    """:func:`plan`'s ``spec`` and ``load`` (None: made from the keywords, checked here before
+    the plan directory is touched), and the geometry keywords its steps pass on."""
+    spec = _given("spec", given["spec"], plan, given)
+    load = _given("load", given["load"], plan, given)
+    if load is None:
+        keys = ("rate", "concurrency", "slo_ttft_p99_s", "host_memory_sweep", "think_time")
+        _check_plan_load(*(given[k] for k in keys))
+    if spec is None:
+        kv_args = {k: given[k] for k in _GEOMETRY}
+        geometry(**kv_args)
+        return None, load, kv_args
+    # A spec's think time goes to the replay only, as the keyword's does.
+    _check_sweep_spec(spec, "plan", kept=("think_time",))
+    return spec, load, {**dict.fromkeys(_GEOMETRY), "model": spec.geometry}
+
+
 def _flag_text(counts: Sequence[int | None]) -> str:
     """Session counts as ``--concurrency`` spells them (``"4,16,all"``)."""
     return ",".join("all" if c is None else str(c) for c in counts)
@@ -1342,9 +1454,9 @@ def _flag_text(counts: Sequence[int | None]) -> str:
 def _check_plan_load(
     rate: float | None,
     concurrency: Concurrency,
-    think_time: ThinkTime | None,
     slo_ttft_p99_s: float | None,
     host_memory_sweep: Sequence[int],
+    think_time: ThinkTime | None,
 ) -> None:
     """The replay step's load parameters, checked before the plan directory is touched (the
     replay itself checks them only after the analysis has run)."""

@@ -133,6 +133,7 @@ CASES += [
     ("recommend_thresholds", "decision_margin_pp", -1.0, _RECOMMEND),
     ("recommend_thresholds", "decision_ttft_margin", 11.0, _RECOMMEND),
     ("recommend_thresholds", "sample_sessions", 2.0, _RECOMMEND),
+    ("recommend_thresholds", "spec", "h200-8x", _RECOMMEND),
 ]
 
 _IOBENCH = {"directory": "{tmp}/io", "fio": False}
@@ -182,6 +183,8 @@ CASES += [
     ("plan", "engine", "spark", _PLAN),
     ("plan", "scheduler", "tcp://127.0.0.1:1", _PLAN),
     ("plan", "sample_sessions", 0.0, _PLAN),
+    ("plan", "spec", "h200-8x", _PLAN),
+    ("plan", "load", {"rates": [1.0]}, _PLAN),
 ]
 
 #: Parameters no value of which is bad input, with the reason.
@@ -232,24 +235,38 @@ def _spec() -> Any:
 
 
 @pytest.mark.parametrize(
-    ("settings", "keyword", "value"),
+    ("function", "settings", "keyword", "value"),
     [
-        ("spec", "seed", 3),
-        ("spec", "model", "qwen3-32b"),
-        ("spec", "think_time", fcctl.ThinkTime("none")),
-        ("spec", "hardware", "a node"),
-        ("load", "rates", [1.0]),
-        ("load", "policies", ("tiered",)),
-        ("load", "host_memory_sweep", [1 << 30]),
-        ("load", "decision_margin_pp", 2.0),
+        ("replay", "spec", "seed", 3),
+        ("replay", "spec", "model", "qwen3-32b"),
+        ("replay", "spec", "think_time", fcctl.ThinkTime("none")),
+        ("replay", "spec", "hardware", "a node"),
+        ("replay", "load", "rates", [1.0]),
+        ("replay", "load", "policies", ("tiered",)),
+        ("replay", "load", "host_memory_sweep", [1 << 30]),
+        ("replay", "load", "decision_margin_pp", 2.0),
+        ("recommend_thresholds", "spec", "seed", 3),
+        ("recommend_thresholds", "spec", "tp", 2),
+        ("recommend_thresholds", "spec", "hardware", "a node"),
+        ("plan", "spec", "model", "qwen3-32b"),
+        ("plan", "spec", "think_time", fcctl.ThinkTime("none")),
+        ("plan", "load", "rate", 2.0),
+        ("plan", "load", "concurrency", [4]),
+        ("plan", "load", "host_memory_auto", True),
     ],
 )
-def test_a_keyword_beside_the_object_that_holds_it_is_named(settings, keyword, value):
+def test_a_keyword_beside_the_object_that_holds_it_is_named(
+    function, settings, keyword, value, tmp_path
+):
     """``spec``/``load`` replace their keywords: a keyword given too (not at its default) is
-    one error naming the keyword, before any trace is read."""
+    one error naming the keyword, before any trace is read (or plan directory made)."""
     objects = {"spec": _spec(), "load": fcctl.LoadPlan(rates=(1.0,))}
+    where = {"out": tmp_path / "plan"} if function == "plan" else {}
     with pytest.raises(InputError) as caught:
-        fcctl.replay(TRACE, jobs=1, **{settings: objects[settings], keyword: value})
+        getattr(fcctl, function)(
+            TRACE, jobs=1, **where, **{settings: objects[settings], keyword: value}
+        )
+    assert not (tmp_path / "plan").exists()
     assert caught.value.parameter == keyword
     assert str(caught.value).startswith(f"{keyword}: `{settings}` holds this setting"), str(
         caught.value
@@ -430,3 +447,51 @@ def test_a_node_flag_error_shows_the_flag():
     done = CliRunner().invoke(app, ["plan", TRACE, "-o", "/nonexistent/p", "--ssd", "lots"])
     assert done.exit_code == 2, done.output
     assert "fcctl: error: --ssd: expected a number" in done.output, done.output
+
+
+def test_recommend_refuses_a_spec_setting_its_sweep_does_not_run():
+    """The sweep runs each cell at its own placement and the default router, cancel mode and
+    think time: a spec holding another is refused, naming ``spec``, not silently dropped."""
+    import dataclasses
+
+    for change in ({"router": "sticky"}, {"cancel": "credit"}):
+        with pytest.raises(InputError) as caught:
+            fcctl.recommend_thresholds(
+                TRACE, jobs=1, rates=[1.0], spec=dataclasses.replace(_spec(), **change)
+            )
+        assert caught.value.parameter == "spec"
+        assert f"got {next(iter(change))}=" in str(caught.value)
+
+
+def test_recommend_given_a_spec_equals_one_given_its_keywords():
+    from fcctl.common.jsonio import dumps
+
+    grids = {"short_reply_grid": [256, 1024], "agent_context_grid": [8192]}
+    node = fcctl.hardware("h100-8x")
+    spec = fcctl.RunSpec(geometry=fcctl.geometry("qwen2.5-7b"), hardware=node, seed=2)
+    typed = fcctl.recommend_thresholds(TRACE, spec=spec, rates=[1.0], jobs=1, **grids)
+    keywords = fcctl.recommend_thresholds(
+        TRACE, model="qwen2.5-7b", hardware=node, seed=2, rates=[1.0], jobs=1, **grids
+    )
+    assert dumps(typed.recommendation) == dumps(keywords.recommendation)
+    assert dumps(typed.grid) == dumps(keywords.grid)
+
+
+def test_plan_given_spec_and_load_writes_what_its_keywords_write(tmp_path):
+    """The same node, geometry and sweep as objects: the same replay and recommendation."""
+    import json
+
+    from fcctl.planning import PLAN_POLICIES
+
+    node = fcctl.hardware(host_memory_bytes=64 << 30)
+    spec = fcctl.RunSpec(geometry=fcctl.geometry("llama-3.1-8b"), hardware=node)
+    load = fcctl.LoadPlan(policies=PLAN_POLICIES, auto_rates=True, operating_rate=2.0)
+    fcctl.plan(TRACE, tmp_path / "typed", spec=spec, load=load, jobs=1)
+    fcctl.plan(TRACE, tmp_path / "keywords", hardware=node, rate=2.0, jobs=1)
+    for name in ("replay.json", "recommend.json"):
+        typed, keywords = (
+            json.loads((tmp_path / d / name).read_text()) for d in ("typed", "keywords")
+        )
+        for doc in (typed, keywords):
+            doc.pop("provenance", None)
+        assert typed == keywords, name

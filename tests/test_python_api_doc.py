@@ -36,6 +36,8 @@ def test_the_page_has_the_example() -> None:
         "fcctl.RunSpec(",
         "fcctl.LoadPlan(",
         "spec=spec, load=load",
+        "recommend_thresholds(trace, spec=spec",
+        "spec=spec, load=at_2",
         "ReplayResult.from_json",
         "RecommendResult.from_json",
     ):
