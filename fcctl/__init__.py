@@ -21,6 +21,7 @@ from fcctl.common.version import __version__
 
 if TYPE_CHECKING:
     from fcctl.analyzers.replay import LoadPlan, RunSpec
+    from fcctl.analyzers.replay.load import ThinkTime
     from fcctl.api import (
         analyze,
         geometry,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LoadPlan",
     "RunSpec",
+    "ThinkTime",
     "__version__",
     "analyze",
     "geometry",
@@ -49,6 +51,7 @@ __all__ = [
 _TYPES = {
     "LoadPlan": "fcctl.analyzers.replay",
     "RunSpec": "fcctl.analyzers.replay",
+    "ThinkTime": "fcctl.analyzers.replay.load",
 }
 _API = frozenset(__all__) - {"__version__", *_TYPES}
 

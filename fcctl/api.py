@@ -6,8 +6,12 @@ how the simulated node is put together from a preset and overrides. ``fcctl <com
 its flags, makes one of these calls and renders the result, so a notebook gets exactly the
 figures the CLI prints (``fcctl.common.jsonio.dumps(result)`` is the ``--json`` document).
 
-Sizes are bytes: an ``int``, or a size string such as ``"64GiB"`` (binary and decimal units,
-see :func:`fcctl.common.units.parse_size`). Bad input raises
+The calls take Python values: sizes are bytes (an ``int``), lists are lists (``rates=[1.0,
+3.0]``), a think time is a :class:`~fcctl.ThinkTime`; ``"auto"`` (rates) and ``"all"``
+(concurrency) are the only strings, modes rather than text to parse. The command-line strings
+(``"1,3"``, ``"64GiB"``, ``"capped:60"``) are parsed at the command edge (fcctl/commands/parse.py);
+the strings the API took before are still accepted for one release, with a
+``DeprecationWarning`` (one shim: :func:`_python_values`). Bad input raises
 :class:`~fcctl.common.errors.InputError` (a ``ValueError``) whose ``parameter`` names the
 argument at fault and whose message starts with ``"{parameter}: "``; a run that failed on this
 machine raises :class:`~fcctl.common.errors.RunFailed`.
@@ -19,13 +23,15 @@ This module imports nothing heavy at import time (numpy, polars load on the firs
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
     from fcctl.analyzers.recommend import RecommendResult
     from fcctl.analyzers.replay import Execution, Hardware, LoadPlan, ReplayResult, RunSpec
+    from fcctl.analyzers.replay.load import ThinkTime
     from fcctl.analyzers.reuse.analyze import AnalysisResult
     from fcctl.analyzers.traces.sampling import SessionSample
     from fcctl.analyzers.traces.schema import Trace
@@ -46,67 +52,113 @@ __all__ = [
     "replay",
 ]
 
-Size = int | str
+#: Bytes. (A size string such as ``"64GiB"`` is deprecated: see :func:`_python_values`.)
+Size = int
 _R = TypeVar("_R")
-Sizes = str | Sequence[int]
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: Defaults shared by several calls (the CLI's defaults are these).
 DEFAULT_MODEL = "llama-3.1-8b"
-DEFAULT_MAX_LINE_BYTES: Size = "64MiB"
+DEFAULT_MAX_LINE_BYTES = 64 << 20
+
+#: The strings the API took before it took Python values, by kind: the parser at the command
+#: edge (a name in fcctl/commands/parse.py) and the Python value to pass instead. A string is
+#: accepted for one more release with a DeprecationWarning (docs/python-api.md "Deprecated").
+_STRING_KINDS: dict[str, tuple[str, str]] = {
+    "size": ("size", "bytes as an int, e.g. 256 << 30"),
+    "sizes": ("size_list", "a list of byte counts (ints), e.g. [64 << 30, 256 << 30]"),
+    "rates": ("rates", "a list of floats (requests/s), e.g. [1.0, 3.0], or 'auto'"),
+    "names": ("names", "a tuple of names, e.g. ('memory-only', 'flat')"),
+    "grid": ("grid", "a list of ints (tokens), e.g. [256, 512]"),
+    "concurrency": ("concurrency", "an int or a list of ints, e.g. [4, 16, 'all']"),
+    "int_list": ("int_list", "a list of ints, e.g. [1, 4, 16]"),
+    "think_time": ("think_time", "a fcctl.ThinkTime, e.g. fcctl.ThinkTime('capped', 60.0)"),
+}
+#: Strings that are modes, not text to parse: never deprecated.
+_MODES = {"rates": "auto", "concurrency": "all"}
 
 
-def _size(value: Size, parameter: str) -> int:
-    """``value`` in bytes; an error names ``parameter``."""
+def _from_string(value: Any, parameter: str, kind: str) -> Any:
+    """``value``, or the Python value a deprecated string (or a list holding size strings)
+    stands for, with a DeprecationWarning naming ``parameter`` and what to pass instead."""
+    import warnings
+
+    from fcctl.commands import parse
+
+    is_text = isinstance(value, str) and value.strip() != _MODES.get(kind)
+    has_text = kind == "sizes" and isinstance(value, list | tuple)
+    has_text = has_text and any(isinstance(v, str) for v in value)
+    if not (is_text or has_text):
+        return value
+    parser, instead = _STRING_KINDS[kind]
+    warnings.warn(
+        f"{parameter}: a string is deprecated and stops being accepted in the next release; "
+        f"pass {instead}; got {value!r}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if has_text:
+        return [parse.size(v, parameter) if isinstance(v, str) else v for v in value]
+    return getattr(parse, parser)(value, parameter)
+
+
+def _python_values(**kinds: str) -> Callable[[_F], _F]:
+    """The one deprecation shim: a call's ``kinds`` parameters (name -> a kind of
+    :data:`_STRING_KINDS`) given as the strings of old become Python values before the call."""
+
+    def wrap(function: _F) -> _F:
+        @functools.wraps(function)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            for parameter, kind in kinds.items():
+                if parameter in kwargs:
+                    kwargs[parameter] = _from_string(kwargs[parameter], parameter, kind)
+            return function(*args, **kwargs)
+
+        return call  # type: ignore[return-value]
+
+    return wrap
+
+
+def _size(value: int, parameter: str) -> int:
+    """``value`` in bytes (an int >= 0); an error names ``parameter``."""
     from fcctl.common.errors import UnitError
-    from fcctl.common.units import parse_size
 
-    if isinstance(value, bool) or not isinstance(value, int | str):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise UnitError(
-            f"{parameter}: expected bytes (an int) or a size like 64GiB; got {value!r}",
-            parameter=parameter,
+            f"{parameter}: expected bytes, an int >= 0; got {value!r}", parameter=parameter
         )
-    try:
-        return parse_size(value, what=parameter)
-    except UnitError as e:
-        raise UnitError(str(e), parameter=parameter) from None
+    return value
 
 
-def _optional_size(value: Size | None, parameter: str) -> int | None:
+def _optional_size(value: int | None, parameter: str) -> int | None:
     return None if value is None else _size(value, parameter)
 
 
-def _sizes(value: Sizes, parameter: str) -> list[int]:
-    """A comma-separated size list, or a sequence of sizes; each > 0."""
+def _sizes(value: Sequence[int], parameter: str) -> list[int]:
+    """A sequence of sizes in bytes, each > 0."""
     from fcctl.common.errors import UnitError
-    from fcctl.common.units import parse_size_list
 
-    if isinstance(value, str):
-        try:
-            return parse_size_list(value, what=parameter)
-        except UnitError as e:
-            raise UnitError(str(e), parameter=parameter) from None
     out = []
     for item in value:
-        size = _size(item, parameter)
-        if size <= 0:
+        if _size(item, parameter) <= 0:
             raise UnitError(
                 f"{parameter}: each size must be > 0; got {item!r}", parameter=parameter
             )
-        out.append(size)
+        out.append(item)
     return out
 
 
-def _numbers(value: str | Sequence[float], parameter: str, example: str) -> tuple[float, ...]:
-    """Comma-separated numbers (or a sequence of them) as floats; an error names ``parameter``."""
+def _numbers(value: Sequence[float], parameter: str) -> tuple[float, ...]:
+    """A sequence of numbers as floats; an error names ``parameter``."""
     from fcctl.common.errors import FcctlInputError
 
     try:
-        if isinstance(value, str):
-            return tuple(float(x) for x in value.split(","))
+        if isinstance(value, str | bytes):
+            raise TypeError(value)
         return tuple(float(x) for x in value)
     except (TypeError, ValueError):
         raise FcctlInputError(
-            f"{parameter}: expected comma-separated numbers like {example}; got {value!r}",
+            f"{parameter}: expected a list of numbers like [0.1, 0.5]; got {value!r}",
             parameter=parameter,
         ) from None
 
@@ -147,9 +199,14 @@ def _check_seed(seed: int) -> None:
         raise FcctlInputError(f"seed: must be an integer >= 0; got {seed!r}", parameter="seed")
 
 
-def _names(value: str | Sequence[str]) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else value
-    return tuple(p.strip() for p in items if p.strip())
+def _names(value: Sequence[str], parameter: str) -> tuple[str, ...]:
+    from fcctl.common.errors import FcctlInputError
+
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise FcctlInputError(
+            f"{parameter}: expected a tuple of names; got {value!r}", parameter=parameter
+        )
+    return tuple(value)
 
 
 @contextlib.contextmanager
@@ -165,7 +222,7 @@ def _progress(progress: Progress | bool) -> Iterator[Progress]:
 
 
 def geometry(
-    model: str = DEFAULT_MODEL,
+    model: str | KvGeometry = DEFAULT_MODEL,
     *,
     model_config: str | Path | None = None,
     tp: int | None = None,
@@ -173,14 +230,31 @@ def geometry(
 ) -> KvGeometry:
     """The KV geometry of ``model`` (a preset name) or of a Hugging Face ``model_config``
     (config.json, overrides ``model``), over ``tp`` tensor-parallel ranks (default 1) with the
-    KV stored as ``kv_dtype`` (bf16, fp16, fp8, fp32; default: the model's)."""
-    from fcctl.layout.geometry import model_geometry
+    KV stored as ``kv_dtype`` (bf16, fp16, fp8, fp32; default: the model's). ``model`` may be a
+    geometry already made (a :class:`~fcctl.RunSpec`'s), returned as it is."""
+    from fcctl.layout.geometry import KvGeometry, model_geometry
 
+    if isinstance(model, KvGeometry):
+        _given_geometry(model_config=model_config, tp=tp, kv_dtype=kv_dtype)
+        return model
     config = None if model_config is None else Path(model_config)
     with _blame("model_config"):
         return model_geometry(model, config_path=config, tp=tp, kv_dtype=kv_dtype)
 
 
+def _given_geometry(**keywords: object) -> None:
+    """A geometry given as an object holds what these keywords would set."""
+    from fcctl.common.errors import FcctlInputError
+
+    for keyword, value in keywords.items():
+        if value is not None:
+            raise FcctlInputError(
+                f"{keyword}: `model` is a KvGeometry, which holds this setting; got {value!r}",
+                parameter=keyword,
+            )
+
+
+@_python_values(max_line_bytes="size")
 def read_trace(
     source: str | Path,
     *,
@@ -205,6 +279,13 @@ def read_trace(
         return read(source, format, progress=bar, max_line_bytes=limit, columns=columns)
 
 
+@_python_values(
+    max_line_bytes="size",
+    memory_capacities_bytes="sizes",
+    flat_session_kv_bytes="size",
+    reference_capacity_bytes="size",
+    memory_budget_bytes="size",
+)
 def analyze(
     source: str | Path,
     *,
@@ -215,12 +296,12 @@ def analyze(
     model_config: str | Path | None = None,
     tp: int | None = None,
     kv_dtype: str | None = None,
-    memory_capacities_bytes: Sizes | None = None,
+    memory_capacities_bytes: Sequence[int] | None = None,
     rate_requests_per_s: float | None = None,
     concurrent_sessions: int | None = None,
     seed: int = 0,
-    flat_session_kv_bytes: Size = "1GiB",
-    reference_capacity_bytes: Size = "256GiB",
+    flat_session_kv_bytes: Size = 1 << 30,
+    reference_capacity_bytes: Size = 256 << 30,
     memory_budget_bytes: Size | None = None,
     sample_rate: float | None = None,
     engine: str = "local",
@@ -234,7 +315,7 @@ def analyze(
     ``format``/``columns``/``max_line_bytes``: as :func:`read_trace` (one trace file only).
     ``model``/``model_config``/``tp``/``kv_dtype``: as :func:`geometry`; the KV bytes are the
     node total over the ``tp`` ranks.
-    ``memory_capacities_bytes``: memory-tier capacities (default 16GiB,64GiB,256GiB,1TiB).
+    ``memory_capacities_bytes``: memory-tier capacities (bytes; default 16, 64, 256 GiB, 1 TiB).
     ``rate_requests_per_s``: interleave a per-session-clock trace's sessions by Poisson session
     starts at this rate (requests/s); or ``concurrent_sessions`` at once; ``seed`` seeds it.
     ``flat_session_kv_bytes``/``reference_capacity_bytes``: the verdict's thresholds.
@@ -295,6 +376,9 @@ def analyze(
         return analyze_dataset(data, progress=bar, **settings)
 
 
+@_python_values(
+    gpu_kv_bytes="size", host_memory_bytes="size", ssd_bytes="size", staging_bytes="size"
+)
 def hardware(
     preset: str | Path | None = None,
     *,
@@ -371,7 +455,7 @@ def _node(hw: Hardware | None) -> Hardware:
 
 
 #: :func:`replay`'s keywords that make its ``spec`` (a RunSpec) and its ``load`` (a LoadPlan).
-_SPEC_KEYWORDS = (
+_REPLAY_SPEC = (
     "model",
     "model_config",
     "tp",
@@ -385,7 +469,7 @@ _SPEC_KEYWORDS = (
     "think_time",
     "keep_tables",
 )
-_LOAD_KEYWORDS = (
+_REPLAY_LOAD = (
     "policies",
     "rates",
     "rate",
@@ -399,19 +483,47 @@ _LOAD_KEYWORDS = (
     "decision_ttft_margin",
     "amplify",
 )
+_GEOMETRY = ("model", "model_config", "tp", "kv_dtype")
+#: (call, object) -> the call's keywords whose settings the object holds: given beside it at
+#: other than their defaults, each is an error naming the keyword (:func:`_given`). A keyword
+#: new to a call is one more name here.
+_HELD_BY: dict[tuple[str, str], tuple[str, ...]] = {
+    ("replay", "spec"): _REPLAY_SPEC,
+    ("replay", "load"): _REPLAY_LOAD,
+    ("recommend_thresholds", "spec"): (*_GEOMETRY, "hardware", "seed"),
+    ("plan", "spec"): (*_GEOMETRY, "hardware", "think_time"),
+    ("plan", "load"): (
+        "rate",
+        "concurrency",
+        "slo_ttft_p99_s",
+        "host_memory_sweep",
+        "host_memory_auto",
+        "amplify",
+    ),
+}
 
 
+@_python_values(
+    policies="names",
+    rates="rates",
+    concurrency="concurrency",
+    think_time="think_time",
+    gpu_kv_sweep="sizes",
+    host_memory_sweep="sizes",
+    staging_sweep="sizes",
+    memory_budget_bytes="size",
+)
 def replay(
     source: str | Path | Trace,
     *,
     spec: RunSpec | None = None,
     load: LoadPlan | None = None,
     format: str | None = None,
-    policies: str | Sequence[str] = ("memory-only", "tiered", "flat", "flat-fcfs"),
-    rates: str | Sequence[float] | None = "auto",
+    policies: Sequence[str] = ("memory-only", "tiered", "flat", "flat-fcfs"),
+    rates: Sequence[float] | Literal["auto"] | None = "auto",
     rate: float | None = None,
-    concurrency: str | int | Sequence[int | str] | None = None,
-    think_time: str = "original",
+    concurrency: int | Sequence[int | Literal["all"]] | Literal["all"] | None = None,
+    think_time: ThinkTime | None = None,
     cancel: str = "discard",
     router: str = "kv-aware",
     slo_ttft_p99_s: float | None = None,
@@ -447,24 +559,24 @@ def replay(
     that make one; ``load``: the sweep as a :class:`~fcctl.LoadPlan` (policies, rates or
     concurrency, operating point, SLO, size lists, margins), instead of its keywords. A keyword
     given beside the object that holds its setting is an error naming the keyword.
-    ``policies``: registry names (``fcctl.analyzers.replay.POLICIES``), a list or
-    comma-separated. ``rates``: requests/s offered, or ``"auto"`` (the default: from light load
-    to saturation, analyzers/replay/sweep.py); ``rate``: the user's own operating point, run
-    too and reported first (``operating_point``); or ``concurrency``: sessions kept active, a
-    closed loop (``"4,16,all"``; instead of rates); ``slo_ttft_p99_s``: the auto sweep stops
-    past it. ``gpu_kv_sweep``/``host_memory_sweep``/``staging_sweep``: more sizes to run
-    besides the node's (every combination); ``host_memory_auto``: add the trace's working-set
-    sizes to host memory. ``amplify``: replay K copies of every session (own blocks fresh,
-    shared ones shared, starts staggered; docs/simulator.md, "Session amplification"), refused
-    before any work when its memory estimate exceeds the budget. ``source`` may be a dataset
-    (a directory or glob of canonical Parquet parts) that fits ``memory_budget_bytes``
-    (default 30 % of the machine's memory).
-    ``think_time``: ``original``, ``none``, ``capped:S`` or ``scale:K`` (the gap between a
-    session's turns; analyzers/replay/load.py). ``cancel``: what a cancelled tiered prefetch's
-    bytes become, ``discard`` (recomputed) or ``credit`` (delivered). ``router``: ``kv-aware``
-    (Dynamo's cost: prefill blocks to compute plus decoding blocks held), ``sticky`` (the
-    session's worker), ``round-robin`` or ``least-loaded``.
-    ``decision_margin_pp``/``decision_ttft_margin``:
+    ``policies``: registry names (``fcctl.analyzers.replay.POLICIES``), a list. ``rates``:
+    requests/s offered, or ``"auto"`` (the default: from light load to saturation,
+    analyzers/replay/sweep.py); ``rate``: the user's own operating point, run too and reported first
+    (``operating_point``); or ``concurrency``: sessions kept active, a closed loop (``[4, 16,
+    "all"]``; instead of rates); ``slo_ttft_p99_s``: the auto sweep stops past it.
+    ``gpu_kv_sweep``/``host_memory_sweep``/``staging_sweep``: more sizes to run besides the node's
+    (every combination); ``host_memory_auto``: add the trace's working-set sizes to host memory.
+    ``amplify``: replay K copies of every session (own blocks fresh, shared ones shared, starts
+    staggered; docs/simulator.md, "Session amplification"), refused before any work when its
+    memory estimate exceeds the budget. ``source`` may be a dataset (a directory or glob of
+    canonical Parquet parts) that fits ``memory_budget_bytes`` (default 30 % of the machine's
+    memory). ``think_time``: a
+    :class:`~fcctl.ThinkTime` (default the recorded gaps: ``ThinkTime("original")``; ``"none"``,
+    ``("capped", S)``, ``("scale", K)``: the gap between a session's turns;
+    analyzers/replay/load.py). ``cancel``: what a cancelled tiered prefetch's bytes become,
+    ``discard`` (recomputed) or ``credit`` (delivered). ``router``: ``kv-aware`` (Dynamo's cost:
+    prefill blocks to compute plus decoding blocks held), ``sticky`` (the session's worker),
+    ``round-robin`` or ``least-loaded``. ``decision_margin_pp``/``decision_ttft_margin``:
     the decision's margins. ``model``...``kv_dtype``: as :func:`geometry`.
     ``hardware``: the node (:func:`hardware`; default the h200-8x preset).
     ``short_reply_tokens``/``agent_context_tokens``: the placement thresholds (tokens; default
@@ -482,14 +594,16 @@ def replay(
     from fcctl.analyzers.replay.parallel import start_worker_server
 
     given = dict(locals())
-    spec_keywords = {k: given[k] for k in _SPEC_KEYWORDS}
-    load_keywords = {k: given[k] for k in _LOAD_KEYWORDS}
     if load is None:
         _check_load_axis(rates, rate, concurrency)
-    spec = _given("spec", spec, spec_keywords) or _run_spec(**spec_keywords)
+    spec = _given("spec", spec, replay, given) or _run_spec(
+        **{k: given[k] for k in _HELD_BY["replay", "spec"]}
+    )
     _check_sample(sample_sessions)
     _check_format(format)
-    load = _given("load", load, load_keywords) or _load_plan(**load_keywords)
+    load = _given("load", load, replay, given) or _load_plan(
+        **{k: given[k] for k in _HELD_BY["replay", "load"]}
+    )
     budget = _optional_size(memory_budget_bytes, "memory_budget_bytes")
     execution = Execution(engine, jobs, scheduler, budget)
     check_execution(execution)
@@ -501,15 +615,42 @@ def replay(
         )
 
 
-def _auto(rates: str | Sequence[float] | None) -> bool:
+#: The load axes as the API takes them: rates (or the auto sweep), concurrency (``"all"``:
+#: every session at once).
+Rates = Sequence[float] | Literal["auto"] | None
+Sessions = int | Sequence[int | Literal["all"]] | Literal["all"]
+Concurrency = Sessions | None
+
+
+def _auto(rates: Rates) -> bool:
     return isinstance(rates, str) and rates.strip() == "auto"
 
 
-def _check_load_axis(
-    rates: str | Sequence[float] | None,
-    rate: float | None,
-    concurrency: str | int | Sequence[int | str] | None,
-) -> None:
+def _think_time(value: ThinkTime | None, parameter: str = "think_time") -> ThinkTime:
+    """``value`` (None: the recorded gaps), checked to be a :class:`~fcctl.ThinkTime`."""
+    from fcctl.analyzers.replay.load import ThinkTime
+    from fcctl.common.errors import FcctlInputError
+
+    if value is None:
+        return ThinkTime()
+    if not isinstance(value, ThinkTime):
+        raise FcctlInputError(
+            f"{parameter}: expected a fcctl.ThinkTime, e.g. fcctl.ThinkTime('capped', 60.0); "
+            f"got {value!r}",
+            parameter=parameter,
+        )
+    return value
+
+
+def _concurrency(value: Sessions, parameter: str = "concurrency") -> tuple[int | None, ...]:
+    """Session counts, sorted and unique; ``"all"`` is None (every session at t = 0)."""
+    from fcctl.analyzers.replay.load import parse_concurrency
+
+    # parse_concurrency checks a sequence (a string reaching here is the "all" mode).
+    return parse_concurrency([value] if isinstance(value, int | str) else list(value), parameter)
+
+
+def _check_load_axis(rates: Rates, rate: float | None, concurrency: Concurrency) -> None:
     from fcctl.common.errors import FcctlInputError
 
     if concurrency is not None and (rate is not None or (rates is not None and not _auto(rates))):
@@ -521,10 +662,12 @@ def _check_load_axis(
 _Settings = TypeVar("_Settings")
 
 
-def _given(name: str, settings: _Settings | None, keywords: Mapping[str, Any]) -> _Settings | None:
-    """``settings`` (a :class:`~fcctl.RunSpec` or :class:`~fcctl.LoadPlan` passed as ``name``),
-    checked to be one and to meet no keyword of :func:`replay` that would set what it holds;
-    None when not given."""
+def _given(
+    name: str, settings: _Settings | None, function: Callable[..., Any], given: Mapping[str, Any]
+) -> _Settings | None:
+    """``settings`` (a :class:`~fcctl.RunSpec` or :class:`~fcctl.LoadPlan` passed as ``name``
+    to ``function``), checked to be one and to meet none of ``function``'s keywords (in
+    ``given``, its arguments) that would set what it holds; None when not given."""
     import inspect
 
     from fcctl.analyzers.replay import LoadPlan, RunSpec
@@ -537,9 +680,9 @@ def _given(name: str, settings: _Settings | None, keywords: Mapping[str, Any]) -
         raise FcctlInputError(
             f"{name}: expected a fcctl.{kind.__name__}; got {settings!r}", parameter=name
         )
-    defaults = inspect.signature(replay).parameters
-    for keyword, value in keywords.items():
-        default = defaults[keyword].default
+    defaults = inspect.signature(function).parameters
+    for keyword in _HELD_BY[function.__name__, name]:
+        value, default = given[keyword], defaults[keyword].default
         same = (
             tuple(value) == tuple(default)
             if isinstance(value, list | tuple) and isinstance(default, list | tuple)
@@ -565,12 +708,11 @@ def _run_spec(
     seed: int,
     cancel: str,
     router: str,
-    think_time: str,
+    think_time: ThinkTime | None,
     keep_tables: bool,
 ) -> RunSpec:
     """:func:`replay`'s keywords for one simulation as a :class:`~fcctl.RunSpec`."""
     from fcctl.analyzers.replay import RunSpec
-    from fcctl.analyzers.replay.load import parse_think_time
     from fcctl.layout.placement import PlacementRule
 
     kv = geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
@@ -587,17 +729,17 @@ def _run_spec(
         seed=seed,
         cancel=cancel,
         router=router,
-        think_time=parse_think_time(think_time),
+        think_time=_think_time(think_time),
         keep_tables=keep_tables,
     )
 
 
 def _load_plan(
     *,
-    policies: str | Sequence[str],
-    rates: str | Sequence[float] | None,
+    policies: Sequence[str],
+    rates: Rates,
     rate: float | None,
-    concurrency: str | int | Sequence[int | str] | None,
+    concurrency: Concurrency,
     slo_ttft_p99_s: float | None,
     gpu_kv_sweep: Sequence[Size],
     host_memory_sweep: Sequence[Size],
@@ -609,11 +751,11 @@ def _load_plan(
 ) -> LoadPlan:
     """:func:`replay`'s sweep keywords as a :class:`~fcctl.LoadPlan`."""
     from fcctl.analyzers.replay import LoadPlan
-    from fcctl.analyzers.replay.load import parse_concurrency
     from fcctl.analyzers.traces.schedule import check_rate, check_rates
 
     auto = _auto(rates)
-    offered = () if auto or rates is None else _numbers(rates, "rates", "0.1,0.5 or auto")
+    # After _python_values, the only string left is the "auto" mode.
+    offered = () if rates is None or isinstance(rates, str) else _numbers(rates, "rates")
     if offered:
         check_rates(offered, "rates")  # the simulator checks them too, after the trace is read
     if rate is not None:
@@ -628,9 +770,9 @@ def _load_plan(
         if values
     }
     return LoadPlan(
-        policies=_names(policies),
+        policies=_names(policies, "policies"),
         rates=offered,
-        concurrency=None if concurrency is None else parse_concurrency(concurrency),
+        concurrency=None if concurrency is None else _concurrency(concurrency),
         auto_rates=auto and concurrency is None,
         operating_rate=rate,
         slo_ttft_p99_s=slo_ttft_p99_s,
@@ -725,23 +867,21 @@ def _sampled_trace(
     return (trace, None) if sample_sessions is None else sample_trace(trace, sample_sessions)
 
 
-def _grid(value: str | Sequence[int] | None, parameter: str) -> tuple[int, ...] | None:
-    from fcctl.analyzers.recommend.grid import check_grid, parse_grid
+def _grid(value: Sequence[int] | None, parameter: str) -> tuple[int, ...] | None:
+    from fcctl.analyzers.recommend.grid import check_grid
 
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return parse_grid(value, parameter)
-    return check_grid(value, parameter)
+    return None if value is None else check_grid(value, parameter)
 
 
+@_python_values(rates="rates", short_reply_grid="grid", agent_context_grid="grid")
 def recommend_thresholds(
     source: str | Path | Trace,
     *,
+    spec: RunSpec | None = None,
     format: str | None = None,
-    rates: str | Sequence[float] = (0.1, 0.25, 0.5, 1.0),
-    short_reply_grid: str | Sequence[int] | None = None,
-    agent_context_grid: str | Sequence[int] | None = None,
+    rates: Sequence[float] = (0.1, 0.25, 0.5, 1.0),
+    short_reply_grid: Sequence[int] | None = None,
+    agent_context_grid: Sequence[int] | None = None,
     objective: str = "hit",
     target_rate: float | None = None,
     model: str = DEFAULT_MODEL,
@@ -761,40 +901,49 @@ def recommend_thresholds(
 ) -> RecommendResult:
     """Sweep FlatCake's placement thresholds on a trace and recommend a pair.
 
-    ``short_reply_grid``/``agent_context_grid``: thresholds to sweep (tokens; a list or
-    ``"256,512,1024"``; default from the trace's percentiles). ``objective``: ``"hit"`` (highest
-    GPU hit share, ties by p99 TTFT) or ``"ttft-p99"``. ``target_rate``: the rate (requests/s)
-    the pick is made at (default the highest of ``rates``). ``jobs``: simulations run in
-    parallel processes (default the CPUs available, at most one per worker's memory footprint
+    ``short_reply_grid``/``agent_context_grid``: thresholds to sweep (tokens; a list such
+    as ``[256, 512, 1024]``; default from the trace's percentiles). ``objective``: ``"hit"``
+    (highest GPU hit share, ties by p99 TTFT) or ``"ttft-p99"``. ``target_rate``: the rate
+    (requests/s) the pick is made at (default the highest of ``rates``). ``jobs``: simulations run
+    in parallel processes (default the CPUs available, at most one per worker's memory footprint
     within 30 % of the machine's memory); ``engine="dask"``: on the Dask cluster at
     ``scheduler`` (default a local one). ``decision_margin_pp`` (percentage points
     of GPU hit share) and ``decision_ttft_margin`` (a fraction of mean TTFT): pairs closer than
     both are equal, and when all are, the thresholds do not matter (the default pair is
     recommended). ``sample_sessions``: sweep on sampled sessions (as :func:`replay`).
+    ``spec``: a :class:`~fcctl.RunSpec` instead of ``model``...``kv_dtype``, ``hardware`` and
+    ``seed`` (its geometry, node and seed; each cell sets its own placement, and the sweep runs
+    the default cancel mode, router and think time, so a spec with others is refused).
     ``amplify``: sweep on K copies of every session (as :func:`replay`). Other parameters as
     :func:`replay`.
     """
     from fcctl.analyzers.recommend import RecommendConfig
     from fcctl.analyzers.recommend import recommend_thresholds as sweep
-    from fcctl.analyzers.replay import Execution, check_execution
+    from fcctl.analyzers.replay import Execution, RunSpec, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
 
+    given = dict(locals())
     execution = Execution(engine, jobs, scheduler)
     check_execution(execution)
     _check_sample(sample_sessions)
-    _check_seed(seed)
     _check_format(format)
+    run = _given("spec", spec, recommend_thresholds, given)
+    if run is None:
+        _check_seed(seed)
+        kv = geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
+        run = RunSpec(geometry=kv, hardware=_node(hardware), seed=seed)
+    _check_sweep_spec(run, "recommend_thresholds")
     start_worker_server(execution)  # before the trace is read (parallel.worker_context)
 
     config = RecommendConfig(
-        geometry=geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype),
-        hardware=_node(hardware),
-        rates=_numbers(rates, "rates", "0.1,0.5"),
+        geometry=run.geometry,
+        hardware=run.hardware,
+        rates=_numbers(rates, "rates"),
         short_reply_grid=_grid(short_reply_grid, "short_reply_grid"),
         agent_context_grid=_grid(agent_context_grid, "agent_context_grid"),
         objective=objective,
         target_rate=target_rate,
-        seed=seed,
+        seed=run.seed,
         jobs=jobs,
         decision_margin_pp=decision_margin_pp,
         decision_ttft_margin=decision_ttft_margin,
@@ -814,12 +963,38 @@ def recommend_thresholds(
         return _with_sampling(result, kept[0])
 
 
+def _check_sweep_spec(spec: RunSpec, call: str, kept: Sequence[str] = ()) -> None:
+    """The threshold sweep runs each cell at its own placement rule and otherwise at a
+    RunSpec's defaults (RecommendConfig.spec): a ``spec`` holding another setting (except the
+    ``kept`` fields, which ``call`` uses elsewhere) is refused, not silently dropped."""
+    from fcctl.analyzers.replay import RunSpec
+    from fcctl.common.errors import FcctlInputError
+
+    default = RunSpec(geometry=spec.geometry, hardware=spec.hardware, seed=spec.seed)
+    for name in ("placement", "cancel", "router", "think_time"):
+        value = getattr(spec, name)
+        if name not in kept and value != getattr(default, name):
+            raise FcctlInputError(
+                f"spec: {call} sweeps the placement thresholds with the default {name} "
+                f"({getattr(default, name)}); got {name}={value!r}",
+                parameter="spec",
+            )
+
+
 def _note_sample(loaded: tuple[Trace, SessionSample | None], into: list[Any]) -> Trace:
     """The trace of ``loaded``; its sample goes into ``into`` (so no caller's name holds it)."""
     into.append(loaded[1])
     return loaded[0]
 
 
+@_python_values(
+    size_limit_bytes="size",
+    bucket_bytes="size",
+    memory_tier_bytes="size",
+    concurrency="int_list",
+    max_command_bytes="size",
+    free_margin_bytes="size",
+)
 def iobench(
     directory: str | Path | None = None,
     *,
@@ -829,7 +1004,7 @@ def iobench(
     trace: str | Path | None = None,
     trace_format: str | None = None,
     scale: float = 1.0,
-    size_limit_bytes: Size = "2GiB",
+    size_limit_bytes: Size = 2 << 30,
     sessions: int = 16,
     tokens: int = 1024,
     turns: int = 4,
@@ -838,9 +1013,9 @@ def iobench(
     tp: int | None = None,
     kv_dtype: str | None = None,
     block_tokens: int = 16,
-    bucket_bytes: Size = "256MiB",
+    bucket_bytes: Size = 256 << 20,
     memory_tier_bytes: Size | None = None,
-    concurrency: str | Sequence[int] = (1, 4, 16),
+    concurrency: Sequence[int] = (1, 4, 16),
     repeat: int = 1,
     engine: str | None = None,
     engine_threads: int | None = None,
@@ -863,30 +1038,22 @@ def iobench(
     sessions of ``tokens`` tokens in ``turns`` turns. ``model``...``kv_dtype``: as
     :func:`geometry`, one rank's KV. ``block_tokens``: tokens per KV page; ``bucket_bytes``:
     eviction bucket file size; ``memory_tier_bytes``: the baseline's LRU memory tier (default
-    1/8 of the workload). ``concurrency``: sessions restored at once (a list or ``"1,4,16"``);
-    ``repeat``: runs (medians reported). ``engine``: posix or kvikio (default kvikio where it
-    can read); ``engine_threads``: commands in flight; ``max_command_bytes``: split flat reads.
-    ``buffers``: host, gpu or auto. ``fio``: run the reference for ``fio_runtime_s`` seconds per
-    job. ``verify_checksums``: check layer checksums inside the timed restore.
+    1/8 of the workload). ``concurrency``: sessions restored at once (a list such as
+    ``[1, 4, 16]``); ``repeat``: runs (medians reported). ``engine``: posix or kvikio (default
+    kvikio where it can read); ``engine_threads``: commands in flight; ``max_command_bytes``: split
+    flat reads. ``buffers``: host, gpu or auto. ``fio``: run the reference for ``fio_runtime_s``
+    seconds per job. ``verify_checksums``: check layer checksums inside the timed restore.
     ``free_margin_bytes``: free space to leave (default max(1GiB, 5%)). ``hooks``: plug points
     for tests and embedders (:class:`~fcctl.iobench.run.RunHooks`).
     Call ``result.check_verified()`` to raise if a piece read back wrong.
     """
-    from fcctl.common.errors import UnitError
-    from fcctl.common.units import parse_int_list
     from fcctl.iobench.config import IobenchConfig
     from fcctl.iobench.run import run_iobench
 
     # The model and the trace format fail here, named by parameter, before any disk is touched.
     kv = geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
     _check_format(trace_format, "trace_format")
-    if isinstance(concurrency, str):
-        try:
-            restore_at_once = tuple(parse_int_list(concurrency, what="concurrency"))
-        except UnitError as e:
-            raise UnitError(str(e), parameter="concurrency") from None
-    else:
-        restore_at_once = tuple(concurrency)
+    restore_at_once = tuple(concurrency)
     config = IobenchConfig(
         directory=None if directory is None else Path(directory),
         force=force,
@@ -917,18 +1084,21 @@ def iobench(
     return run_iobench(config, progress=progress, hooks=hooks)
 
 
+@_python_values(concurrency="concurrency", think_time="think_time", host_memory_sweep="sizes")
 def plan(
     source: str | Path,
     out: str | Path,
     *,
+    spec: RunSpec | None = None,
+    load: LoadPlan | None = None,
     format: str | None = None,
     rate: float | None = None,
-    concurrency: str | int | Sequence[int | str] | None = None,
-    think_time: str = "original",
+    concurrency: int | Sequence[int | Literal["all"]] | Literal["all"] | None = None,
+    think_time: ThinkTime | None = None,
     hardware: Hardware | None = None,
-    host_memory_sweep: Sequence[Any] = (),
+    host_memory_sweep: Sequence[int] = (),
     host_memory_auto: bool = False,
-    model: str = "llama-3.1-8b",
+    model: str = DEFAULT_MODEL,
     model_config: str | Path | None = None,
     tp: int | None = None,
     kv_dtype: str | None = None,
@@ -948,9 +1118,15 @@ def plan(
     optionally emit, and write one report into ``out`` (module docstring). ``hardware``: a
     :func:`fcctl.hardware` node (default the h200-8x preset). ``sample_sessions``: replay and
     recommend on sampled sessions (analyze reads the whole trace). ``amplify``: replay and
-    recommend on K copies of every session (analyze reads the trace as it is). ``jobs``,
-    ``engine`` and ``scheduler`` say where the replay's and the recommendation's simulations
-    run (the analysis runs here). Other parameters as :func:`fcctl.replay`."""
+    recommend on K copies of every session (analyze reads the trace as it is; with ``load``,
+    its ``amplify``). ``jobs``, ``engine`` and
+    ``scheduler`` say where the replay's and the recommendation's simulations run (the
+    analysis runs here). ``spec``: a :class:`~fcctl.RunSpec` instead of ``model``...``kv_dtype``,
+    ``hardware`` and ``think_time`` (the recommendation runs its geometry, node and seed, as
+    :func:`recommend_thresholds` takes it); ``load``: the replay step's :class:`~fcctl.LoadPlan`
+    instead of ``rate``, ``concurrency``, ``slo_ttft_p99_s`` and the host memory sweep (plan's
+    own: every policy, ``auto_rates``). Other parameters as :func:`fcctl.replay`."""
+    given = dict(locals())
     from fcctl.analyzers.recommend.emit import check_name
     from fcctl.analyzers.replay import Execution, check_amplify_value, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
@@ -960,18 +1136,16 @@ def plan(
 
     out = Path(out)
     _check_sample(sample_sessions)
-    check_amplify_value(amplify)
     if emit:
         check_name(emit_name)
     execution = Execution(engine, jobs, scheduler)
     check_execution(execution)
-    _check_plan_load(rate, concurrency, think_time, slo_ttft_p99_s, host_memory_sweep)
-    geometry(model, model_config=model_config, tp=tp, kv_dtype=kv_dtype)
+    spec, load, kv_args = _plan_settings(given)
+    amplify = check_amplify_value(amplify if load is None else load.amplify)  # recommend's too
     start_worker_server(execution)  # before the trace is read (parallel.worker_context)
-    node = _node(hardware)
+    node = _node(hardware) if spec is None else spec.hardware
     with _blame("source"):
         identity = file_identity(source, format)
-    kv_args = {"model": model, "model_config": model_config, "tp": tp, "kv_dtype": kv_dtype}
     common = {"format": format, **kv_args, "version": __version__}
     bar = progress if isinstance(progress, Progress) else Progress(enabled=bool(progress))
     with bar, plan_directory(out, resume=resume, force=force) as held:
@@ -979,6 +1153,7 @@ def plan(
             out, held, resume, bar, source, format, identity, common, kv_args, node, execution,
             sample_sessions, amplify,
         )  # fmt: skip
+        steps.spec, steps.load = spec, load
         with bar.task("plan", total=100, unit="%") as overall:
             done = 0.0
 
@@ -998,7 +1173,8 @@ def plan(
             advance("replay")
 
             overall.describe("plan: recommend-thresholds")
-            recommended, target, target_why, fp = steps.recommend(replayed, rate)
+            operating_rate = rate if load is None else load.operating_rate
+            recommended, target, target_why, fp = steps.recommend(replayed, operating_rate)
             advance("recommend")
 
             if emit:
@@ -1047,6 +1223,9 @@ class _PlanSteps:
         self.target = 0.0  # the recommendation's rate, once recommend has run
         self.trace_cache: list[Any] = []
         self.rec_result: list[Any] = []
+        # The caller's objects (plan's ``spec`` and ``load``), used instead of the keywords.
+        self.spec: RunSpec | None = None
+        self.load: LoadPlan | None = None
 
     def finish(
         self, replayed: ReplayResult, recommended: RecommendResult, target: float, why: str
@@ -1128,9 +1307,9 @@ class _PlanSteps:
     def replay(
         self,
         rate: float | None,
-        concurrency: str | int | Sequence[int | str] | None,
-        think_time: str,
-        host_memory_sweep: Sequence[Any],
+        concurrency: Concurrency,
+        think_time: ThinkTime | None,
+        host_memory_sweep: Sequence[int],
         host_memory_auto: bool,
         slo_ttft_p99_s: float | None,
     ) -> ReplayResult:
@@ -1138,10 +1317,13 @@ class _PlanSteps:
         from fcctl.common.jsonio import write_json_file
         from fcctl.planning import FILES, PLAN_POLICIES, fingerprint, read_result
 
-        replay_params = {
+        # The settings as the command line spells them ("4,16,all", "capped:60"), so that a plan
+        # fingerprinted when the API took those strings resumes over the same fingerprint.
+        counts = None if concurrency is None else _concurrency(concurrency)
+        replay_params: dict[str, Any] = {
             "rate": rate,
-            "concurrency": concurrency,
-            "think_time": think_time,
+            "concurrency": None if counts is None else _flag_text(counts),
+            "think_time": str(_think_time(think_time)),
             "hardware": self.node_json,
             "host_memory_sweep": list(map(str, host_memory_sweep)),
             "host_memory_auto": host_memory_auto,
@@ -1151,6 +1333,27 @@ class _PlanSteps:
             replay_params["sample_sessions"] = self.sample_sessions
         if self.amplify != 1:  # absent at 1, so an earlier plan directory still resumes
             replay_params["amplify"] = self.amplify
+        # Keys only for objects given, so a plan made from keywords keeps its fingerprints.
+        replay_params.update({k: v for k, v in (("spec", self.spec), ("load", self.load)) if v})
+        settings: dict[str, Any] = (
+            {**self.kv_args, "hardware": self.node, "think_time": think_time}
+            if self.spec is None
+            else {"spec": self.spec}
+        )
+        settings.update(
+            {
+                "policies": PLAN_POLICIES,
+                "rates": None if concurrency is not None else "auto",
+                "rate": rate,
+                "concurrency": concurrency,
+                "host_memory_sweep": host_memory_sweep,
+                "host_memory_auto": host_memory_auto,
+                "slo_ttft_p99_s": slo_ttft_p99_s,
+                "amplify": self.amplify,
+            }
+            if self.load is None
+            else {"load": self.load}
+        )
         fp = fingerprint("replay", self.identity, self.common, replay_params)
         self.runner.step(
             "replay",
@@ -1159,17 +1362,7 @@ class _PlanSteps:
                 self.sampled(
                     replay(
                         self.trace(),
-                        policies=PLAN_POLICIES,
-                        rates=None if concurrency is not None else "auto",
-                        rate=rate,
-                        concurrency=concurrency,
-                        think_time=think_time,
-                        hardware=self.node,
-                        **self.kv_args,
-                        host_memory_sweep=host_memory_sweep,
-                        host_memory_auto=host_memory_auto,
-                        slo_ttft_p99_s=slo_ttft_p99_s,
-                        amplify=self.amplify,
+                        **settings,
                         jobs=self.execution.jobs,
                         engine=self.execution.engine,
                         scheduler=self.execution.scheduler,
@@ -1208,6 +1401,9 @@ class _PlanSteps:
         return recommended, target, target_why, fp
 
     def _recommend(self, target: float, p: Path | None) -> None:
+        import dataclasses
+
+        from fcctl.analyzers.replay.load import ThinkTime
         from fcctl.common.jsonio import write_json_file
 
         self.rec_result[:] = [
@@ -1215,8 +1411,12 @@ class _PlanSteps:
                 recommend_thresholds(
                     self.trace(),
                     rates=(target,),
-                    **self.kv_args,
-                    hardware=self.node,
+                    # The recommendation runs the default think time, as the keywords' plan did.
+                    **(
+                        {**self.kv_args, "hardware": self.node}
+                        if self.spec is None
+                        else {"spec": dataclasses.replace(self.spec, think_time=ThinkTime())}
+                    ),
                     jobs=self.execution.jobs,
                     engine=self.execution.engine,
                     scheduler=self.execution.scheduler,
@@ -1251,18 +1451,41 @@ class _PlanSteps:
         self.runner.step("report", fp, lambda p: make_report(inputs, p, force=True))
 
 
+def _plan_settings(
+    given: Mapping[str, Any],
+) -> tuple[RunSpec | None, LoadPlan | None, dict[str, Any]]:
+    """:func:`plan`'s ``spec`` and ``load`` (None: made from the keywords, checked here before
+    the plan directory is touched), and the geometry keywords its steps pass on."""
+    spec = _given("spec", given["spec"], plan, given)
+    load = _given("load", given["load"], plan, given)
+    if load is None:
+        keys = ("rate", "concurrency", "slo_ttft_p99_s", "host_memory_sweep", "think_time")
+        _check_plan_load(*(given[k] for k in keys))
+    if spec is None:
+        kv_args = {k: given[k] for k in _GEOMETRY}
+        geometry(**kv_args)
+        return None, load, kv_args
+    # A spec's think time goes to the replay only, as the keyword's does.
+    _check_sweep_spec(spec, "plan", kept=("think_time",))
+    return spec, load, {**dict.fromkeys(_GEOMETRY), "model": spec.geometry}
+
+
+def _flag_text(counts: Sequence[int | None]) -> str:
+    """Session counts as ``--concurrency`` spells them (``"4,16,all"``)."""
+    return ",".join("all" if c is None else str(c) for c in counts)
+
+
 def _check_plan_load(
     rate: float | None,
-    concurrency: str | int | Sequence[int | str] | None,
-    think_time: str,
+    concurrency: Concurrency,
     slo_ttft_p99_s: float | None,
-    host_memory_sweep: Sequence[Any],
+    host_memory_sweep: Sequence[int],
+    think_time: ThinkTime | None,
 ) -> None:
     """The replay step's load parameters, checked before the plan directory is touched (the
     replay itself checks them only after the analysis has run)."""
     import math
 
-    from fcctl.analyzers.replay.load import parse_concurrency, parse_think_time
     from fcctl.analyzers.traces.schedule import check_rate
     from fcctl.common.errors import FcctlInputError
 
@@ -1274,8 +1497,8 @@ def _check_plan_load(
                 "concurrency: the load axis is rates or concurrency, not both",
                 parameter="concurrency",
             )
-        parse_concurrency(concurrency)
-    parse_think_time(think_time)
+        _concurrency(concurrency)
+    _think_time(think_time)
     slo = slo_ttft_p99_s
     if slo is not None and not (isinstance(slo, int | float) and math.isfinite(slo) and slo > 0):
         raise FcctlInputError(

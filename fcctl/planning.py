@@ -490,8 +490,10 @@ class PlanRunner:
         )
         self.steps.append(step)
         self.records[name] = to_record(step)
-        self.record()
+        # Kept from here: a signal between the two lines below must not remove a directory
+        # whose partial record (written when this step began) lets --resume continue it.
         self.directory.recorded = True
+        self.record()
         return True
 
     def record(self) -> None:

@@ -1,11 +1,13 @@
 """What the engine tests share: the adapter (which imports its engine) imported or the test
 skipped naming the import that failed (CI installs the engines, tests/engines-cpu.sh, so there
-none skips); a recorded trace checked through the CLI."""
+none skips); a recorded trace checked through the CLI; torchvision made importable on a CPU
+machine (below), before any engine test imports its engine."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -25,6 +27,41 @@ def import_or_skip(module: str, why: str) -> ModuleType:
         pytest.skip(
             f"{why}: import {module} failed ({type(e).__name__}: {e})", allow_module_level=True
         )
+
+
+def torchvision_without_its_kernels() -> None:
+    """Make ``import torchvision`` work where its C++ kernels cannot load, so SGLang's configs
+    (which import ``torchvision.transforms`` for multimodal models) import on a CPU machine.
+
+    PyPI's torchvision for torch 2.13 (0.28.0, the only build reachable here: the CPU builds live
+    on download.pytorch.org) links ``libtorch_cuda.so``, absent from torch's CPU build, so its
+    ``_C.so`` does not load, and its ``_meta_registrations`` then fails registering fake kernels
+    for the undefined ops ``torchvision::nms`` and ``qnms``. Declaring those two schemas (no
+    kernel) lets it import; calling them raises, and nothing the KV-cache paths run calls them.
+    Where torchvision imports as it is, nothing is changed."""
+    try:
+        import torchvision
+    except RuntimeError as e:
+        if "torchvision::" not in str(e):
+            raise
+        import torch
+
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        schema = "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"
+        for op in ("nms", "qnms"):
+            try:
+                torch.library.define(f"torchvision::{op}", schema)
+            except RuntimeError:  # declared by an earlier call in this process
+                pass
+        import torchvision  # noqa: F401
+    except ImportError:
+        pass  # not installed: the import that needs it skips, naming it
+
+
+# vLLM's config and SGLang's configs import torchvision: every engine test imports this module
+# first, so this runs before them.
+torchvision_without_its_kernels()
 
 
 def check_trace(

@@ -247,3 +247,40 @@ def test_no_library_function_over_100_lines() -> None:
                 if lines > LONGEST_FUNCTION_LINES:
                     found.append(f"{name}.{func.name} ({path.name}:{func.lineno}): {lines} lines")
     assert found == [], f"over {LONGEST_FUNCTION_LINES} lines:\n" + "\n".join(sorted(found))
+
+
+#: The parsers of command-line strings ("1,3", "64GiB", "capped:60", "256,512"): the commands
+#: call them (fcctl/commands/parse.py); the API takes Python values.
+STRING_PARSERS = {
+    "parse_size",
+    "parse_size_list",
+    "parse_int_list",
+    "parse_grid",
+    "parse_think_time",
+}
+
+
+def test_the_api_parses_no_command_line_strings() -> None:
+    """fcctl/api.py reaches a string parser only through its one deprecation shim, which calls
+    fcctl/commands/parse.py (``_from_string``); nowhere does it split a comma list itself."""
+    path = REPO / "fcctl" / "api.py"
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for func in ast.walk(tree):
+        if not isinstance(func, ast.FunctionDef):
+            continue
+        for node in ast.walk(func):
+            if isinstance(node, ast.ImportFrom):
+                names = {a.name for a in node.names} & STRING_PARSERS
+                found += [f"{func.name} imports {n}" for n in sorted(names)]
+                if node.module == "fcctl.commands" and func.name != "_from_string":
+                    found.append(f"{func.name} imports fcctl.commands")
+            is_split = (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "split"
+                and any(isinstance(a, ast.Constant) and a.value == "," for a in node.args)
+            )
+            if is_split:
+                found.append(f"{func.name} splits a comma list (line {node.lineno})")
+    assert not found, "\n".join(sorted(set(found)))

@@ -319,6 +319,37 @@ def test_lmcache_engine_serves_chats_through_the_plugin(
     engine_helpers.check_trace(trace, requests=5, block_accesses=21, distinct_blocks=11)
 
 
+def test_the_reply_length_travels_as_a_request_config(tmp_path: Path) -> None:
+    """``lmcache.flatcake.previous_reply_tokens`` sent with each later turn reaches the
+    placement (a short reply keeps the chat in host memory, a long one sends it to SSD), and,
+    not being a tag, leaves the keys alone: every turn still hits its prefix."""
+    name = "flatcake-reply"
+    engine = _engine(tmp_path, name, async_loading=False, host_bytes=1 << 26)
+    try:
+        plugin = _plugin_of(engine)
+        g = torch.Generator().manual_seed(5)
+        tokens = torch.randint(0, 30000, (112,), generator=g)
+        kv = torch.randn((LAYERS, 2, 112, HEADS, HEAD_DIM), generator=g).half()
+        tag = {"lmcache.tag.session_id": "chat-r"}
+        turns = [(48, None), (80, 16), (112, 5000)]  # (prompt tokens, previous reply tokens)
+        hits = []
+        for i, (n, reply) in enumerate(turns):
+            configs = tag if reply is None else {**tag, adapter.REPLY_CONFIG: reply}
+            hits.append(_request(engine, f"r-{i}", tokens[:n], kv[:, :, :n].clone(), configs))
+        assert hits == [0, 48, 80]
+        assert plugin.kv.flush(timeout_s=60)  # placed as each turn is written, in the background
+        assert [p.reason.value for p in plugin.kv.placements] == [
+            "first_turn",
+            "short_reply_chat",
+            "long_reply",
+        ]
+        with pytest.raises(ValueError, match=r"request_configs: lmcache\.flatcake\.previous_reply"):
+            bad = {**tag, adapter.REPLY_CONFIG: "many"}
+            engine.store(tokens, kv=kv, request_configs={**bad, "lmcache.tag.session_id": "x"})
+    finally:
+        _close(name, engine)
+
+
 def test_a_write_still_queued_when_the_engine_closes_keeps_its_bytes(tmp_path: Path) -> None:
     """LMCache's ``StorageManager.close`` closes its ``LocalCPUBackend`` (whose allocator frees
     every memory object's buffer, whatever its reference count) before the plugin. A write

@@ -418,7 +418,9 @@ def test_vllms_scheduler_drives_the_spec_over_a_three_turn_chat(tmp_path: Path) 
     """Three turns of one chat, each prompt the last prompt, its reply and new input: vLLM's
     connector looks the prefix up in the manager, loads it asynchronously (the request waits in
     ``WAITING_FOR_REMOTE_KVS``, apart from runnable ones) into the blocks the scheduler gave it,
-    and stores the blocks each step completes; every loaded byte is the one stored."""
+    and stores the blocks each step completes, decode's included; every loaded byte is the one
+    stored. Each turn is sealed (written, nothing left open in host memory) in the step that
+    tells the worker its request finished, though the engine is idle after it."""
     trace = tmp_path / "capture.jsonl"
     engine = VllmEngine(tmp_path, trace)
     g = torch.Generator().manual_seed(9)
@@ -429,6 +431,11 @@ def test_vllms_scheduler_drives_the_spec_over_a_three_turn_chat(tmp_path: Path) 
         rid = f"turn-{turn}"
         reply = words[300 + 20 * turn : 320 + 20 * turn]
         engine.request(rid, prompt, reply, "chat-4")
+        worker = engine.worker.connector_worker.worker
+        assert worker.store.open_sessions() == () and not worker.turns
+        assert [t.turn for t in worker.store.turns(adapter.session_name("chat-4"))] == list(
+            range(turn + 1)
+        )
         hit = engine.loaded[rid]
         blocks = engine.blocks[rid]
         if turn:  # the loaded prefix is what the previous turn's blocks held
@@ -441,12 +448,15 @@ def test_vllms_scheduler_drives_the_spec_over_a_three_turn_chat(tmp_path: Path) 
         for t in engine.kv.values():
             t.copy_(torch.randn(t.shape, generator=g).half())
         prompt = prompt + reply + words[200 + 30 * turn : 230 + 30 * turn]
-    # Turn 1 found turn 0's prompt (5 blocks), turn 2 turn 1's prompt (8 blocks): the blocks
-    # a prefill completed were stored; the reply's last partial block never is.
-    assert [engine.loaded[f"turn-{t}"] for t in range(3)] == [0, 5 * BLOCK, 8 * BLOCK]
+    # Turn 1 found turn 0's 99 computed tokens' 6 whole blocks (5 of prompt, 1 completed by
+    # decode: FlatCake sets vLLM's offload_prompt_only off), turn 2 turn 1's 149: 9 blocks. The
+    # reply's last partial block never is stored.
+    assert [engine.loaded[f"turn-{t}"] for t in range(3)] == [0, 6 * BLOCK, 9 * BLOCK]
     engine.worker.shutdown()
     engine.scheduler.shutdown()
     rows = [json.loads(line) for line in trace.read_text().splitlines()]
     assert [r["session_id"] for r in rows] == ["chat-4"] * 3
-    assert [len(r["hash_ids"]) for r in rows] == [5, 8, 11]
-    engine_helpers.check_trace(trace, requests=3, block_accesses=24, distinct_blocks=11)
+    assert [len(r["hash_ids"]) for r in rows] == [6, 9, 12]
+    engine_helpers.check_trace(trace, requests=3, block_accesses=27, distinct_blocks=12)
+    # The manager removed its seal markers at shutdown.
+    assert not list((tmp_path / "kv").glob(f"*{adapter.SEAL_SUFFIX}"))

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,8 @@ def test_the_page_has_the_example() -> None:
         "fcctl.RunSpec(",
         "fcctl.LoadPlan(",
         "spec=spec, load=load",
+        "recommend_thresholds(trace, spec=spec",
+        "spec=spec, load=at_2",
         "ReplayResult.from_json",
         "RecommendResult.from_json",
     ):
@@ -42,13 +45,28 @@ def test_the_page_has_the_example() -> None:
 
 
 def test_the_worked_example_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """... passing Python values only: a deprecated string (a warning of fcctl's shim) fails."""
     monkeypatch.chdir(REPO)
     namespace: dict[str, object] = {"__name__": "python_api_doc"}
-    for i, block in enumerate(_blocks()):
-        try:
-            exec(compile(block, f"{DOC.name} block {i + 1}", "exec"), namespace)
-        except Exception as e:  # pragma: no cover - the failure message is the point
-            pytest.fail(f"docs/python-api.md block {i + 1} failed: {type(e).__name__}: {e}")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", r"\w+: a string is deprecated", DeprecationWarning)
+        for i, block in enumerate(_blocks()):
+            try:
+                exec(compile(block, f"{DOC.name} block {i + 1}", "exec"), namespace)
+            except Exception as e:  # pragma: no cover - the failure message is the point
+                pytest.fail(f"docs/python-api.md block {i + 1} failed: {type(e).__name__}: {e}")
+
+
+def test_the_deprecated_section_names_what_the_shim_warns_of() -> None:
+    """The page's "Deprecated" section shows the warning the shim really gives."""
+    import fcctl
+
+    text = DOC.read_text()
+    assert "## Deprecated" in text
+    with pytest.warns(DeprecationWarning) as caught:
+        fcctl.hardware(host_memory_bytes="256GiB")
+    shown = " ".join(text.split("```text\n", 1)[1].split("```", 1)[0].split())
+    assert shown == str(caught[0].message)
 
 
 def test_the_architecture_example_runs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -384,6 +384,14 @@ worker-side `FlatCakeWorker` (an `OffloadingWorker`) and their `FlatCakeStoreSpe
 Session id: the request's `kv_transfer_params` (`{{"session_id": "chat-7"}}`, optionally
 `"previous_reply_tokens"` and `"prefix_ref_count"`).
 
+What it stores: every whole block a request computed, its reply's included (vLLM's own default,
+`"offload_prompt_only": true`, stores prompt blocks only; the adapter defaults it to false,
+since a chat's reply is its next turn's prefix; set it true for a model whose replies are
+dropped before the next turn). A request's stores form one turn, kept open in the worker's
+host memory and written whole when vLLM tells the workers the request finished: vLLM gives a
+worker no call for that, so the manager creates an empty `*.fcseal` file in the directory
+and each worker seals the turn at its next `get_finished` (vLLM calls it in that very step).
+
 | part of the design | vLLM |
 |---|---|
 | write-time placement | yes (reply length: `kv_transfer_params`, else the finished request) |
@@ -416,13 +424,16 @@ session of its own.)
 
 | part of the design | SGLang |
 |---|---|
-| write-time placement | partly: no reply length reaches storage: placed as a first turn |
+| write-time placement | partly: no reply length reaches storage (2): placed as a first turn |
 | layer-ordered session files | no: HiCache loads L3 into host pages before the request runs (1) |
 | coalesced reads | yes: a prefetch restores each session's whole turns in one planned read |
 | direct reads into the GPU | no: L3 fills SGLang's host-memory tier only |
 | two queues | no: SGLang's prefetch policy (`best_effort`, `wait_complete`, `timeout`) |
 
 1. No reader goes layer by layer, so a page is kept whole (the host pool's flat page).
+2. HiCache writes back radix-tree nodes, not requests: the backup calls the backend with the
+   page hashes and `prefix_keys` only, and a node (possibly shared by requests) records no
+   request or turn, so which part of the prefix was the last reply is not known there.
 
 ### LMCache 0.5.6: `adapters.lmcache.FlatCakeStoragePlugin`
 
@@ -442,9 +453,15 @@ directory, a bad `FLATCAKE_TRACE`) raises `PluginStartupFailure`: LMCache's laun
 log any ordinary exception and start without the plugin, so this one, a `BaseException`,
 passes it and the engine's startup fails with the cause.
 
+Reply length: LMCache never tells storage which tokens were the last reply, but forwards every
+`lmcache.*` request config to the chunk keys, and only `lmcache.tag.*` ones enter a key's
+identity; so send `"lmcache.flatcake.previous_reply_tokens": 212` (and optionally
+`"lmcache.flatcake.prefix_ref_count"`) with each later turn. Without it a turn is placed as
+a first turn.
+
 | part of the design | LMCache |
 |---|---|
-| write-time placement | partly: no reply length reaches storage: placed as a first turn |
+| write-time placement | yes, given `lmcache.flatcake.previous_reply_tokens`; else as a first turn |
 | layer-ordered session files | no: LMCache's GPU connector takes a retrieved chunk whole |
 | coalesced reads | yes: the chunks asked for, one planned read per session |
 | direct reads into the GPU | no: a plugin returns CPU memory objects that LMCache copies (1) |

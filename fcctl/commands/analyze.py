@@ -157,6 +157,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Measure block reuse, reuse distances, session KV sizes and memory-tier hit shares."""
         from fcctl import api
+        from fcctl.commands import parse
         from fcctl.common.paths import display_path
         from fcctl.reports.analyze_report import (
             check_analyze_out_dir,
@@ -174,18 +175,20 @@ def register(app: typer.Typer) -> None:
                 trace,
                 format=format,
                 columns=columns,
-                max_line_bytes=max_line_bytes,
+                max_line_bytes=parse.size(max_line_bytes, "max_line_bytes"),
                 model=model,
                 model_config=model_config,
                 tp=tp,
                 kv_dtype=kv_dtype,
-                memory_capacities_bytes=memory,
+                memory_capacities_bytes=(
+                    None if memory is None else parse.size_list(memory, "memory_capacities_bytes")
+                ),
                 rate_requests_per_s=rate,
                 concurrent_sessions=concurrent_sessions,
                 seed=seed,
-                flat_session_kv_bytes=flat_session_kv,
-                reference_capacity_bytes=reference_capacity,
-                memory_budget_bytes=memory_budget,
+                flat_session_kv_bytes=parse.size(flat_session_kv, "flat_session_kv_bytes"),
+                reference_capacity_bytes=parse.size(reference_capacity, "reference_capacity_bytes"),
+                memory_budget_bytes=parse.optional_size(memory_budget, "memory_budget_bytes"),
                 sample_rate=sample_rate,
                 engine=engine,
                 scheduler=scheduler,

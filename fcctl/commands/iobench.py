@@ -139,6 +139,7 @@ def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
     ) -> None:
         """Write sessions as flat files and as eviction-ordered buckets; restore both cold; fio."""
         from fcctl import api
+        from fcctl.commands import parse
         from fcctl.common.outdir import check_out_dir
 
         if out is not None:  # refused before the run, not after minutes of it
@@ -151,7 +152,7 @@ def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
             trace=trace,
             trace_format=trace_format,
             scale=scale,
-            size_limit_bytes=size_limit,
+            size_limit_bytes=parse.size(size_limit, "size_limit_bytes"),
             sessions=sessions,
             tokens=tokens,
             turns=turns,
@@ -160,18 +161,18 @@ def register(app: typer.Typer, *, hooks: RunHooks | None = None) -> None:
             tp=tp,
             kv_dtype=kv_dtype,
             block_tokens=block_tokens,
-            bucket_bytes=bucket_size,
-            memory_tier_bytes=memory_tier,
-            concurrency=concurrency,
+            bucket_bytes=parse.size(bucket_size, "bucket_bytes"),
+            memory_tier_bytes=parse.optional_size(memory_tier, "memory_tier_bytes"),
+            concurrency=parse.int_list(concurrency, "concurrency"),
             repeat=repeat,
             engine=engine,
             engine_threads=threads,
-            max_command_bytes=max_command,
+            max_command_bytes=parse.optional_size(max_command, "max_command_bytes"),
             buffers=buffers,
             fio=not no_fio,
             fio_runtime_s=fio_runtime,
             verify_checksums=verify_checksums,
-            free_margin_bytes=free_margin,
+            free_margin_bytes=parse.optional_size(free_margin, "free_margin_bytes"),
             progress=True,
             hooks=hooks,
         )

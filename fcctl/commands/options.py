@@ -9,15 +9,23 @@ stays declared in its command. Only typer and light fcctl modules are imported h
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from fcctl.commands import FORMAT_NAMES
 from fcctl.layout.geometry import preset_names
+
+if TYPE_CHECKING:
+    from fcctl.analyzers.replay import Hardware
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: Every preset, for --help (the geometry module is light: no numpy, no torch).
 _PRESETS = ", ".join(preset_names())
@@ -135,15 +143,16 @@ DecisionTtftMarginOpt = Annotated[
 ]
 
 
-def split_sizes(value: str | None, parameter: str) -> tuple[str | None, list[str], bool]:
-    """A size flag's list ``"256GiB,1TiB,auto"``: the node's value (the first size, or None),
-    the other sizes to sweep, and whether ``auto`` was among them (parsed here, at the edge:
-    the API takes the sizes as a list)."""
+def split_sizes(value: str | None, parameter: str) -> tuple[int | None, list[int], bool]:
+    """A size flag's list ``"256GiB,1TiB,auto"`` in bytes: the node's value (the first size, or
+    None), the other sizes to sweep, and whether ``auto`` was among them."""
+    from fcctl.commands import parse
+
     if value is None:
         return None, [], False
     items = [v.strip() for v in value.split(",") if v.strip()]
     auto = "auto" in items
-    sizes = [v for v in items if v != "auto"]
+    sizes = [parse.size(v, parameter) for v in items if v != "auto"]
     if not sizes and not auto:
         from fcctl.common.errors import FcctlInputError
 
@@ -151,6 +160,121 @@ def split_sizes(value: str | None, parameter: str) -> tuple[str | None, list[str
             f"{parameter}: give a size or a list of sizes; got {value!r}", parameter=parameter
         )
     return (sizes[0] if sizes else None), sizes[1:], auto
+
+
+#: The simulated node's flags (replay, recommend-thresholds, plan), in the order --help shows
+#: them: a command declares ``node: NodeFlags = NodeFlags()`` and :func:`node_options` puts
+#: these in its place.
+NODE_OPTIONS: dict[str, Any] = {
+    "hardware": HardwareOpt,
+    "gpus": GpusOpt,
+    "gpu_kv": GpuKvOpt,
+    "host_memory": HostMemoryOpt,
+    "ssd": SsdOpt,
+    "staging": StagingOpt,
+    "host_scope": HostScopeOpt,
+    "prefill_tokens_per_s": PrefillTokensPerSOpt,
+    "max_batched_tokens": MaxBatchedTokensOpt,
+    "prefill_chunk_tokens": PrefillChunkTokensOpt,
+    "io_profile": IoProfileOpt,
+}
+#: The node's size flags: the API parameter each makes.
+_NODE_SIZES = {
+    "gpu_kv": "gpu_kv_bytes",
+    "host_memory": "host_memory_bytes",
+    "ssd": "ssd_bytes",
+    "staging": "staging_bytes",
+}
+
+
+@dataclass(frozen=True)
+class NodeSweeps:
+    """What a command's node flags make: the node, and the sizes to sweep besides its own
+    (bytes; given as a flag's list ``"256GiB,1TiB"``), ``host_memory_auto`` for ``auto``."""
+
+    hardware: Hardware
+    gpu_kv_sweep: list[int] = field(default_factory=list)
+    host_memory_sweep: list[int] = field(default_factory=list)
+    staging_sweep: list[int] = field(default_factory=list)
+    host_memory_auto: bool = False
+
+
+@dataclass(frozen=True)
+class NodeFlags:
+    """The simulated node's flags as typed (:data:`NODE_OPTIONS`), parsed once into the API's
+    values by :meth:`build`."""
+
+    hardware: str | None = None
+    gpus: int | None = None
+    gpu_kv: str | None = None
+    host_memory: str | None = None
+    ssd: str | None = None
+    staging: str | None = None
+    host_scope: str | None = None
+    prefill_tokens_per_s: float | None = None
+    max_batched_tokens: int | None = None
+    prefill_chunk_tokens: int | None = None
+    io_profile: Path | None = None
+
+    def build(self, sweeps: Collection[str] = ()) -> NodeSweeps:
+        """The node (``fcctl.hardware``, each override recorded as its flag), and the sizes to
+        sweep of the size flags named in ``sweeps`` (a list in any other is an error)."""
+        from fcctl import api
+        from fcctl.commands import parse
+        from fcctl.errors import flag_for
+
+        sizes: dict[str, int | None] = {}
+        more: dict[str, list[int]] = {}
+        auto = False
+        for flag, parameter in _NODE_SIZES.items():
+            text = getattr(self, flag)
+            if flag in sweeps:
+                sizes[parameter], more[flag], found = split_sizes(text, parameter)
+                auto = auto or found
+            else:
+                sizes[parameter] = parse.optional_size(text, parameter)
+        node = api.hardware(
+            self.hardware,
+            io_profile=self.io_profile,
+            gpus=self.gpus,
+            **sizes,
+            prefill_tokens_per_s=self.prefill_tokens_per_s,
+            max_batched_tokens=self.max_batched_tokens,
+            prefill_chunk_tokens=self.prefill_chunk_tokens,
+            host_scope=self.host_scope,
+            source_of=flag_for,
+        )
+        return NodeSweeps(
+            node,
+            gpu_kv_sweep=more.get("gpu_kv", []),
+            host_memory_sweep=more.get("host_memory", []),
+            staging_sweep=more.get("staging", []),
+            host_memory_auto=auto,
+        )
+
+
+def node_options(command: _F) -> _F:
+    """``command`` with the node's flags (:data:`NODE_OPTIONS`) declared where its ``node``
+    parameter stands, handed to it as one :class:`NodeFlags`: three commands share the flags
+    without restating them (typer reads the signature and annotations set here)."""
+    signature = inspect.signature(command, eval_str=True)
+    parameters: list[inspect.Parameter] = []
+    for p in signature.parameters.values():
+        if p.name != "node":
+            parameters.append(p)
+            continue
+        for name, annotation in NODE_OPTIONS.items():
+            kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+            parameters.append(inspect.Parameter(name, kind, default=None, annotation=annotation))
+
+    @functools.wraps(command)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        flags = NodeFlags(**{name: kwargs.pop(name, None) for name in NODE_OPTIONS})
+        return command(*args, node=flags, **kwargs)
+
+    call.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    call.__annotations__ = {p.name: p.annotation for p in parameters}
+    return call  # type: ignore[return-value]
 
 
 def print_result(result: Any, *, as_json: bool, print_summary: Callable[[Any], None]) -> None:
@@ -220,3 +344,8 @@ SchedulerOpt = Annotated[
     ),
 ]
 EmitNameOpt = Annotated[str, typer.Option("--emit-name", help="Package name for --emit.")]
+
+
+#: The ``node`` parameter's default in a command's own signature: :func:`node_options` puts the
+#: node's flags in its place, so typer never sees it.
+NODE_FLAGS = NodeFlags()

@@ -8,34 +8,25 @@ from typing import Annotated
 import typer
 
 from fcctl.commands.options import (
+    NODE_FLAGS,
     AmplifyOpt,
     ConcurrencyOpt,
     EmitNameOpt,
     FormatOpt,
-    GpuKvOpt,
-    GpusOpt,
-    HardwareOpt,
-    HostMemoryOpt,
-    HostScopeOpt,
-    IoProfileOpt,
     JobsOpt,
     JsonOpt,
     KvDtypeOpt,
-    MaxBatchedTokensOpt,
     ModelConfigOpt,
     ModelOpt,
+    NodeFlags,
     OperatingRateOpt,
-    PrefillChunkTokensOpt,
-    PrefillTokensPerSOpt,
     SampleSessionsOpt,
     SchedulerOpt,
     SimEngineOpt,
     SloTtftP99Opt,
-    SsdOpt,
-    StagingOpt,
     ThinkTimeOpt,
     TpOpt,
-    split_sizes,
+    node_options,
 )
 from fcctl.errors import cli_errors
 
@@ -43,6 +34,7 @@ from fcctl.errors import cli_errors
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     @cli_errors
+    @node_options
     def plan(
         trace: Annotated[Path, typer.Argument(help="Trace file (anything analyze reads).")],
         out: Annotated[Path, typer.Option("-o", "--out", help="Plan directory (new or empty).")],
@@ -54,17 +46,7 @@ def register(app: typer.Typer) -> None:
         model_config: ModelConfigOpt = None,
         tp: TpOpt = None,
         kv_dtype: KvDtypeOpt = None,
-        hardware: HardwareOpt = None,
-        gpus: GpusOpt = None,
-        gpu_kv: GpuKvOpt = None,
-        host_memory: HostMemoryOpt = None,
-        ssd: SsdOpt = None,
-        staging: StagingOpt = None,
-        host_scope: HostScopeOpt = None,
-        prefill_tokens_per_s: PrefillTokensPerSOpt = None,
-        max_batched_tokens: MaxBatchedTokensOpt = None,
-        prefill_chunk_tokens: PrefillChunkTokensOpt = None,
-        io_profile: IoProfileOpt = None,
+        node: NodeFlags = NODE_FLAGS,
         slo_ttft_p99: SloTtftP99Opt = None,
         sample_sessions: SampleSessionsOpt = None,
         amplify: AmplifyOpt = 1,
@@ -97,36 +79,21 @@ def register(app: typer.Typer) -> None:
         """
         import sys
 
-        from fcctl import api
         from fcctl.api import plan as run_plan
+        from fcctl.commands import parse
         from fcctl.common.jsonio import write_json
-        from fcctl.errors import flag_for
 
-        host_memory, host_more, host_auto = split_sizes(host_memory, "host_memory_bytes")
-        node = api.hardware(
-            hardware,
-            io_profile=io_profile,
-            gpus=gpus,
-            gpu_kv_bytes=gpu_kv,
-            host_memory_bytes=host_memory,
-            ssd_bytes=ssd,
-            staging_bytes=staging,
-            prefill_tokens_per_s=prefill_tokens_per_s,
-            max_batched_tokens=max_batched_tokens,
-            prefill_chunk_tokens=prefill_chunk_tokens,
-            host_scope=host_scope,
-            source_of=flag_for,
-        )
+        sized = node.build(sweeps=("host_memory",))
         result = run_plan(
             trace,
             out,
             format=format,
             rate=rate,
-            concurrency=concurrency,
-            think_time=think_time,
-            hardware=node,
-            host_memory_sweep=host_more,
-            host_memory_auto=host_auto,
+            concurrency=None if concurrency is None else parse.concurrency(concurrency),
+            think_time=parse.think_time(think_time),
+            hardware=sized.hardware,
+            host_memory_sweep=sized.host_memory_sweep,
+            host_memory_auto=sized.host_memory_auto,
             model=model,
             model_config=model_config,
             tp=tp,

@@ -10,33 +10,25 @@ from typing import Annotated
 import typer
 
 from fcctl.commands.options import (
+    NODE_FLAGS,
     AmplifyOpt,
     DecisionMarginOpt,
     DecisionTtftMarginOpt,
     EmitNameOpt,
     FormatOpt,
-    GpuKvOpt,
-    GpusOpt,
-    HardwareOpt,
-    HostMemoryOpt,
-    HostScopeOpt,
-    IoProfileOpt,
     JobsOpt,
     JsonOpt,
     KvDtypeOpt,
-    MaxBatchedTokensOpt,
     ModelConfigOpt,
     ModelOpt,
-    PrefillChunkTokensOpt,
-    PrefillTokensPerSOpt,
+    NodeFlags,
     RatesOpt,
     SampleSessionsOpt,
     SchedulerOpt,
     ScheduleSeedOpt,
     SimEngineOpt,
-    SsdOpt,
-    StagingOpt,
     TpOpt,
+    node_options,
     print_result,
 )
 from fcctl.errors import cli_errors
@@ -45,6 +37,7 @@ from fcctl.errors import cli_errors
 def register(app: typer.Typer) -> None:
     @app.command("recommend-thresholds")
     @cli_errors
+    @node_options
     def recommend_thresholds(
         trace: Annotated[Path, typer.Argument(help="Trace file (anything analyze reads).")],
         format: FormatOpt = None,
@@ -80,17 +73,7 @@ def register(app: typer.Typer) -> None:
         model_config: ModelConfigOpt = None,
         tp: TpOpt = None,
         kv_dtype: KvDtypeOpt = None,
-        hardware: HardwareOpt = None,
-        gpus: GpusOpt = None,
-        gpu_kv: GpuKvOpt = None,
-        host_memory: HostMemoryOpt = None,
-        ssd: SsdOpt = None,
-        staging: StagingOpt = None,
-        host_scope: HostScopeOpt = None,
-        prefill_tokens_per_s: PrefillTokensPerSOpt = None,
-        max_batched_tokens: MaxBatchedTokensOpt = None,
-        prefill_chunk_tokens: PrefillChunkTokensOpt = None,
-        io_profile: IoProfileOpt = None,
+        node: NodeFlags = NODE_FLAGS,
         seed: ScheduleSeedOpt = 0,
         sample_sessions: SampleSessionsOpt = None,
         amplify: AmplifyOpt = 1,
@@ -126,28 +109,15 @@ def register(app: typer.Typer) -> None:
             check_name,
             emit_package,
         )
+        from fcctl.commands import parse
         from fcctl.common.outdir import check_out_dir, outputs_together
-        from fcctl.errors import flag_for
         from fcctl.reports.recommend_report import (
             check_recommend_out_dir,
             print_summary,
             write_out_dir,
         )
 
-        node = api.hardware(
-            hardware,
-            io_profile=io_profile,
-            gpus=gpus,
-            gpu_kv_bytes=gpu_kv,
-            host_memory_bytes=host_memory,
-            ssd_bytes=ssd,
-            staging_bytes=staging,
-            prefill_tokens_per_s=prefill_tokens_per_s,
-            max_batched_tokens=max_batched_tokens,
-            prefill_chunk_tokens=prefill_chunk_tokens,
-            host_scope=host_scope,
-            source_of=flag_for,
-        )
+        hw = node.build().hardware
         # Every output path is checked before the sweep, so a bad one costs nothing.
         check_distinct_outputs(out, emit)
         if out is not None:
@@ -160,16 +130,20 @@ def register(app: typer.Typer) -> None:
         result = api.recommend_thresholds(
             trace,
             format=format,
-            rates=rates,
-            short_reply_grid=short_reply,
-            agent_context_grid=agent_context,
+            rates=parse.numbers(rates, "rates"),
+            short_reply_grid=None
+            if short_reply is None
+            else parse.grid(short_reply, "short_reply_grid"),
+            agent_context_grid=(
+                None if agent_context is None else parse.grid(agent_context, "agent_context_grid")
+            ),
             objective=objective,
             target_rate=target_rate,
             model=model,
             model_config=model_config,
             tp=tp,
             kv_dtype=kv_dtype,
-            hardware=node,
+            hardware=hw,
             seed=seed,
             jobs=jobs,
             engine=engine,

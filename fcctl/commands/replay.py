@@ -9,37 +9,28 @@ from typing import Annotated
 import typer
 
 from fcctl.commands.options import (
+    NODE_FLAGS,
     AmplifyOpt,
     ConcurrencyOpt,
     DecisionMarginOpt,
     DecisionTtftMarginOpt,
     FormatOpt,
-    GpuKvOpt,
-    GpusOpt,
-    HardwareOpt,
-    HostMemoryOpt,
-    HostScopeOpt,
-    IoProfileOpt,
     JobsOpt,
     JsonOpt,
     KvDtypeOpt,
-    MaxBatchedTokensOpt,
     ModelConfigOpt,
     ModelOpt,
+    NodeFlags,
     OperatingRateOpt,
-    PrefillChunkTokensOpt,
-    PrefillTokensPerSOpt,
     SampleSessionsOpt,
     SchedulerOpt,
     ScheduleSeedOpt,
     SimEngineOpt,
     SloTtftP99Opt,
-    SsdOpt,
-    StagingOpt,
     ThinkTimeOpt,
     TpOpt,
+    node_options,
     print_result,
-    split_sizes,
 )
 from fcctl.errors import cli_errors
 
@@ -47,6 +38,7 @@ from fcctl.errors import cli_errors
 def register(app: typer.Typer) -> None:
     @app.command("replay")
     @cli_errors
+    @node_options
     def replay(
         trace: Annotated[
             Path, typer.Argument(help="Trace file, or a dataset directory or glob (as analyze).")
@@ -95,13 +87,7 @@ def register(app: typer.Typer) -> None:
         model_config: ModelConfigOpt = None,
         tp: TpOpt = None,
         kv_dtype: KvDtypeOpt = None,
-        hardware: HardwareOpt = None,
-        gpus: GpusOpt = None,
-        gpu_kv: GpuKvOpt = None,
-        host_memory: HostMemoryOpt = None,
-        ssd: SsdOpt = None,
-        staging: StagingOpt = None,
-        host_scope: HostScopeOpt = None,
+        node: NodeFlags = NODE_FLAGS,
         short_reply: Annotated[
             int | None,
             typer.Option("--short-reply", help="Placement: a reply of at most this is short."),
@@ -110,10 +96,6 @@ def register(app: typer.Typer) -> None:
             int | None,
             typer.Option("--agent-context", help="Placement: a context above this goes to SSD."),
         ] = None,
-        prefill_tokens_per_s: PrefillTokensPerSOpt = None,
-        max_batched_tokens: MaxBatchedTokensOpt = None,
-        prefill_chunk_tokens: PrefillChunkTokensOpt = None,
-        io_profile: IoProfileOpt = None,
         seed: ScheduleSeedOpt = 0,
         sample_sessions: SampleSessionsOpt = None,
         decision_margin_pp: DecisionMarginOpt = 1.0,
@@ -132,45 +114,29 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Replay a trace under load: reused KV delivered to the GPU, TTFT, SSD traffic."""
         from fcctl import api
-        from fcctl.errors import flag_for
+        from fcctl.commands import parse
         from fcctl.reports.replay_report import check_replay_out_dir, print_summary, write_out_dir
 
-        gpu_kv, gpu_kv_more, _ = split_sizes(gpu_kv, "gpu_kv_bytes")
-        host_memory, host_more, host_auto = split_sizes(host_memory, "host_memory_bytes")
-        staging, staging_more, _ = split_sizes(staging, "staging_bytes")
-        node = api.hardware(
-            hardware,
-            io_profile=io_profile,
-            gpus=gpus,
-            gpu_kv_bytes=gpu_kv,
-            host_memory_bytes=host_memory,
-            ssd_bytes=ssd,
-            staging_bytes=staging,
-            prefill_tokens_per_s=prefill_tokens_per_s,
-            max_batched_tokens=max_batched_tokens,
-            prefill_chunk_tokens=prefill_chunk_tokens,
-            host_scope=host_scope,
-            source_of=flag_for,
-        )
-        if concurrency is not None and rates == "auto":
-            rates = None  # type: ignore[assignment]  # the load axis is the concurrency
+        sized = node.build(sweeps=("gpu_kv", "host_memory", "staging"))
+        # The load axis is the concurrency when it is given (its default rates are "auto").
+        offered = None if concurrency is not None and rates == "auto" else parse.rates(rates)
         if out is not None:
             check_replay_out_dir(out, force=force)
         result = api.replay(
             trace,
             format=format,
-            policies=policies,
-            rates=rates,
+            policies=parse.names(policies),
+            rates=offered,
             rate=rate,
             slo_ttft_p99_s=slo_ttft_p99,
-            gpu_kv_sweep=gpu_kv_more,
-            host_memory_sweep=host_more,
-            staging_sweep=staging_more,
-            host_memory_auto=host_auto,
-            concurrency=concurrency,
+            gpu_kv_sweep=sized.gpu_kv_sweep,
+            host_memory_sweep=sized.host_memory_sweep,
+            staging_sweep=sized.staging_sweep,
+            host_memory_auto=sized.host_memory_auto,
+            concurrency=None if concurrency is None else parse.concurrency(concurrency),
             amplify=amplify,
-            memory_budget_bytes=memory_budget,
-            think_time=think_time,
+            memory_budget_bytes=parse.optional_size(memory_budget, "memory_budget_bytes"),
+            think_time=parse.think_time(think_time),
             cancel=cancel,
             router=router,
             decision_margin_pp=decision_margin_pp,
@@ -179,7 +145,7 @@ def register(app: typer.Typer) -> None:
             model_config=model_config,
             tp=tp,
             kv_dtype=kv_dtype,
-            hardware=node,
+            hardware=sized.hardware,
             short_reply_tokens=short_reply,
             agent_context_tokens=agent_context,
             seed=seed,

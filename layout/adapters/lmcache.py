@@ -29,8 +29,16 @@ request's lookup chain (this plugin remembers the most recent lookup chains, bou
 
 A chunk is kept whole (its ``MemoryObj`` bytes, padded to the largest chunk; one store *layer*):
 the GPU connector consumes retrieved chunks whole, not layer by layer. What it cannot deliver:
-the placement's reply-length signal (not passed to storage), the two-queue scheduler (LMCache
-decides retrieval order), and GDS into the GPU (use LMCache's own ``GdsBackend`` for that).
+the two-queue scheduler (LMCache decides retrieval order) and GDS into the GPU (use LMCache's
+own ``GdsBackend`` for that).
+
+The placement's reply-length signal: LMCache never tells storage a reply's length (it stores
+token chunks; which of a prompt's tokens were the last reply it does not know), but it forwards
+every ``lmcache.*`` request config to each key's ``request_configs``, and only the
+``lmcache.tag.*`` ones enter a key's identity. So the serving layer may send
+``lmcache.flatcake.previous_reply_tokens`` (and ``lmcache.flatcake.prefix_ref_count``) with a
+request, per turn, without changing its keys; without it a later turn takes the session's last
+reply length given, else is placed as a first turn.
 
 Both lookup paths work: the blocking one (``batched_contains`` then ``batched_get_blocking``)
 and, with ``enable_async_loading``, the prefetch one (``batched_async_contains`` then
@@ -109,6 +117,26 @@ def _session_of(key: CacheEngineKey) -> Any:
         if name == SESSION_TAG:
             return value
     return None
+
+
+#: Request configs the plugin reads from a put's keys (module docstring): not tags, so a value
+#: that changes from turn to turn leaves the keys, and so the prefix's hits, unchanged.
+REPLY_CONFIG = "lmcache.flatcake.previous_reply_tokens"
+REF_COUNT_CONFIG = "lmcache.flatcake.prefix_ref_count"
+
+
+def _int_config(key: CacheEngineKey, name: str) -> int | None:
+    """The request config ``name`` of ``key``'s request as a count, ``None`` when absent."""
+    value = (key.request_configs or {}).get(name)
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = -1
+    if n < 0:
+        raise ValueError(f"request_configs: {name} must be a count of tokens; got {value!r}")
+    return n
 
 
 class FlatCakeStoragePlugin(StoragePluginInterface):
@@ -347,11 +375,14 @@ class FlatCakeStoragePlugin(StoragePluginInterface):
                 for k in keys:
                     on_complete_callback(k)
 
+        ref_count = _int_config(keys[0], REF_COUNT_CONFIG)
         kv.submit_write(
             list(keys),
             [[_bytes_of(o)] for o in objs],
             prefix=prefix,
             session_id=_session_of(keys[0]),
+            previous_reply_tokens=_int_config(keys[0], REPLY_CONFIG),
+            prefix_ref_count=1 if ref_count is None else max(1, ref_count),
             copy_now=True,  # never touch LMCache's memory after return (docstring)
             on_written=written,
         )

@@ -27,8 +27,16 @@ A page is kept as the host pool's flat page bytes (``get_data_page(index, flat=T
 store *layer* per page: HiCache loads L3 into host memory before the request runs, so no
 consumer reads L3 layer by layer and a per-layer order would buy nothing here. What this
 interface cannot deliver: GDS into the GPU (L3 fills host memory only), the two-queue
-scheduler (SGLang's prefetch policy decides waiting), the placement's reply-length signal
-(SGLang does not pass output lengths to storage).
+scheduler (SGLang's prefetch policy decides waiting), the placement's reply-length signal.
+
+Why no reply length reaches storage in SGLang 0.5.23: L3 writes back radix-tree nodes, not
+requests. ``HiCacheController.write_storage`` takes a node's host indices, token ids and page
+hashes; its backup thread calls the backend with ``HiCacheStorageExtraInfo(prefix_keys=...)``
+and nothing else (``cache_controller.py``, ``_page_backup``), and a node records its tokens,
+hashes and host slots, not which request or turn made them. The prefix chain gives the context
+length, not where in it the last reply lies, and a node shared by requests has no one previous
+reply. So every write is placed as a first turn unless a caller puts ``session_id`` and the
+length in ``extra_info`` itself, which SGLang's own code never does.
 """
 
 from __future__ import annotations

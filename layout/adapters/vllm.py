@@ -76,6 +76,7 @@ try:
         PrepareStoreOutput,
         ReqContext,
         RequestOffloadingContext,
+        ScheduleEndContext,
         TransferResult,
     )
     from vllm.v1.kv_offload.config import OffloadingConfig
@@ -89,7 +90,7 @@ from ..placement import Medium as StoreMedium
 from ..placement import PlacementRule, PlacementSignals
 from ..reclaim import SessionReclaimer
 from ..rule_file import resolve_rule
-from ..store import FlatStore, scan_sessions, session_file_name
+from ..store import SESSION_SUFFIX, FlatStore, scan_sessions, session_file_name
 from .common import (
     Clock,
     KeyIndex,
@@ -115,10 +116,26 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+SEAL_SUFFIX = ".fcseal"
+
+
+def seal_marker(directory: str, node: int, session: str, turn: int) -> str:
+    """The empty file by which the manager tells the workers that ``session``'s turn ``turn``
+    is whole though no transfer carries it: vLLM gives an ``OffloadingWorker`` no call when a
+    request finishes (only ``submit_*``, ``get_finished``, ``wait``, ``shutdown``), and the
+    manager and its workers share the directory. Named like the session's files (rank 0's,
+    one marker serves every rank)."""
+    name = session_file_name(node, 0, session).removesuffix(SESSION_SUFFIX)
+    return os.path.join(directory, f".{name}-t{turn}{SEAL_SUFFIX}")
+
+
 class FlatCakeStoreSpec(LoadStoreSpec):
     """A store decided by the manager: ``keys`` become (more of) turn ``turn`` of ``session``
     on ``medium`` (0 memory, 1 SSD); ``drops`` are sessions to remove first, ``seals`` the
-    ``(session, turn)`` whose request finished (the turn is whole: write it)."""
+    ``(session, turn)`` whose request finished (the turn is whole: write it). ``final`` is set
+    by the manager when the request finishes in the step that made this store, its last: the
+    worker then writes the turn whole at once (vLLM sends a step's specs to the workers after
+    ``on_request_finished``, so the flag set there travels with the spec)."""
 
     def __init__(
         self,
@@ -135,6 +152,7 @@ class FlatCakeStoreSpec(LoadStoreSpec):
         self.keys = keys
         self.drops = drops
         self.seals = seals or []
+        self.final = False
 
 
 class FlatCakeLoadSpec(LoadStoreSpec):
@@ -165,6 +183,9 @@ class _Request:
     # The turn this request is storing: (session, turn, medium), placed at its first store;
     # vLLM's later stores of the request's blocks extend it.
     turn: tuple[str, int, StoreMedium] | None = None
+    # The store this scheduler step made for the request, until the step ends: a request that
+    # finishes in the same step seals its turn through it (FlatCakeStoreSpec.final).
+    step_store: FlatCakeStoreSpec | None = None
 
 
 class FlatCakeManager(OffloadingManager):
@@ -193,7 +214,21 @@ class FlatCakeManager(OffloadingManager):
         # Lookups, stores and reclaimed sessions (the worker counts the loads): vllm:flatcake_*.
         self.metrics = AdapterMetrics(ENGINE)
         register_if_available(self.metrics)
+        self.markers: dict[str, str] = {}  # session -> its seal marker (seal_marker)
+        self._remove_stale_markers()
         self._index_recovered()
+
+    def _remove_stale_markers(self) -> None:
+        # An earlier run's markers name turns that did not survive it (open turns are lost
+        # with their worker): left, one would seal a new turn of the same number at once.
+        opts = self.spec.options
+        prefix = f".n{opts.node}-"
+        if not os.path.isdir(opts.directory):
+            return  # a first start: the workers create it
+        with os.scandir(opts.directory) as entries:
+            for e in entries:
+                if e.name.startswith(prefix) and e.name.endswith(SEAL_SUFFIX):
+                    os.unlink(e.path)
 
     def _index_recovered(self) -> None:
         """Index what the workers' stores recover from an earlier run: the same files, read
@@ -325,6 +360,7 @@ class FlatCakeManager(OffloadingManager):
             at = r.chain.index(new[0])
             session, _ = self.index.session_for(r.chain[:at], new, r.session_id)
             self._close_open_turn_of(session)
+            self._unmark(session)  # the workers sealed it; this spec carries the seal too
             known = self.index.sessions.get(session)
             turn = len(known.turn_ends) if known else 0
             reply = r.previous_reply_tokens
@@ -350,15 +386,50 @@ class FlatCakeManager(OffloadingManager):
         spec = FlatCakeStoreSpec(
             session, turn, int(medium), new, self._take_drops(), self._take_seals()
         )
+        r.step_store = spec
         return PrepareStoreOutput(keys_to_store=new, store_spec=spec, evicted_keys=[])
 
     def _close_turn(self, r: _Request) -> None:
-        """``r``'s turn is whole: the workers seal it at their next transfer."""
+        """``r``'s turn is whole: written whole by this step's store of it, if it made one (in
+        vLLM not yet sent to the workers when the request finishes), and in any case sealed by
+        the workers in this step (seal marker) or at their next transfer (``seals``); sealing a
+        sealed turn does nothing."""
         if r.turn is not None:
             session, turn, _ = r.turn
+            store = r.step_store
+            if store is not None and (store.session, store.turn) == (session, turn):
+                store.final = True
             if session in self.index.sessions:
                 self.seals.append((session, turn))
+                self._mark_sealed(session, turn)
             r.turn = None
+
+    def _mark_sealed(self, session: str, turn: int) -> None:
+        """Create the seal marker (seal_marker), so an idle engine's workers seal the turn in
+        the step that tells them the request finished, not at the next transfer."""
+        self._unmark(session)
+        opts = self.spec.options
+        path = seal_marker(opts.directory, opts.node, session, turn)
+        try:
+            with open(path, "a"):
+                pass
+        except OSError as e:  # the seal still travels with the next transfer
+            log.warning("flatcake: cannot create seal marker %s: %s", path, e)
+            return
+        self.markers[session] = path
+
+    def _unmark(self, session: str) -> None:
+        path = self.markers.pop(session, None)
+        if path is not None:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        # The step's specs go to the workers now: later finishes seal through self.seals.
+        for r in self.requests.values():
+            r.step_store = None
 
     def _close_open_turn_of(self, session: str) -> None:
         # A new turn of a session whose last turn's request still runs (a second request of
@@ -397,6 +468,7 @@ class FlatCakeManager(OffloadingManager):
         self.drops.append(session)
 
     def _forget(self, session: str) -> None:
+        self._unmark(session)
         keys = self.index.forget(session)
         if keys:
             self.metrics.add("sessions_reclaimed")
@@ -425,6 +497,8 @@ class FlatCakeManager(OffloadingManager):
             self._drop(s)
 
     def shutdown(self) -> None:
+        for session in list(self.markers):
+            self._unmark(session)
         if self.recorder is not None:
             self.recorder.close()
 
@@ -450,7 +524,7 @@ class FlatCakeWorker(OffloadingWorker):
         self.layers = [t.view(torch.uint8)[:, :page] for t in self.tensors]
         self.device = self.tensors[0].device
         self.clock = Clock()
-        opts = spec.options
+        opts = self.options = spec.options
         extra = {} if opts.extent_bytes is None else {"extent_bytes": opts.extent_bytes}
         # The manager is the authority on capacity (it places and reclaims); this store only
         # executes, so its own budgets never refuse what the manager decided.
@@ -503,6 +577,8 @@ class FlatCakeWorker(OffloadingWorker):
             open_turn = [t for t in self.store.turns(session) if t.turn == turn]
             if open_turn and session in self.store.open_sessions():
                 self.store.seal(session, now)
+            if self.turns.get(session) == turn:
+                del self.turns[session]
 
     def submit_store(
         self, job_id: int, device_ptrs: DevicePointers, dst_spec: LoadStoreSpec
@@ -516,6 +592,10 @@ class FlatCakeWorker(OffloadingWorker):
             rows = [layer.index_select(0, ids).reshape(-1) for layer in self.layers]
             kv = torch.stack(rows).cpu().numpy()
             # Open until the manager says the request finished: one segment per turn.
+            if dst_spec.final:  # written whole by this call: nothing left to seal
+                self.turns.pop(dst_spec.session, None)
+            else:
+                self.turns[dst_spec.session] = dst_spec.turn  # open: see get_finished
             self.store.write_turn(
                 dst_spec.session,
                 dst_spec.turn,
@@ -523,7 +603,7 @@ class FlatCakeWorker(OffloadingWorker):
                 tokens=len(dst_spec.keys),
                 medium=StoreMedium(dst_spec.medium),
                 now_s=self.clock(),
-                final=False,
+                final=dst_spec.final,
                 tag=pack_keys(dst_spec.keys),
             )
             if StoreMedium(dst_spec.medium) == StoreMedium.SSD:
@@ -590,6 +670,13 @@ class FlatCakeWorker(OffloadingWorker):
         self.host_restores += 1
 
     def get_finished(self) -> list[TransferResult]:
+        # vLLM calls this every step, including the step that tells the workers a request
+        # finished: seal the open turns whose request the manager marked finished. One stat
+        # per open turn (one per request decoding here).
+        opts = self.options
+        for session, turn in list(self.turns.items()):
+            if os.path.exists(seal_marker(opts.directory, opts.node, session, turn)):
+                self._seal([(session, turn)])
         done, self.finished = self.finished, []
         return done
 
@@ -618,6 +705,12 @@ class FlatCakeOffloadingSpec(OffloadingSpec):
     ) -> None:
         super().__init__(config)
         extra = dict(config.extra_config)
+        # vLLM's OffloadingSpec offloads only prompt blocks unless told otherwise
+        # (vllm/v1/kv_offload/base.py, 0.34.0: ``offload_prompt_only`` defaults to True, for
+        # engines that drop a turn's generated tokens). In a chat the reply is the next turn's
+        # prefix, and the design stores turns whole: FlatCake offloads the blocks decode
+        # completes too, unless the deployment sets it.
+        self.offload_prompt_only = bool(extra.get("offload_prompt_only", False))
         if len(config.groups) != 1:
             raise ValueError(f"groups: one KV cache group supported; got {len(config.groups)}")
         if self.blocks_per_chunk != 1:
