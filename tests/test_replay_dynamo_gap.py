@@ -12,6 +12,12 @@ things these cases compute by hand:
   step), and the simulator now follows it: these cases check it by hand;
 * how long a request runs (fcctl's time model keeps requests about four times longer than
   Dynamo's mocker) then decides how long the blocks it references stay pinned.
+
+A third rule differs by design and is computed here too: when a session's next turn is sent.
+fcctl sends it at max(previous send + the recorded send-to-send gap, previous end), Dynamo (as
+a real client) the recorded think time after the previous end. Measured on the 100 sessions,
+Dynamo's rule in fcctl lowers fcctl's GPU-only share (docs/simulator.md), so pacing is not
+why fcctl sits under Dynamo.
 """
 
 from __future__ import annotations
@@ -136,3 +142,59 @@ def test_referenced_blocks_stay_and_are_released_tail_first(store_cls: type) -> 
     assert store.gpu_prefix(np.array([0]), 0) == 1
     assert store.gpu_prefix(np.array([1]), 0) == 0
     assert store.gpu_prefix(np.array([2]), 0) == 0 and store.gpu_prefix(np.array([10]), 0) == 0
+
+
+# The pacing case: two sessions as the Claude Code trace records them. Each request has its
+# send time t, its server time api_time and the client's think time before the next send, so
+# t(next) = t + api_time + think_time. A: t = 0 (api 1 s, think 50 s), then t = 51. B: t = 0
+# (api 1 s, think 119 s), then t = 120, a 9-block prompt that with its output block fills the
+# whole 10-block pool.
+_A0, _A1 = [0, 1, 2, 3], [0, 1, 2, 3, 999]
+_B0, _B1 = [100], [100, *range(200, 208)]
+_THINK_A, _THINK_B = 50.0, 119.0
+
+
+def _paced_run(t_a1: float, t_b1: float):  # type: ignore[no-untyped-def]
+    # One worker, a 10-block shared pool, a slow decode (KV read at 10 kB/s): A's first turn
+    # (16 output tokens) runs about 110 s, much longer than the 1 s the trace recorded.
+    hw = tiny_node(gpus=1, gpu_kv=10, gpu_running_kv_bytes=None, hbm_bytes_per_s=1e4)
+    config = ReplayConfig(geometry=TINY, hardware=hw, keep_tables=True)
+    trace = trace_of(
+        [_A0, _A1, _B0, _B1],
+        sessions=["A", "A", "B", "B"],
+        timestamps=[0.0, t_a1, 0.0, t_b1],
+        output_tokens=[BLOCK_TOKENS, 1, 1, 1],
+    )
+    p = simulate(build_workload(trace, TINY, 1), config, "memory-only", None, concurrency=2)
+    assert p.table is not None and p.rejected_requests.count == 0
+    return p.table.sort("request_index")
+
+
+def test_pacing_decides_whether_a_slow_sessions_prefix_survives() -> None:
+    """By hand, both sessions start at 0; A's first turn ends at E (about 110 s), B's at e
+    (a few s).
+
+    * fcctl's rule, next arrival = max(previous arrival + t difference, previous end): A's
+      next turn at max(0 + 51, E) = E, before B's big turn at max(0 + 120, e) = 120. It finds
+      its 4 blocks (nothing evicted them yet); B's turn then evicts A's blocks, too late to
+      matter.
+    * a real client's rule (Dynamo's replay: previous end + the recorded think time): B's turn
+      at e + 119 (before E + 50), A's at E + 50. B's 10 blocks fill the pool and evict all of
+      A's: A's next turn finds 0.
+
+    fcctl is run with its rule, then fed the client rule's arrivals as the trace's times (each
+    then falls after the previous turn's end, so fcctl's max() keeps them as given): its store
+    gives the hand counts both times, so the two counts differ by pacing alone.
+    """
+    fcctl_rule = _paced_run(51.0, 120.0)
+    end_a0, end_b0 = fcctl_rule["end_s"][0], fcctl_rule["end_s"][2]
+    assert 51.0 < end_a0 < 120.0 and end_b0 < 51.0  # the case's premise: A ran long, B short
+    assert fcctl_rule["arrival_s"].to_list() == [0.0, end_a0, 0.0, 120.0]
+    assert fcctl_rule["gpu_blocks"].to_list() == [0, 4, 0, 1]
+
+    t_a1, t_b1 = end_a0 + _THINK_A, end_b0 + _THINK_B
+    assert end_a0 < t_b1 < t_a1  # B's big turn comes between A's turns
+    client_rule = _paced_run(t_a1, t_b1)
+    assert client_rule["end_s"][0] == end_a0 and client_rule["end_s"][2] == end_b0
+    assert client_rule["arrival_s"].to_list() == [0.0, t_a1, 0.0, t_b1]
+    assert client_rule["gpu_blocks"].to_list() == [0, 0, 0, 1]
