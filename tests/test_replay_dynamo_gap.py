@@ -14,10 +14,11 @@ things these cases compute by hand:
   Dynamo's mocker) then decides how long the blocks it references stay pinned.
 
 A third rule differs by design and is computed here too: when a session's next turn is sent.
-fcctl sends it at max(previous send + the recorded send-to-send gap, previous end), Dynamo (as
-a real client) the recorded think time after the previous end. Measured on the 100 sessions,
-Dynamo's rule in fcctl lowers fcctl's GPU-only share (docs/simulator.md), so pacing is not
-why fcctl sits under Dynamo.
+fcctl sends it at max(previous send + the recorded send-to-send gap, previous end), Dynamo at
+max(the recorded send time, previous end + the recorded think time): like a real client it
+never thinks less than recorded after a slow response. Measured on the 100 sessions, Dynamo's
+rule in fcctl lowers fcctl's GPU-only share (docs/simulator.md), so pacing is not why fcctl
+sits under Dynamo.
 """
 
 from __future__ import annotations
@@ -178,11 +179,12 @@ def test_pacing_decides_whether_a_slow_sessions_prefix_survives() -> None:
       next turn at max(0 + 51, E) = E, before B's big turn at max(0 + 120, e) = 120. It finds
       its 4 blocks (nothing evicted them yet); B's turn then evicts A's blocks, too late to
       matter.
-    * a real client's rule (Dynamo's replay: previous end + the recorded think time): B's turn
-      at e + 119 (before E + 50), A's at E + 50. B's 10 blocks fill the pool and evict all of
+    * Dynamo's rule, max(recorded send time, previous end + recorded think time), here a real
+      client's (previous end + think): B's turn at max(120, e + 119) = e + 119, A's at
+      max(51, E + 50) = E + 50, after B's. B's 10 blocks fill the pool and evict all of
       A's: A's next turn finds 0.
 
-    fcctl is run with its rule, then fed the client rule's arrivals as the trace's times (each
+    fcctl is run with its rule, then fed Dynamo's rule's arrivals as the trace's times (each
     then falls after the previous turn's end, so fcctl's max() keeps them as given): its store
     gives the hand counts both times, so the two counts differ by pacing alone.
     """
@@ -192,9 +194,9 @@ def test_pacing_decides_whether_a_slow_sessions_prefix_survives() -> None:
     assert fcctl_rule["arrival_s"].to_list() == [0.0, end_a0, 0.0, 120.0]
     assert fcctl_rule["gpu_blocks"].to_list() == [0, 4, 0, 1]
 
-    t_a1, t_b1 = end_a0 + _THINK_A, end_b0 + _THINK_B
+    t_a1, t_b1 = max(51.0, end_a0 + _THINK_A), max(120.0, end_b0 + _THINK_B)  # Dynamo's rule
     assert end_a0 < t_b1 < t_a1  # B's big turn comes between A's turns
-    client_rule = _paced_run(t_a1, t_b1)
-    assert client_rule["end_s"][0] == end_a0 and client_rule["end_s"][2] == end_b0
-    assert client_rule["arrival_s"].to_list() == [0.0, t_a1, 0.0, t_b1]
-    assert client_rule["gpu_blocks"].to_list() == [0, 0, 0, 1]
+    dynamo_rule = _paced_run(t_a1, t_b1)
+    assert dynamo_rule["end_s"][0] == end_a0 and dynamo_rule["end_s"][2] == end_b0
+    assert dynamo_rule["arrival_s"].to_list() == [0.0, t_a1, 0.0, t_b1]
+    assert dynamo_rule["gpu_blocks"].to_list() == [0, 0, 0, 1]
