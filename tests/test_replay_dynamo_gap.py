@@ -23,6 +23,12 @@ sits under Dynamo.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -200,3 +206,78 @@ def test_pacing_decides_whether_a_slow_sessions_prefix_survives() -> None:
     assert dynamo_rule["end_s"][0] == end_a0 and dynamo_rule["end_s"][2] == end_b0
     assert dynamo_rule["arrival_s"].to_list() == [0.0, t_a1, 0.0, t_b1]
     assert dynamo_rule["gpu_blocks"].to_list() == [0, 0, 0, 1]
+
+
+_DYNAMO_PYTHON = Path(os.environ.get("FCCTL_DYNAMO_PYTHON", "/tmp/dynvenv/bin/python"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _DYNAMO_PYTHON.exists(), reason="Dynamo 1.6.1's venv is absent")
+def test_dynamo_paces_by_the_recorded_schedule_and_think_time(tmp_path: Path) -> None:
+    """Dynamo 1.6.1's own rule, which the pacing case above states: a turn goes at
+    max(session start + t, previous end + t difference - previous api_time), the whole
+    difference where api_time is absent. One session, one worker; Dynamo's mocker serves each
+    turn in well under a second (llama-3.1-8b, a few hundred tokens), so by hand:
+
+    * t 20 after api 5 at t 0: max(20, e0 + 15) = 20;
+    * t 40 after api 3 at t 20: max(40, e1 + 17) = 40;
+    * t 70 after a turn without api_time at t 40: max(70, e2 + 30) = e2 + 30 (> 70);
+    * t 100 after api 1 at t 70: max(100, e3 + 29) = 100 (e3 is about 70.1).
+    """
+    rows = [(0.0, 5.0), (20.0, 3.0), (40.0, None), (70.0, 1.0), (100.0, 1.0)]
+    requests = []
+    for i, (t, api) in enumerate(rows):
+        request: dict[str, Any] = {
+            "t": t,
+            "type": "n",
+            "model": "claude-opus-4-5-20251101",
+            "in": (4 + i) * 64,
+            "out": 10,
+            "hash_ids": list(range(4 + i)),
+            "input_types": ["text"],
+            "output_types": ["text"],
+            "stop": "end_turn",
+        }
+        if api is not None:
+            request["api_time"] = api
+        requests.append(request)
+    session = {
+        "id": "trace_0001",
+        "models": ["claude-opus-4-5-20251101"],
+        "block_size": 64,
+        "hash_id_scope": "local",
+        "tool_tokens": 0,
+        "system_tokens": 0,
+        "requests": requests,
+    }
+    trace = tmp_path / "pacing.jsonl"
+    trace.write_text(json.dumps(session) + "\n")
+    settings = {
+        "engine": {
+            "num_gpu_blocks": 1024,
+            "block_size": 64,
+            "kv_cache_bytes_per_token": 131_072,
+            "enable_prefix_caching": True,
+        },
+        "num_workers": 1,
+        "router_mode": "round_robin",
+        "trace_block_size": 64,
+        "trace_format": "weka",
+        "execution_model": "llama-3.1-8b",
+        "per_request": ["arrival_time_ms", "terminal_time_ms"],
+    }
+    common = Path(__file__).resolve().parents[1] / "benchmarks" / "_common.py"
+    out = subprocess.run(
+        [str(_DYNAMO_PYTHON), str(common), "_dynamo", str(trace), json.dumps(settings)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    done = json.loads(out.stdout)["per_request"]
+    arrival = [r["arrival_time_ms"] / 1e3 for r in done]
+    end = [r["terminal_time_ms"] / 1e3 for r in done]
+    assert all(e - a < 1.0 for a, e in zip(arrival, end, strict=True))  # the premise
+    assert arrival[:3] == pytest.approx([0.0, 20.0, 40.0], abs=1e-6)
+    assert arrival[3] == pytest.approx(end[2] + 30.0, abs=1e-6) and arrival[3] > 70.0
+    assert arrival[4] == pytest.approx(100.0, abs=1e-6)
