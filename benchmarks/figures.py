@@ -412,7 +412,11 @@ def run_commands(names: Iterable[str], workdir: Path) -> dict[str, Run]:
         out = workdir / name
         argv = [a.format(out=out, shared=SHARED) for a in COMMANDS[name].argv]
         print(f"figures: running {name}: {COMMANDS[name].text()}", file=sys.stderr, flush=True)
-        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
+        # This checkout first on the path: a script under benchmarks/ imports it, not an
+        # installed fcctl.
+        path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
+        env = {**os.environ, "PYTHONPATH": path}
+        done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             tail = done.stderr.strip().splitlines()[-1:] or ["no stderr"]
             raise SystemExit(f"figures: {name} exited {done.returncode}: {tail[0]}")
