@@ -438,7 +438,7 @@ def regenerate(costs: set[str], only: set[str] | None) -> dict[str, Value]:
         for figure in chosen:
             try:
                 values[figure.id] = figure.extract(runs[figure.command])
-            except (LookupError, StopIteration, ValueError) as exc:
+            except (LookupError, StopIteration, TypeError, ValueError) as exc:
                 raise SystemExit(f"figures: fig:{figure.id}: cannot read it: {exc}") from exc
     return values
 
