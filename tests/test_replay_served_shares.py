@@ -132,3 +132,11 @@ def test_an_older_document_is_refused_in_one_line(
     old = dict(rejecting_doc, schema_version=2)
     with pytest.raises(InputError, match=r"^replay: schema_version must be 3; got 2$"):
         ReplayResult.from_json(old)
+
+
+def test_an_older_recommendation_is_refused_in_one_line() -> None:
+    from fcctl.analyzers.recommend import RecommendResult
+    from fcctl.common.errors import InputError
+
+    with pytest.raises(InputError, match=r"^recommendation: schema_version must be 3; got 2$"):
+        RecommendResult.from_json({"schema_version": 2})

@@ -164,6 +164,19 @@ def prefetch_stats(table: pl.DataFrame) -> PrefetchStats:
     return PrefetchStats(_mean(pf), _mean(wait), _mean(pf - wait), _pct(pf, 99))
 
 
+def served_shares(
+    w: Workload, full: pl.DataFrame, delivered: int
+) -> tuple[float | None, float | None]:
+    """``gpu_hit_share_served`` and ``ideal_hit_share_served`` (docs/simulator.md §6.0): over
+    the requests that ran, since a layout cannot deliver hits to a request that never ran."""
+    ran = full["rejected"].is_null()
+    accesses = int(full.filter(ran)["blocks"].sum())
+    hit = delivered / accesses if accesses else None
+    if bool(ran.all()):
+        return hit, w.ideal_hit_share
+    return hit, w.served_ideal_hit_share(ran.to_numpy())
+
+
 def summarize(
     sim: Simulation, keep_table: bool, *, offered_rate: float | None = None
 ) -> PolicyResult:
@@ -188,14 +201,7 @@ def summarize(
     ssd_read = int(table["ssd_read_bytes"].sum())
     ssd_delivered = ssd_blocks * sim.block_bytes
     accesses = w.block_accesses
-    # Shares over what was served beside those over all requests (docs/simulator.md, "Shares
-    # over what was served"): a layout cannot deliver hits to a request that never ran.
-    served_accesses = int(table["blocks"].sum())
-    served_ideal = (
-        w.served_ideal_hit_share(full["rejected"].is_null().to_numpy())
-        if rejected.height
-        else w.ideal_hit_share
-    )
+    served_hit, served_ideal = served_shares(w, full, delivered)
     # Bytes over the GPUs' links: every rank receives its rank's bytes of each copied block.
     copied = int(table["copy_blocks"].sum()) * sim.rank_block_bytes * sim.tp
     direct = ssd_read if getattr(sim.policy, "reads_into_gpu", False) else 0
@@ -217,7 +223,7 @@ def summarize(
         unloaded_arrival_s=sim.unloaded_arrivals(),
     )
     return PolicyResult(
-        gpu_hit_share_served=delivered / served_accesses if served_accesses else None,
+        gpu_hit_share_served=served_hit,
         ideal_hit_share_served=served_ideal,
         gpu_hit_share=delivered / accesses if accesses else None,
         ideal_hit_share=w.ideal_hit_share,

@@ -99,7 +99,10 @@ class Workload:
             return None
         if accesses == self.block_accesses:
             return self.ideal_hit_share
-        return (accesses - int(np.unique(self.block[mask]).shape[0])) / accesses
+        # Distinct blocks by marking (linear in the accesses; np.unique would sort them all).
+        seen = np.zeros(self.num_blocks, dtype=np.bool_)
+        seen[self.block[mask]] = True
+        return (accesses - int(seen.sum())) / accesses
 
     @property
     def max_request_blocks(self) -> int:
