@@ -142,10 +142,14 @@ def fcctl_figures(out_dir: Path, slice_path: Path) -> dict[str, Any]:
     def total(frame: pl.DataFrame, column: str) -> float:
         return float(frame.select(pl.col(column).sum()).item())
 
+    # The replay's own served share (docs/simulator.md §6.0), which the table must reproduce.
+    doc = json.loads((out_dir / "replay.json").read_text())
+    (point,) = doc["rates"]
     return {
         "requests": df.height,
         "served": served.height,
         "block_share_served": total(served, "delivered_blocks") / total(served, "blocks"),
+        "block_share_served_replay": point["policies"]["memory-only"]["gpu_hit_share_served"],
         "block_share_all": total(df, "delivered_blocks") / total(df, "blocks"),
         "token_share_served": total(served, "reused") / total(served, "input_tokens"),
         "token_share_all": total(served, "reused") / total(df, "input_tokens"),

@@ -19,6 +19,7 @@ from fcctl.common.outdir import atomic_out_dir, check_out_dir
 
 from . import format as fmt
 from .console import print_rendered
+from .shares import CELL_LEGEND, hit_cell, ideal_line
 
 OUT_MARKER = "replay.json"
 
@@ -51,7 +52,7 @@ def _table(result: ReplayResult) -> Table:
                 name,
                 f"{fmt.share(u.prefill_mean)}/{fmt.share(u.prefill_max)}",
                 fmt.share(u.ssd_read),
-                fmt.share(p.gpu_hit_share, "-"),
+                hit_cell(p),
                 fmt.sig3(p.ttft_s.mean, "-"),
                 fmt.sig3(p.ttft_s.p99, "-"),
                 fmt.size_2dp(p.ssd_read_bytes),
@@ -151,8 +152,8 @@ class RejectedShare:
         ]
         return (
             f"rejected: {100 * self.share:.3g} % of requests ({self.rejected:,} of "
-            f"{self.requests:,}) never ran: {'; '.join(parts)}; their TTFT is not counted and "
-            "their blocks count as misses"
+            f"{self.requests:,}) never ran: {'; '.join(parts)}; their TTFT is not counted; hit "
+            "shares are over the requests that ran, and over all with their blocks as misses"
         )
 
 
@@ -189,14 +190,16 @@ def render_summary(result: ReplayResult, console: Console) -> None:
     label = sampled_label(result.sampling)
     if label:
         console.print(label)
-    ideal = fmt.share(result.ideal_hit_share, "-")
-    console.print(f"ideal hit share (reuse access share): {ideal}")
+    every = [p for r in result.rates for p in r.policies.values()]
+    console.print(ideal_line(every, result.ideal_hit_share))
     console.print(_table(result))
     console.print(
         f"got/s: {SATURATION_LEGEND}; prefill: busy share of "
         "the span, mean/busiest worker; SSD: share of the span the read link is busy; TTFT over "
         "the window"
     )
+    if any(p.rejected_requests.count for p in every):
+        console.print(CELL_LEGEND)
     for note in result.notes:
         console.print(f"note: {note}")
 
@@ -223,7 +226,7 @@ def _charts(result: ReplayResult, d: Path) -> list[str]:
     for n in names:
         ax.plot(
             rates,
-            [100 * (r.policies[n].gpu_hit_share or 0) for r in result.rates],
+            [100 * (r.policies[n].gpu_hit_share_served or 0) for r in result.rates],
             marker="o",
             label=n,
         )

@@ -66,7 +66,7 @@ def test_json_keys_are_exactly_the_documented_ones(doc: dict[str, Any]) -> None:
         "sampling",
     ]
     assert doc["sampling"] is None  # issue #19: only a run on sampled sessions has one
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     rec = doc["recommendation"]
     assert list(rec) == [
         "short_reply_tokens",

@@ -164,6 +164,19 @@ def prefetch_stats(table: pl.DataFrame) -> PrefetchStats:
     return PrefetchStats(_mean(pf), _mean(wait), _mean(pf - wait), _pct(pf, 99))
 
 
+def served_shares(
+    w: Workload, full: pl.DataFrame, delivered: int
+) -> tuple[float | None, float | None]:
+    """``gpu_hit_share_served`` and ``ideal_hit_share_served`` (docs/simulator.md §6.0): over
+    the requests that ran, since a layout cannot deliver hits to a request that never ran."""
+    ran = full["rejected"].is_null()
+    accesses = int(full.filter(ran)["blocks"].sum())
+    hit = delivered / accesses if accesses else None
+    if bool(ran.all()):
+        return hit, w.ideal_hit_share
+    return hit, w.served_ideal_hit_share(ran.to_numpy())
+
+
 def summarize(
     sim: Simulation, keep_table: bool, *, offered_rate: float | None = None
 ) -> PolicyResult:
@@ -188,6 +201,7 @@ def summarize(
     ssd_read = int(table["ssd_read_bytes"].sum())
     ssd_delivered = ssd_blocks * sim.block_bytes
     accesses = w.block_accesses
+    served_hit, served_ideal = served_shares(w, full, delivered)
     # Bytes over the GPUs' links: every rank receives its rank's bytes of each copied block.
     copied = int(table["copy_blocks"].sum()) * sim.rank_block_bytes * sim.tp
     direct = ssd_read if getattr(sim.policy, "reads_into_gpu", False) else 0
@@ -209,6 +223,8 @@ def summarize(
         unloaded_arrival_s=sim.unloaded_arrivals(),
     )
     return PolicyResult(
+        gpu_hit_share_served=served_hit,
+        ideal_hit_share_served=served_ideal,
         gpu_hit_share=delivered / accesses if accesses else None,
         ideal_hit_share=w.ideal_hit_share,
         ttft_s=ttft_stats(table, op.window),
@@ -363,9 +379,12 @@ def decision_of(
     """The decision at one load point (:func:`.decision.decide` on the policies' figures)."""
     figures = {}
     for name, p in policies.items():
-        if p.gpu_hit_share is None or p.ttft_s.mean is None:
+        # Compared on the served share: rejected requests are misses for every layout alike.
+        if p.gpu_hit_share_served is None or p.ttft_s.mean is None:
             return Decision("none", None, None, None, "no block accesses: nothing to compare")
-        figures[name] = PolicyFigures(p.gpu_hit_share, p.ttft_s.mean, p.ssd_read_bytes, p.saturated)
+        figures[name] = PolicyFigures(
+            p.gpu_hit_share_served, p.ttft_s.mean, p.ssd_read_bytes, p.saturated
+        )
     return decide(figures, margin_pp=margin_pp, ttft_margin=ttft_margin)
 
 

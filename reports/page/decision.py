@@ -198,7 +198,8 @@ def _rejected_sentence(rep: Input) -> str:
     return (
         f"{link(fmt.share(shown.share), 'replay')} of the requests "
         f"({shown.rejected:,} of {shown.requests:,}) were rejected, never run: "
-        f"{'; '.join(parts)}; their TTFT is not counted and their blocks count as misses."
+        f"{'; '.join(parts)}; their TTFT is not counted; hit shares are over the "
+        "requests that ran, and over all with their blocks as misses."
     )
 
 
