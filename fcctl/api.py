@@ -449,7 +449,9 @@ def replay(
     comma-separated. ``rates``: requests/s offered, or ``"auto"`` (the default: from light load
     to saturation, analyzers/replay/sweep.py); ``rate``: the user's own operating point, run
     too and reported first (``operating_point``); or ``concurrency``: sessions kept active, a
-    closed loop (``"4,16,all"``; instead of rates); ``slo_ttft_p99_s``: the auto sweep stops
+    closed loop (``"4,16,all"``; instead of rates; ``"auto"``: swept from a few sessions to all
+    of the trace's, analyzers/replay/session_sweep.py, and with ``rates="auto"`` only for a
+    trace whose sessions pace themselves, rates otherwise); ``slo_ttft_p99_s``: the auto sweep stops
     past it. ``gpu_kv_sweep``/``host_memory_sweep``/``staging_sweep``: more sizes to run
     besides the node's (every combination); ``host_memory_auto``: add the trace's working-set
     sizes to host memory. ``source`` may be a dataset (a directory or glob of canonical Parquet
@@ -621,11 +623,17 @@ def _load_plan(
         )
         if values
     }
+    # "auto": sessions swept (analyzers/replay/session_sweep); beside rates "auto", only when
+    # the trace's sessions pace themselves (LoadPlan.for_workload).
+    auto_sessions = isinstance(concurrency, str) and concurrency.strip() == "auto"
     return LoadPlan(
         policies=_names(policies),
         rates=offered,
-        concurrency=None if concurrency is None else parse_concurrency(concurrency),
-        auto_rates=auto and concurrency is None,
+        concurrency=(
+            None if concurrency is None or auto_sessions else parse_concurrency(concurrency)
+        ),
+        auto_rates=auto and (concurrency is None or auto_sessions),
+        auto_concurrency=auto_sessions,
         operating_rate=rate,
         slo_ttft_p99_s=slo_ttft_p99_s,
         size_lists=size_lists,
@@ -1032,17 +1040,27 @@ class _PlanSteps:
         self.target = 0.0  # the recommendation's rate, once recommend has run
         self.trace_cache: list[Any] = []
         self.rec_result: list[Any] = []
+        self.slo: float | None = None  # the SLO the replay step ran with (growth_lines)
 
     def finish(
         self, replayed: ReplayResult, recommended: RecommendResult, target: float, why: str
     ) -> PlanResult:
         """The plan's result, its ``plan.json`` written: the decision, the summary, the steps."""
         from fcctl.common.jsonio import dumps
-        from fcctl.planning import PlanResult, decision_of, summary_lines
+        from fcctl.planning import (
+            PlanResult,
+            decision_of,
+            growth_lines,
+            model_lines,
+            summary_lines,
+        )
 
         docs = self.docs
         decision = decision_of(replayed)
         lines = summary_lines(replayed, recommended, docs.get("analyze"), decision)
+        # The model to use and the growth answer, right under the decision and what it rejected.
+        under = 1 + sum(1 for line in lines[1:3] if line.startswith("  rejected:"))
+        lines[under:under] = model_lines(replayed) + growth_lines(replayed, self.slo)
         lines.insert(
             len(lines) - 1 if docs.get("analyze", {}).get("verdict") else len(lines),
             f"  (thresholds measured at {target:.3g} req/s: {why})",
@@ -1121,6 +1139,7 @@ class _PlanSteps:
         from fcctl.common.jsonio import write_json_file
         from fcctl.planning import FILES, PLAN_POLICIES, fingerprint, read_result
 
+        self.slo = slo_ttft_p99_s
         replay_params = {
             "rate": rate,
             "concurrency": concurrency,
@@ -1129,6 +1148,7 @@ class _PlanSteps:
             "host_memory_sweep": list(map(str, host_memory_sweep)),
             "host_memory_auto": host_memory_auto,
             "slo": slo_ttft_p99_s,
+            "load_axis": "auto",  # the trace picks rates or sessions (since issue #33)
         }
         if self.sample_sessions is not None:
             replay_params["sample_sessions"] = self.sample_sessions
@@ -1143,7 +1163,9 @@ class _PlanSteps:
                         policies=PLAN_POLICIES,
                         rates=None if concurrency is not None else "auto",
                         rate=rate,
-                        concurrency=concurrency,
+                        # Without a load of the user's the trace picks the axis: sessions when
+                        # they pace themselves, rates otherwise (issue #33, item 3).
+                        concurrency="auto" if rate is None and concurrency is None else concurrency,
                         think_time=think_time,
                         hardware=self.node,
                         **self.kv_args,
