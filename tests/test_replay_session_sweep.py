@@ -134,3 +134,16 @@ def test_labels_name_the_load_served_and_mark_an_offered_rate_not_reached() -> N
     assert served is not None and served < 900.0
     label = load_label(point)
     assert label.startswith(f"{served:.3g} req/s served") and "not reached" in label
+
+
+def test_the_automatic_sessions_sweep_takes_no_sessions_or_rate_beside_it() -> None:
+    from fcctl.common.errors import FcctlInputError
+
+    for bad in ({"concurrency": (4,)}, {"operating_rate": 2.0}):
+        with pytest.raises(FcctlInputError, match=r"^concurrency: auto sweeps the sessions"):
+            LoadPlan(auto_concurrency=True, **bad)
+    # With both automatic axes the trace picks; a user's rate keeps the rates.
+    both = LoadPlan(auto_rates=True, auto_concurrency=True, rates=())
+    assert both.for_workload(True).axis == "concurrency"
+    assert both.for_workload(False).axis == "rate"
+    assert LoadPlan(auto_rates=True, rates=()).for_workload(True).axis == "rate"
