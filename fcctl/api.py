@@ -634,6 +634,9 @@ def _load_plan(
         ),
         auto_rates=auto and (concurrency is None or auto_sessions),
         auto_concurrency=auto_sessions,
+        # Past the trace's own sessions the sweep needs session amplification (a concurrency
+        # above them run on the workload amplified K times): True once `amplify` is on main.
+        amplify_growth=False,
         operating_rate=rate,
         slo_ttft_p99_s=slo_ttft_p99_s,
         size_lists=size_lists,

@@ -147,3 +147,20 @@ def test_the_automatic_sessions_sweep_takes_no_sessions_or_rate_beside_it() -> N
     assert both.for_workload(True).axis == "concurrency"
     assert both.for_workload(False).axis == "rate"
     assert LoadPlan(auto_rates=True, rates=()).for_workload(True).axis == "rate"
+
+
+def test_growth_past_the_traces_sessions_ends_when_the_served_rate_stops_growing() -> None:
+    points, _ = _sessions_run()
+    base = points[0]
+    steps = auto_concurrency_steps(4, growth=True)
+    asked = [next(steps)]
+    # Served 1, 2, 4 req/s at 1, 2, 4 sessions; 4.2 at 8 sessions (2x today's): under 10 %.
+    for served in (1.0, 2.0, 4.0):
+        c = asked[-1][0]
+        asked.append(steps.send([_with(dataclasses.replace(base, concurrency=c), served=served)]))
+    assert asked == [[1], [2], [4], [8]]
+    with pytest.raises(StopIteration) as done:
+        steps.send([_with(dataclasses.replace(base, concurrency=8), served=4.2)])
+    ran, why = done.value.value
+    assert [p.concurrency for p in ran] == [1, 2, 4, 8]
+    assert "stopped growing" in why and "from 4 to 8 sessions" in why
