@@ -344,6 +344,54 @@ def _holds(point: RateResult, name: str, slo_ttft_p99_s: float | None) -> bool:
     return slo_ttft_p99_s is None or (p.ttft_s.p99 is not None and p.ttft_s.p99 <= slo_ttft_p99_s)
 
 
+def _capacity_point(
+    points: list[RateResult], name: str, slo_ttft_p99_s: float | None, by_sessions: bool
+) -> RateResult | None:
+    """The heaviest of ``points`` (lightest first) before the first that ``name`` does not
+    serve: saturated or over the SLO (:func:`_holds`), or, on the sessions axis, served less
+    than ``GROWTH_STOP`` more than at the previous point. A closed loop throttles itself instead
+    of saturating: more sessions then only wait longer (the whole Claude Code trace, flat: 1.12
+    req/s served at 352 sessions, 1.10 at 710, mean TTFT 7 s then 38 s)."""
+    from fcctl.analyzers.replay.sweep import GROWTH_STOP
+
+    last: RateResult | None = None
+    before: float | None = None
+    for p in points:
+        if not _holds(p, name, slo_ttft_p99_s):
+            break
+        got = p.policies[name].achieved_rate
+        now = got.central or got.whole
+        if by_sessions and before and (now is None or now < before * (1 + GROWTH_STOP)):
+            break
+        last, before = p, now
+    return last
+
+
+def _at(multiple: float | None) -> str:
+    return "" if multiple is None else f"{multiple:.2g}x today's load, "
+
+
+def _decision_change(
+    points: list[RateResult], ref: RateResult, ref_words: str, where: Callable[[RateResult], str]
+) -> str:
+    """Where the decision differs from ``ref``'s (``ref_words``: today's load, else the lightest
+    point) among ``points`` (lightest first): the first heavier point naming another layout,
+    and the heaviest lighter one (``where``: a point in words)."""
+    key = (ref.concurrency, ref.rate)
+    at_ref = next((i for i, p in enumerate(points) if (p.concurrency, p.rate) == key), 0)
+    best = ref.decision.best
+    heavier = next((p for p in points[at_ref + 1 :] if p.decision.best != best), None)
+    lighter = [p for p in points[:at_ref] if p.decision.best != best]
+    said = []
+    if heavier is not None:
+        said.append(f"it changes at {where(heavier)}: {best} -> {heavier.decision.best}")
+    if lighter:
+        said.append(f"lighter, {lighter[-1].decision.best} at {where(lighter[-1])}")
+    if not said:
+        return f"the decision ({best}) does not change within it"
+    return f"the decision at {ref_words} is {best}; " + "; ".join(said)
+
+
 def growth_lines(replay: ReplayResult, slo_ttft_p99_s: float | None = None) -> list[str]:
     """The growth answer (issue #33, item 3), read from the per-point results: the range swept
     (in multiples of today's load where the replay has one), each policy's capacity (the
@@ -360,8 +408,10 @@ def growth_lines(replay: ReplayResult, slo_ttft_p99_s: float | None = None) -> l
     today = replay.operating_point
     sessions = replay.trace.sessions
 
-    def load(p: RateResult) -> str:
-        got = served_rate(p)
+    def load(p: RateResult, name: str | None = None) -> str:
+        """A point by its sessions and what was served (``name``'s, else the leading's)."""
+        own = p.policies[name].achieved_rate if name is not None and name in p.policies else None
+        got = served_rate(p) if own is None else own.central or own.whole
         served = "no request" if got is None else f"{got:.3g} req/s"
         return (
             f"{p.concurrency:,} sessions ({served} served)" if by_sessions else f"{served} served"
@@ -386,31 +436,22 @@ def growth_lines(replay: ReplayResult, slo_ttft_p99_s: float | None = None) -> l
         of = f": all {sessions:,} of the trace's sessions" if by_sessions else ""
         span += f" ({m_lo:.2g}x-{m_hi:.2g}x today's load{of})"
     ref = today if today is not None else lo
-    at_ref = next((i for i, p in enumerate(points) if p is ref), 0)
-    later = points[at_ref + 1 :]
-    change = next((p for p in later if p.decision.best != ref.decision.best), None)
-    if change is None:
-        changes = f"the decision ({ref.decision.best}) does not change within it"
-    else:
-        m = times(change)
-        at = f"{m:.2g}x today's load, " if m is not None else ""
-        changes = (
-            f"the decision changes at {at}{load(change)}: {ref.decision.best} -> "
-            f"{change.decision.best}"
-        )
+    ref_words = "today's load" if today is not None else "the lightest load"
+    changes = _decision_change(points, ref, ref_words, lambda p: _at(times(p)) + load(p))
+    grows = ", its served rate still growing 10 % or more" if by_sessions else ""
     held = (
-        f"without saturating, p99 TTFT within the {slo_ttft_p99_s:g} s SLO"
+        f"without saturating{grows}, p99 TTFT within the {slo_ttft_p99_s:g} s SLO"
         if slo_ttft_p99_s is not None
-        else "without saturating (no SLO given)"
+        else f"without saturating{grows} (no SLO given)"
     )
     caps = []
     for name in ref.policies:
-        ok = [p for p in points if _holds(p, name, slo_ttft_p99_s)]
-        if not ok:
+        held_last = _capacity_point(points, name, slo_ttft_p99_s, by_sessions)
+        if held_last is None:
             caps.append(f"{name} below the lightest load swept")
             continue
-        at_least = "at least " if ok[-1] is hi else ""
-        caps.append(f"{name} {at_least}{load(ok[-1])}")
+        at_least = "at least " if held_last is hi else ""
+        caps.append(f"{name} {at_least}{load(held_last, name)}")
     return [
         f"  growth: swept {span}; {changes}",
         f"  capacity (the highest load swept that each layout serves {held}): " + ", ".join(caps),

@@ -101,8 +101,14 @@ def test_the_decision_change_is_found_at_its_multiple_of_todays_load(
     )
     (growth, _capacity) = growth_lines(moved)
     multiple = f"{(heaviest.concurrency or 0) / sessions:.2g}x today's load"
-    assert f"the decision changes at {multiple}, {heaviest.concurrency:,} sessions" in growth
+    assert f"it changes at {multiple}, {heaviest.concurrency:,} sessions (" in growth
     assert f"{lightest.decision.best} -> {other}" in growth
+    # Today's load the heaviest again, the lighter change is named from there.
+    back = dataclasses.replace(moved, operating_point=changed)
+    (growth, _capacity) = growth_lines(back)
+    assert (
+        f"the decision at today's load is {other}; lighter, {lightest.decision.best} at " in growth
+    )
     assert "does not change" in growth_lines(replay)[0]
 
 
@@ -159,3 +165,29 @@ def test_the_reports_load_free_verdict_states_its_size_and_why_it_may_differ(
     assert "Verdict: " not in html
     after = html[heading.end() : heading.end() + 600]
     assert "without load" in after and "the one to follow" in after
+
+
+def test_capacity_ends_where_more_sessions_stop_reaching_the_node(
+    claude_plan: tuple[Path, list[str]],
+) -> None:
+    """A closed loop throttles itself rather than saturate: a point whose served rate grew
+    under 10 % over the lighter one is past the layout's capacity."""
+    out, _ = claude_plan
+    replay = _replay(out)
+    points = sorted(replay.rates, key=lambda p: p.concurrency or 0)
+    second, heaviest = points[-2], points[-1]
+    flat = second.policies["flat"]
+    stalled = dataclasses.replace(
+        heaviest.policies["flat"],
+        achieved_rate=dataclasses.replace(flat.achieved_rate, central=flat.achieved_rate.central),
+    )
+    policies = {**heaviest.policies, "flat": stalled}
+    moved = dataclasses.replace(
+        replay,
+        rates=tuple(
+            dataclasses.replace(p, policies=policies) if p is heaviest else p for p in replay.rates
+        ),
+    )
+    _, capacity = growth_lines(moved)
+    assert f"flat {second.concurrency:,} sessions (" in capacity
+    assert f"memory-only at least {heaviest.concurrency:,} sessions" in capacity
