@@ -420,9 +420,10 @@ def growth_lines(replay: ReplayResult, slo_ttft_p99_s: float | None = None) -> l
     def times(p: RateResult) -> float | None:
         if by_sessions and sessions:
             return (p.concurrency or 0) / sessions
-        if today is not None and today.rate and p.rate:
-            return p.rate / today.rate
-        return None
+        # On the rate axis a multiple of today's load is of what was served, as every label.
+        base = served_rate(today) if today is not None else None
+        got = served_rate(p)
+        return got / base if base and got is not None else None
 
     lo, hi = points[0], points[-1]
     served = [got for p in points if (got := served_rate(p)) is not None] or [0.0]
@@ -432,6 +433,9 @@ def growth_lines(replay: ReplayResult, slo_ttft_p99_s: float | None = None) -> l
         else f"{min(served):.3g}-{max(served):.3g} req/s served"
     )
     m_lo, m_hi = times(lo), times(hi)
+    if not by_sessions and m_lo is not None and today is not None:
+        base = served_rate(today) or 1.0
+        m_lo, m_hi = min(served) / base, max(served) / base
     if m_lo is not None and m_hi is not None:
         of = f": all {sessions:,} of the trace's sessions" if by_sessions else ""
         span += f" ({m_lo:.2g}x-{m_hi:.2g}x today's load{of})"
