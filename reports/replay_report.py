@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fcctl.analyzers.replay import sampled_label
+from fcctl.analyzers.replay.achieved import load_label
 from fcctl.analyzers.replay.result import RateResult, ReplayResult
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
@@ -65,13 +66,6 @@ def _table(result: ReplayResult) -> Table:
     return t
 
 
-def load_label(point: RateResult) -> str:
-    """A load point in words: the offered rate, or the sessions kept active."""
-    if point.rate is not None:
-        return f"{point.rate:.3g} req/s offered"
-    return f"{point.concurrency:,} sessions active"
-
-
 #: What the served-rate column and its marks mean (docs/simulator.md 6.1), the one wording of
 #: the terminal table and the report page.
 SATURATION_LEGEND = (
@@ -100,8 +94,12 @@ def decision_lines(result: ReplayResult) -> list[str]:
         d = rate.decision
         achieved = [p.achieved_rate.central for p in rate.policies.values()]
         got = [a for a in achieved if a is not None]
-        reached = f", achieved {fmt.sig3(min(got))}-{fmt.sig3(max(got))}" if got else ", achieved -"
-        lines.append(f"at {load_label(rate)}{reached} req/s: {d.best} ({d.why})")
+        spread = (
+            f"; the policies served {fmt.sig3(min(got))}-{fmt.sig3(max(got))} req/s"
+            if len(got) > 1 and min(got) != max(got)
+            else ""
+        )
+        lines.append(f"at {load_label(rate)}{spread}: {d.best} ({d.why})")
     m = result.decision_margins
     if result.load.get("axis") == "concurrency":
         div = result.divergence_concurrency

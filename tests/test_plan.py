@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,8 @@ def test_plan_writes_every_step_and_starts_with_the_decision(planned: Path) -> N
         "stdout.txt",
     ]
     out = (planned / "stdout.txt").read_text()
-    assert out.startswith("decision at 2 req/s: ")
+    # Named by what was served, the offered rate as detail (issue #33, item 3).
+    assert re.match(r"decision at [0-9.]+ req/s served \(offered 2\): ", out), out
     doc = read_plan(planned)
     assert [s["name"] for s in doc["steps"]] == ["analyze", "replay", "recommend", "emit", "report"]
     assert all(s["status"] == "ran" for s in doc["steps"])
@@ -88,7 +90,7 @@ def test_resume_skips_unchanged_steps_and_reruns_from_a_change(planned: Path, tr
     assert r.exit_code == 0, r.output
     steps = {s["name"]: s["status"] for s in read_plan(planned)["steps"]}
     assert steps == {"analyze": "reused", "replay": "ran", "recommend": "ran", "report": "ran"}
-    assert r.stdout.startswith("decision at 1.5 req/s: ")
+    assert re.match(r"decision at [0-9.]+ req/s served \(offered 1\.5\): ", r.stdout)
 
 
 def test_plan_refuses_what_it_would_damage(tmp_path: Path) -> None:

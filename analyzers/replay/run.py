@@ -52,6 +52,7 @@ from .result import (
     ReplayResult,
     TtftStats,
 )
+from .session_sweep import MAX_SESSION_POINTS
 from .spec import DEFAULT_ROUTER, DEFAULT_SEED, RunSpec, StoreFactory
 from .store import FastStore
 from .sweep import (
@@ -404,7 +405,7 @@ def load_notes(spec: RunSpec, plan: LoadPlan, workload: Workload) -> list[str]:
     notes: list[str] = []
     if workload.sessions_inferred:
         notes.append("sessions inferred from prefix chains (the trace has no session ids)")
-    if plan.concurrency is not None:
+    if plan.axis == "concurrency":
         notes.append(
             "concurrency: a closed loop of sessions; N active at once, the next starting when "
             "one ends ('all': every session at t = 0); each turn arrives its think time "
@@ -519,7 +520,8 @@ def replay_trace(
     if plan is None:
         raise ValueError("replay_trace: give a LoadPlan with a RunSpec")
     workload = simulation_workload(trace, spec.geometry, spec.hardware)
-    if plan.concurrency is None:
+    plan = plan.for_workload(workload.closed_loop)
+    if plan.axis == "rate":
         check_load(spec, workload)
     notes = load_notes(spec, plan, workload)
     sizes = size_points_of(plan, spec.hardware, workload, notes)
@@ -528,6 +530,7 @@ def replay_trace(
         capacity = capacity_estimate(workload, spec.hardware.prefill_tokens_per_s)
     per_size = len(plan.fixed_points(workload.sessions))
     per_size += MAX_AUTO_POINTS if capacity else 0
+    per_size += MAX_SESSION_POINTS if plan.sweeps_sessions else 0
     total = len(sizes) * per_size * len(plan.policies) * workload.requests
     if store_factory.reference:
         execution = Execution()
@@ -596,6 +599,11 @@ def assemble_points(
                     f"cached), doubling until {sweep.why}{paced}"
                 )
             here += [p for p in sweep.swept if not (operating and p.rate == operating.rate)]
+        if plan.sweeps_sessions:
+            here += list(sweep.swept)
+            if k == 0:
+                operating = next((p for p in here if p.concurrency == workload.sessions), operating)
+                notes.append(_sessions_note(workload.sessions, here, sweep.why))
         here.sort(key=lambda p: (p is not operating, p.rate or 0, p.concurrency or 0))
         results += here
         divergence.append(
@@ -606,6 +614,20 @@ def assemble_points(
             }
         )
     return Points(tuple(results), operating, tuple(divergence))
+
+
+def _sessions_note(sessions: int, points: Sequence[RateResult], why: str | None) -> str:
+    """The concurrency sweep's note: what it ran, today's load and why it stopped."""
+    ran = sorted(p.concurrency or 0 for p in points)
+    span = f"{ran[0]:,}-{ran[-1]:,}" if ran else "no"
+    return (
+        f"concurrency auto: the trace's sessions pace themselves (per-session clocks, no global "
+        f"arrival times), so the load is the sessions active at once: {span} sessions "
+        f"({ran[0] / sessions:.2g}x-{ran[-1] / sessions:.2g}x today's load) until {why}; "
+        f"today's load (the operating point) is all {sessions:,} of the trace's sessions active"
+        if ran
+        else f"concurrency auto: no point ran ({why})"
+    )
 
 
 def replay_result(
@@ -631,7 +653,7 @@ def replay_result(
         ),
         load={
             "axis": plan.axis,
-            "closed_loop": workload.closed_loop or plan.concurrency is not None,
+            "closed_loop": workload.closed_loop or plan.axis == "concurrency",
             "think_time": str(spec.think_time),
             "cancel": spec.cancel,
             "router": spec.router,

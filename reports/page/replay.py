@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from html import escape
 
+from fcctl.analyzers.replay.achieved import load_words
+
 from .. import format as fmt
 from .. import svg
 from ..replay_report import SATURATION_LEGEND, saturation_mark
@@ -19,7 +21,7 @@ class LoadPoint:
     """One entry of a document's ``rates``: its load, the sizes it ran at, its policies."""
 
     load: float  # offered requests/s, or sessions kept active on a closed loop (--concurrency)
-    label: str  # the load as the tables write it
+    label: str  # the load as the tables write it: by what was achieved (analyzers/replay/achieved)
     sizes: str  # "" at the node's sizes (the first entry's); else the sizes it ran at
     policies: list[tuple[str, Node]]
 
@@ -34,12 +36,9 @@ def load_points(doc: Node) -> list[LoadPoint]:
     out = []
     for r in entries:
         rate = r.get("rate")
-        if rate is not None:
-            load = rate.need_num()
-            label = fmt.per_s(load)
-        else:
-            active = r["concurrency"].as_int()
-            load, label = float(active or 0), f"{fmt.count(active)} sessions active"
+        active = None if rate is not None else r["concurrency"].as_int()
+        load = rate.need_num() if rate is not None else float(active or 0)
+        label = load_words(None if rate is None else load, active, served_at(r))
         sizes = r.get("sizes")
         named = ""
         if sizes is not None and sizes.value != base:
@@ -49,6 +48,21 @@ def load_points(doc: Node) -> list[LoadPoint]:
             )
         out.append(LoadPoint(load, label, named, r["policies"].as_items()))
     return out
+
+
+def served_at(point: Node) -> float | None:
+    """Requests/s served at a load point by its leading policy (the decision's best, else the
+    highest GPU hit share: analyzers/replay/achieved), in the steady-state window (the whole
+    run's when the window is empty)."""
+    policies = point["policies"].as_items()
+    if not policies:
+        return None
+    best = point["decision"]["best"].as_str() if point.get("decision") is not None else ""
+    named = dict(policies)
+    lead = named.get(best) or max(
+        named.values(), key=lambda p: number_at(p, "gpu_hit_share") or 0.0
+    )
+    return number_at(lead, "achieved_rate", "central") or number_at(lead, "achieved_rate", "whole")
 
 
 def closed_loop(doc: Node) -> bool:
@@ -158,17 +172,20 @@ def rates_table(doc: Node, table_id: str) -> str:
 
 
 def _per_policy(doc: Node, *keys: str) -> dict[str, tuple[list[float], list[float]]]:
-    """Each policy's (loads, values) at the node's sizes: a chart draws one size set."""
+    """Each policy's (loads, values) at the node's sizes: a chart draws one size set. On the
+    rate axis a policy's load is what it served (its central achieved rate), not what was
+    offered: an offered rate the trace's pacing never reaches is no load (issue #33)."""
     out: dict[str, tuple[list[float], list[float]]] = {}
+    by_rate = not closed_loop(doc)
     for pt in load_points(doc):
         if pt.sizes:
             continue
-        rate = pt.load
         for name, p in pt.policies:
             v = number_at(p, *keys)
-            if v is not None:
+            x = number_at(p, "achieved_rate", "central") if by_rate else pt.load
+            if v is not None and x is not None:
                 xs, ys = out.setdefault(name, ([], []))
-                xs.append(rate)
+                xs.append(x)
                 ys.append(v)
     return out
 
@@ -182,7 +199,7 @@ def rate_charts(doc: Node, prefix: str) -> str:
     rate_axis = (
         svg.Axis("sessions kept active (closed loop)", fmt=lambda v: f"{v:g}")
         if closed_loop(doc)
-        else svg.Axis("offered load (requests/s)", fmt=lambda v: f"{v:g}")
+        else svg.Axis("served load (requests/s, steady-state window)", fmt=lambda v: f"{v:.3g}")
     )
     ideal = served_ideal(doc)
     hits = _per_policy(doc, served_key(doc))
