@@ -75,7 +75,7 @@ _STRING_KINDS: dict[str, tuple[str, str]] = {
     "think_time": ("think_time", "a fcctl.ThinkTime, e.g. fcctl.ThinkTime('capped', 60.0)"),
 }
 #: Strings that are modes, not text to parse: never deprecated.
-_MODES = {"rates": "auto", "concurrency": "all"}
+_MODES = {"rates": ("auto",), "concurrency": ("all", "auto")}
 
 
 def _from_string(value: Any, parameter: str, kind: str) -> Any:
@@ -85,7 +85,7 @@ def _from_string(value: Any, parameter: str, kind: str) -> Any:
 
     from fcctl.commands import parse
 
-    is_text = isinstance(value, str) and value.strip() != _MODES.get(kind)
+    is_text = isinstance(value, str) and value.strip() not in _MODES.get(kind, ())
     has_text = kind == "sizes" and isinstance(value, list | tuple)
     has_text = has_text and any(isinstance(v, str) for v in value)
     if not (is_text or has_text):
@@ -563,14 +563,14 @@ def replay(
     requests/s offered, or ``"auto"`` (the default: from light load to saturation,
     analyzers/replay/sweep.py); ``rate``: the user's own operating point, run too and reported first
     (``operating_point``); or ``concurrency``: sessions kept active, a closed loop (``[4, 16,
-    "all"]``; instead of rates); ``slo_ttft_p99_s``: the auto sweep stops past it.
+    "all"]``; instead of rates; ``"auto"``: swept from a few sessions to all of the trace's,
+    analyzers/replay/session_sweep.py, and with ``rates="auto"`` only for a trace whose sessions
+    pace themselves, rates otherwise); ``slo_ttft_p99_s``: the auto sweep stops past it.
     ``gpu_kv_sweep``/``host_memory_sweep``/``staging_sweep``: more sizes to run besides the node's
     (every combination); ``host_memory_auto``: add the trace's working-set sizes to host memory.
-    ``amplify``: replay K copies of every session (own blocks fresh, shared ones shared, starts
-    staggered; docs/simulator.md, "Session amplification"), refused before any work when its
-    memory estimate exceeds the budget. ``source`` may be a dataset (a directory or glob of
-    canonical Parquet parts) that fits ``memory_budget_bytes`` (default 30 % of the machine's
-    memory). ``think_time``: a
+    ``amplify``: K copies of every session (docs/simulator.md 1.3; within the memory budget).
+    ``source`` may be a dataset (a directory or glob of canonical Parquet parts) that fits
+    ``memory_budget_bytes`` (default 30 % of the machine's memory). ``think_time``: a
     :class:`~fcctl.ThinkTime` (default the recorded gaps: ``ThinkTime("original")``; ``"none"``,
     ``("capped", S)``, ``("scale", K)``: the gap between a session's turns;
     analyzers/replay/load.py). ``cancel``: what a cancelled tiered prefetch's bytes become,
@@ -769,11 +769,18 @@ def _load_plan(
         )
         if values
     }
+    # "auto": sessions swept (analyzers/replay/session_sweep); beside rates "auto", only when
+    # the trace's sessions pace themselves (LoadPlan.for_workload).
+    auto_sessions = isinstance(concurrency, str) and concurrency.strip() == "auto"
     return LoadPlan(
         policies=_names(policies, "policies"),
         rates=offered,
-        concurrency=None if concurrency is None else _concurrency(concurrency),
-        auto_rates=auto and concurrency is None,
+        concurrency=(None if concurrency is None or auto_sessions else _concurrency(concurrency)),
+        auto_rates=auto and (concurrency is None or auto_sessions),
+        auto_concurrency=auto_sessions,
+        # Past the trace's own sessions the sweep needs session amplification (a concurrency
+        # above them run on the workload amplified K times): True once `amplify` is on main.
+        amplify_growth=False,
         operating_rate=rate,
         slo_ttft_p99_s=slo_ttft_p99_s,
         size_lists=size_lists,
@@ -1226,17 +1233,27 @@ class _PlanSteps:
         # The caller's objects (plan's ``spec`` and ``load``), used instead of the keywords.
         self.spec: RunSpec | None = None
         self.load: LoadPlan | None = None
+        self.slo: float | None = None  # the SLO the replay step ran with (growth_lines)
 
     def finish(
         self, replayed: ReplayResult, recommended: RecommendResult, target: float, why: str
     ) -> PlanResult:
         """The plan's result, its ``plan.json`` written: the decision, the summary, the steps."""
         from fcctl.common.jsonio import dumps
-        from fcctl.planning import PlanResult, decision_of, summary_lines
+        from fcctl.planning import (
+            PlanResult,
+            decision_of,
+            growth_lines,
+            model_lines,
+            summary_lines,
+        )
 
         docs = self.docs
         decision = decision_of(replayed)
         lines = summary_lines(replayed, recommended, docs.get("analyze"), decision)
+        # The model to use and the growth answer, right under the decision and what it rejected.
+        under = 1 + sum(1 for line in lines[1:3] if line.startswith("  rejected:"))
+        lines[under:under] = model_lines(replayed) + growth_lines(replayed, self.slo)
         lines.insert(
             len(lines) - 1 if docs.get("analyze", {}).get("verdict") else len(lines),
             f"  (thresholds measured at {target:.3g} req/s: {why})",
@@ -1317,6 +1334,7 @@ class _PlanSteps:
         from fcctl.common.jsonio import write_json_file
         from fcctl.planning import FILES, PLAN_POLICIES, fingerprint, read_result
 
+        self.slo = slo_ttft_p99_s  # the SLO the replay step ran with (growth_lines)
         # The settings as the command line spells them ("4,16,all", "capped:60"), so that a plan
         # fingerprinted when the API took those strings resumes over the same fingerprint.
         counts = None if concurrency is None else _concurrency(concurrency)
@@ -1328,6 +1346,7 @@ class _PlanSteps:
             "host_memory_sweep": list(map(str, host_memory_sweep)),
             "host_memory_auto": host_memory_auto,
             "slo": slo_ttft_p99_s,
+            "load_axis": "auto",  # the trace picks rates or sessions (since issue #33)
         }
         if self.sample_sessions is not None:
             replay_params["sample_sessions"] = self.sample_sessions
@@ -1345,7 +1364,9 @@ class _PlanSteps:
                 "policies": PLAN_POLICIES,
                 "rates": None if concurrency is not None else "auto",
                 "rate": rate,
-                "concurrency": concurrency,
+                # Without a load of the user's the trace picks the axis: sessions when they
+                # pace themselves, rates otherwise (issue #33, item 3).
+                "concurrency": "auto" if rate is None and concurrency is None else concurrency,
                 "host_memory_sweep": host_memory_sweep,
                 "host_memory_auto": host_memory_auto,
                 "slo_ttft_p99_s": slo_ttft_p99_s,

@@ -282,6 +282,11 @@ def _concurrency_target(replay: ReplayResult) -> tuple[float, str]:
     points = [p for p in replay.rates if p.concurrency is not None and p.sizes == base]
     calm = [p for p in points if not any(q.saturated for q in p.policies.values())]
     chosen = max(calm, key=lambda p: p.concurrency or 0) if calm else None
+    today = replay.operating_point
+    if today is not None and today.concurrency is not None:
+        # The automatic sessions sweep's operating point: every session of the trace active,
+        # today's load, where the team runs the thresholds now.
+        chosen = today
     if chosen is None and points:
         chosen = min(points, key=lambda p: p.concurrency or 0)
     if chosen is None:
@@ -300,7 +305,9 @@ def _concurrency_target(replay: ReplayResult) -> tuple[float, str]:
             "thresholds at"
         )
     which = (
-        "the concurrency swept"
+        "today's load, all of the trace's sessions active"
+        if chosen is today
+        else "the concurrency swept"
         if len(points) == 1
         else "the highest concurrency swept that no policy saturated"
         if calm
@@ -312,9 +319,183 @@ def _concurrency_target(replay: ReplayResult) -> tuple[float, str]:
 
 
 def _load_label(p: RateResult) -> str:
-    if p.rate is not None:
-        return f"{p.rate:.3g} req/s"
-    return f"{p.concurrency:,} sessions"
+    """A load point by the load it achieved, the offered rate as detail (analyzers/replay/
+    achieved): a rate the trace's pacing never reached is not shown as a load."""
+    from fcctl.analyzers.replay.achieved import load_label
+
+    return load_label(p)
+
+
+def _node_points(replay: ReplayResult) -> list[RateResult]:
+    """The load points at the node's own sizes, lightest first (by sessions, else by the rate
+    offered: a point offered beyond what the node serves comes after the last it kept up with,
+    so a layout's capacity is never read past a load it failed)."""
+    base = replay.rates[0].sizes if replay.rates else None
+    points = [p for p in replay.rates if p.sizes == base]
+    return sorted(points, key=lambda p: (p.concurrency or 0, p.rate or 0.0))
+
+
+def _holds(point: RateResult, name: str, slo_ttft_p99_s: float | None) -> bool:
+    """Whether ``name`` serves ``point``'s load: not saturated by the node, p99 TTFT within the
+    SLO when one is given."""
+    p = point.policies.get(name)
+    if p is None or p.saturated_by == "node":
+        return False
+    return slo_ttft_p99_s is None or (p.ttft_s.p99 is not None and p.ttft_s.p99 <= slo_ttft_p99_s)
+
+
+def _capacity_point(
+    points: list[RateResult], name: str, slo_ttft_p99_s: float | None, by_sessions: bool
+) -> RateResult | None:
+    """The heaviest of ``points`` (lightest first) before the first that ``name`` does not
+    serve: saturated or over the SLO (:func:`_holds`), or, on the sessions axis, served less
+    than ``GROWTH_STOP`` more than at the previous point. A closed loop throttles itself instead
+    of saturating: more sessions then only wait longer (the whole Claude Code trace, flat: 1.12
+    req/s served at 352 sessions, 1.10 at 710, mean TTFT 7 s then 38 s)."""
+    from fcctl.analyzers.replay.sweep import GROWTH_STOP
+
+    last: RateResult | None = None
+    before: float | None = None
+    for p in points:
+        if not _holds(p, name, slo_ttft_p99_s):
+            break
+        got = p.policies[name].achieved_rate
+        now = got.central or got.whole
+        if by_sessions and before and (now is None or now < before * (1 + GROWTH_STOP)):
+            break
+        last, before = p, now
+    return last
+
+
+def _at(multiple: float | None) -> str:
+    return "" if multiple is None else f"{multiple:.2g}x today's load, "
+
+
+def _decision_change(
+    points: list[RateResult], ref: RateResult, ref_words: str, where: Callable[[RateResult], str]
+) -> str:
+    """Where the decision differs from ``ref``'s (``ref_words``: today's load, else the lightest
+    point) among ``points`` (lightest first): the first heavier point naming another layout,
+    and the heaviest lighter one (``where``: a point in words)."""
+    key = (ref.concurrency, ref.rate)
+    at_ref = next((i for i, p in enumerate(points) if (p.concurrency, p.rate) == key), 0)
+    best = ref.decision.best
+    heavier = next((p for p in points[at_ref + 1 :] if p.decision.best != best), None)
+    lighter = [p for p in points[:at_ref] if p.decision.best != best]
+    said = []
+    if heavier is not None:
+        said.append(f"it changes at {where(heavier)}: {best} -> {heavier.decision.best}")
+    if lighter:
+        said.append(f"lighter, {lighter[-1].decision.best} at {where(lighter[-1])}")
+    if not said:
+        return f"the decision ({best}) does not change within it"
+    return f"the decision at {ref_words} is {best}; " + "; ".join(said)
+
+
+def growth_lines(replay: ReplayResult, slo_ttft_p99_s: float | None = None) -> list[str]:
+    """The growth answer (issue #33, item 3), read from the per-point results: the range swept
+    (in multiples of today's load where the replay has one), each policy's capacity (the
+    highest load swept it serves: :func:`_holds`) in sessions and requests/s served, and the
+    multiple of today's load at which the decision changes, if it does. Until the typed
+    decision (analyzers/replay/decision.py) carries capacity with its spread, this is the one
+    place plan's first lines get it from."""
+    from fcctl.analyzers.replay.achieved import served_rate
+
+    points = _node_points(replay)
+    if not points:
+        return []
+    by_sessions = replay.load.get("axis") == "concurrency"
+    today = replay.operating_point
+    sessions = replay.trace.sessions
+
+    def load(p: RateResult, name: str | None = None) -> str:
+        """A point by its sessions and what was served (``name``'s, else the leading's)."""
+        own = p.policies[name].achieved_rate if name is not None and name in p.policies else None
+        got = served_rate(p) if own is None else own.central or own.whole
+        served = "no request" if got is None else f"{got:.3g} req/s"
+        return (
+            f"{p.concurrency:,} sessions ({served} served)" if by_sessions else f"{served} served"
+        )
+
+    def times(p: RateResult) -> float | None:
+        if by_sessions and sessions:
+            return (p.concurrency or 0) / sessions
+        # On the rate axis a multiple of today's load is of what was served, as every label.
+        base = served_rate(today) if today is not None else None
+        got = served_rate(p)
+        return got / base if base and got is not None else None
+
+    lo, hi = points[0], points[-1]
+    served = [got for p in points if (got := served_rate(p)) is not None] or [0.0]
+    span = (
+        f"{lo.concurrency:,}-{hi.concurrency:,} sessions"
+        if by_sessions
+        else f"{min(served):.3g}-{max(served):.3g} req/s served"
+    )
+    m_lo, m_hi = times(lo), times(hi)
+    if not by_sessions and m_lo is not None and today is not None:
+        base = served_rate(today) or 1.0
+        m_lo, m_hi = min(served) / base, max(served) / base
+    if m_lo is not None and m_hi is not None:
+        of = f": all {sessions:,} of the trace's sessions" if by_sessions else ""
+        span += f" ({m_lo:.2g}x-{m_hi:.2g}x today's load{of})"
+    ref = today if today is not None else lo
+    ref_words = "today's load" if today is not None else "the lightest load"
+    changes = _decision_change(points, ref, ref_words, lambda p: _at(times(p)) + load(p))
+    grows = ", its served rate still growing 10 % or more" if by_sessions else ""
+    held = (
+        f"without saturating{grows}, p99 TTFT within the {slo_ttft_p99_s:g} s SLO"
+        if slo_ttft_p99_s is not None
+        else f"without saturating{grows} (no SLO given)"
+    )
+    caps = []
+    for name in ref.policies:
+        held_last = _capacity_point(points, name, slo_ttft_p99_s, by_sessions)
+        if held_last is None:
+            caps.append(f"{name} below the lightest load swept")
+            continue
+        at_least = "at least " if held_last is hi else ""
+        caps.append(f"{name} {at_least}{load(held_last, name)}")
+    return [
+        f"  growth: swept {span}; {changes}",
+        f"  capacity (the highest load swept that each layout serves {held}): " + ", ".join(caps),
+    ]
+
+
+def longest_context_preset() -> tuple[str, int]:
+    """The model preset with the longest context (ties: the least KV per token, the one that
+    fits a worker's pool soonest), and that context in tokens."""
+    from fcctl.layout.geometry import preset_geometry, preset_names
+
+    def context(name: str) -> int:
+        info = preset_geometry(name).info
+        return info.max_context_tokens if info is not None else 0
+
+    name = max(preset_names(), key=lambda n: (context(n), -preset_geometry(n).bytes_per_token))
+    return name, context(name)
+
+
+def model_lines(replay: ReplayResult) -> list[str]:
+    """A line naming the preset to use when the model's context rejects more than
+    ``REJECTED_SHARE_STATED`` of the requests (issue #33, item 4); [] otherwise."""
+    from fcctl.reports.replay_report import REJECTED_SHARE_STATED, rejected_share
+
+    rejected = rejected_share(replay)
+    too_long = rejected.reasons.get("exceeds_max_context", 0) if rejected is not None else 0
+    if (
+        rejected is None
+        or not rejected.requests
+        or too_long / rejected.requests <= (REJECTED_SHARE_STATED)
+    ):
+        return []
+    name, tokens = longest_context_preset()
+    if name == replay.kv.model:
+        return []
+    return [
+        f"  model: {replay.kv.model}'s context rejects {100 * too_long / rejected.requests:.3g} % "
+        f"of the requests; --model {name} ({tokens:,} tokens of context, the longest preset) "
+        'serves requests up to that length (docs/simulator.md, "Choosing the model")'
+    ]
 
 
 def decision_of(replay: ReplayResult) -> dict[str, Any]:
@@ -555,6 +736,9 @@ __all__ = [
     "decision_of",
     "file_identity",
     "fingerprint",
+    "growth_lines",
+    "longest_context_preset",
+    "model_lines",
     "node_memory_tiers",
     "plan_directory",
     "read_document",

@@ -24,6 +24,7 @@ from fcctl.common.units import format_bytes
 
 from . import format as fmt
 from .console import print_rendered
+from .shares import CELL_LEGEND, hit_cell, ideal_line
 
 OUT_MARKER = "recommend.json"
 
@@ -97,7 +98,7 @@ def _rates_table(result: RecommendResult) -> Table:
             t.add_row(
                 f"{r.rate:g}",
                 name,
-                fmt.share(p.gpu_hit_share),
+                hit_cell(p),
                 fmt.seconds(p.ttft_s.mean),
                 fmt.seconds(p.ttft_s.p99),
                 fmt.size(p.ssd_read_bytes),
@@ -122,7 +123,10 @@ def render_summary(result: RecommendResult, console: Console) -> None:
         console.print(label)
     console.print(_grid_table(result))
     console.print(_rates_table(result))
-    console.print(f"ideal hit share (reuse access share): {fmt.share(result.ideal_hit_share)}")
+    every = [p for r in result.rates for p in r.policies.values()]
+    if any(p.rejected_requests.count for p in every):
+        console.print(CELL_LEGEND)
+    console.print(ideal_line(every, result.ideal_hit_share))
     console.print(
         f"recommended: short reply <= {rec.short_reply_tokens:,} tokens, agent context > "
         f"{rec.agent_context_tokens:,} tokens (objective {f.objective}, at {rec.rate:g} req/s): "

@@ -13,12 +13,14 @@ from rich.console import Console
 from rich.table import Table
 
 from fcctl.analyzers.replay import sampled_label
+from fcctl.analyzers.replay.achieved import load_label
 from fcctl.analyzers.replay.result import RateResult, ReplayResult
 from fcctl.common.jsonio import write_json_file
 from fcctl.common.outdir import atomic_out_dir, check_out_dir
 
 from . import format as fmt
 from .console import print_rendered
+from .shares import CELL_LEGEND, hit_cell, ideal_line
 
 OUT_MARKER = "replay.json"
 
@@ -51,7 +53,7 @@ def _table(result: ReplayResult) -> Table:
                 name,
                 f"{fmt.share(u.prefill_mean)}/{fmt.share(u.prefill_max)}",
                 fmt.share(u.ssd_read),
-                fmt.share(p.gpu_hit_share, "-"),
+                hit_cell(p),
                 fmt.sig3(p.ttft_s.mean, "-"),
                 fmt.sig3(p.ttft_s.p99, "-"),
                 fmt.size_2dp(p.ssd_read_bytes),
@@ -62,13 +64,6 @@ def _table(result: ReplayResult) -> Table:
                 f"{p.recomputed_tokens:,}",
             )
     return t
-
-
-def load_label(point: RateResult) -> str:
-    """A load point in words: the offered rate, or the sessions kept active."""
-    if point.rate is not None:
-        return f"{point.rate:.3g} req/s offered"
-    return f"{point.concurrency:,} sessions active"
 
 
 #: What the served-rate column and its marks mean (docs/simulator.md 6.1), the one wording of
@@ -99,8 +94,12 @@ def decision_lines(result: ReplayResult) -> list[str]:
         d = rate.decision
         achieved = [p.achieved_rate.central for p in rate.policies.values()]
         got = [a for a in achieved if a is not None]
-        reached = f", achieved {fmt.sig3(min(got))}-{fmt.sig3(max(got))}" if got else ", achieved -"
-        lines.append(f"at {load_label(rate)}{reached} req/s: {d.best} ({d.why})")
+        spread = (
+            f"; the policies served {fmt.sig3(min(got))}-{fmt.sig3(max(got))} req/s"
+            if len(got) > 1 and min(got) != max(got)
+            else ""
+        )
+        lines.append(f"at {load_label(rate)}{spread}: {d.best} ({d.why})")
     m = result.decision_margins
     if result.load.get("axis") == "concurrency":
         div = result.divergence_concurrency
@@ -151,8 +150,8 @@ class RejectedShare:
         ]
         return (
             f"rejected: {100 * self.share:.3g} % of requests ({self.rejected:,} of "
-            f"{self.requests:,}) never ran: {'; '.join(parts)}; their TTFT is not counted and "
-            "their blocks count as misses"
+            f"{self.requests:,}) never ran: {'; '.join(parts)}; their TTFT is not counted; hit "
+            "shares are over the requests that ran, and over all with their blocks as misses"
         )
 
 
@@ -192,14 +191,16 @@ def render_summary(result: ReplayResult, console: Console) -> None:
     label = sampled_label(result.sampling)
     if label:
         console.print(label)
-    ideal = fmt.share(result.ideal_hit_share, "-")
-    console.print(f"ideal hit share (reuse access share): {ideal}")
+    every = [p for r in result.rates for p in r.policies.values()]
+    console.print(ideal_line(every, result.ideal_hit_share))
     console.print(_table(result))
     console.print(
         f"got/s: {SATURATION_LEGEND}; prefill: busy share of "
         "the span, mean/busiest worker; SSD: share of the span the read link is busy; TTFT over "
         "the window"
     )
+    if any(p.rejected_requests.count for p in every):
+        console.print(CELL_LEGEND)
     for note in result.notes:
         console.print(f"note: {note}")
 
@@ -226,7 +227,7 @@ def _charts(result: ReplayResult, d: Path) -> list[str]:
     for n in names:
         ax.plot(
             rates,
-            [100 * (r.policies[n].gpu_hit_share or 0) for r in result.rates],
+            [100 * (r.policies[n].gpu_hit_share_served or 0) for r in result.rates],
             marker="o",
             label=n,
         )

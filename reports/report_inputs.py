@@ -37,12 +37,13 @@ from .monitors import is_recorded_trace, read_monitors
 
 #: The newest schema_version of each command's document this fcctl reads.
 #: replay 2: the operating point per policy, a decision per rate, TTFT over the window;
-#: recommend-thresholds 2: recommendation.matters/spread/why (and replay's policy objects).
+#: recommend-thresholds 2: recommendation.matters/spread/why (and replay's policy objects);
+#: both 3: ``gpu_hit_share_served``/``ideal_hit_share_served`` per policy.
 SUPPORTED_SCHEMA: dict[str, int] = {
     "analyze": 1,
     "iobench": 1,
-    "replay": 2,
-    "recommend-thresholds": 2,
+    "replay": 3,
+    "recommend-thresholds": 3,
 }
 
 

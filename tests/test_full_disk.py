@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, SAMPLES
-from tests.plan_helpers import tmpfs
+from tests.plan_helpers import small_trace, tmpfs
 
 MOONCAKE = SAMPLES / "mooncake_conversation_2k.jsonl"
 
@@ -77,9 +77,10 @@ def test_replay_out_on_a_full_disk(tiny_fs, tmp_path):
 
 def test_recommend_out_and_emit_on_a_full_disk(tiny_fs, tmp_path):
     fs = tiny_fs("64k")
+    # 200 requests: --out (about 120 kB) and --emit (about 440 kB) still overflow 64 kB.
     args = [
         "recommend-thresholds",
-        MOONCAKE,
+        small_trace(tmp_path, 200),
         "--rates",
         "0.5",
         "--short-reply",

@@ -66,7 +66,7 @@ def test_json_keys_are_exactly_the_documented_ones(doc: dict[str, Any]) -> None:
         "sampling",
     ]
     assert doc["sampling"] is None  # issue #19: only a run on sampled sessions has one
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     rec = doc["recommendation"]
     assert list(rec) == [
         "short_reply_tokens",
@@ -139,20 +139,27 @@ def test_thresholds_that_do_not_matter(tmp_path: Path) -> None:
     assert "wider" not in summary.stdout
 
 
-def test_human_summary() -> None:
-    result = _run(MOONCAKE, *SMALL)
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """One human-output run with --out and --emit: the two folders and its terminal summary
+    (the summary is the same run's with or without --out, so one run serves both tests)."""
+    root = tmp_path_factory.mktemp("recommend")
+    out, emit = root / "out", root / "emit"
+    result = _run(MOONCAKE, *SMALL, "--out", str(out), "--emit", str(emit), "--emit-name", "fcs")
     assert result.exit_code == 0, result.output
-    out = result.stdout
+    return out, emit, result.stdout
+
+
+def test_human_summary(written: tuple[Path, Path, str]) -> None:
+    out = written[2]
     assert "recommended: short reply <=" in out and "misplacement cost:" in out
     assert "Placing every short chat on SSD" in out and "at 2 req/s." in out
     assert "memory-only" in out and "flat-fcfs" in out
     assert "sessions inferred" in out  # Mooncake has no session ids
 
 
-def test_out_and_emit(tmp_path: Path, doc: dict[str, Any]) -> None:
-    out, emit = tmp_path / "out", tmp_path / "emit"
-    result = _run(MOONCAKE, *SMALL, "--out", str(out), "--emit", str(emit), "--emit-name", "fcs")
-    assert result.exit_code == 0, result.output
+def test_out_and_emit(written: tuple[Path, Path, str], doc: dict[str, Any]) -> None:
+    out, emit, _ = written
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(
         [

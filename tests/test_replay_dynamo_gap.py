@@ -12,9 +12,22 @@ things these cases compute by hand:
   step), and the simulator now follows it: these cases check it by hand;
 * how long a request runs (fcctl's time model keeps requests about four times longer than
   Dynamo's mocker) then decides how long the blocks it references stay pinned.
+
+A third rule differs by design and is computed here too: when a session's next turn is sent.
+fcctl sends it at max(previous send + the recorded send-to-send gap, previous end), Dynamo at
+max(the recorded send time, previous end + the recorded think time): like a real client it
+never thinks less than recorded after a slow response. Measured on the 100 sessions, Dynamo's
+rule in fcctl lowers fcctl's GPU-only share (docs/simulator.md), so pacing is not why fcctl
+sits under Dynamo.
 """
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -136,3 +149,135 @@ def test_referenced_blocks_stay_and_are_released_tail_first(store_cls: type) -> 
     assert store.gpu_prefix(np.array([0]), 0) == 1
     assert store.gpu_prefix(np.array([1]), 0) == 0
     assert store.gpu_prefix(np.array([2]), 0) == 0 and store.gpu_prefix(np.array([10]), 0) == 0
+
+
+# The pacing case: two sessions as the Claude Code trace records them. Each request has its
+# send time t, its server time api_time and the client's think time before the next send, so
+# t(next) = t + api_time + think_time. A: t = 0 (api 1 s, think 50 s), then t = 51. B: t = 0
+# (api 1 s, think 119 s), then t = 120, a 9-block prompt that with its output block fills the
+# whole 10-block pool.
+_A0, _A1 = [0, 1, 2, 3], [0, 1, 2, 3, 999]
+_B0, _B1 = [100], [100, *range(200, 208)]
+_THINK_A, _THINK_B = 50.0, 119.0
+
+
+def _paced_run(t_a1: float, t_b1: float):  # type: ignore[no-untyped-def]
+    # One worker, a 10-block shared pool, a slow decode (KV read at 10 kB/s): A's first turn
+    # (16 output tokens) runs about 110 s, much longer than the 1 s the trace recorded.
+    hw = tiny_node(gpus=1, gpu_kv=10, gpu_running_kv_bytes=None, hbm_bytes_per_s=1e4)
+    config = ReplayConfig(geometry=TINY, hardware=hw, keep_tables=True)
+    trace = trace_of(
+        [_A0, _A1, _B0, _B1],
+        sessions=["A", "A", "B", "B"],
+        timestamps=[0.0, t_a1, 0.0, t_b1],
+        output_tokens=[BLOCK_TOKENS, 1, 1, 1],
+    )
+    p = simulate(build_workload(trace, TINY, 1), config, "memory-only", None, concurrency=2)
+    assert p.table is not None and p.rejected_requests.count == 0
+    return p.table.sort("request_index")
+
+
+def test_pacing_decides_whether_a_slow_sessions_prefix_survives() -> None:
+    """By hand, both sessions start at 0; A's first turn ends at E (about 110 s), B's at e
+    (a few s).
+
+    * fcctl's rule, next arrival = max(previous arrival + t difference, previous end): A's
+      next turn at max(0 + 51, E) = E, before B's big turn at max(0 + 120, e) = 120. It finds
+      its 4 blocks (nothing evicted them yet); B's turn then evicts A's blocks, too late to
+      matter.
+    * Dynamo's rule, max(recorded send time, previous end + recorded think time), here a real
+      client's (previous end + think): B's turn at max(120, e + 119) = e + 119, A's at
+      max(51, E + 50) = E + 50, after B's. B's 10 blocks fill the pool and evict all of
+      A's: A's next turn finds 0.
+
+    fcctl is run with its rule, then fed Dynamo's rule's arrivals as the trace's times (each
+    then falls after the previous turn's end, so fcctl's max() keeps them as given): its store
+    gives the hand counts both times, so the two counts differ by pacing alone.
+    """
+    fcctl_rule = _paced_run(51.0, 120.0)
+    end_a0, end_b0 = fcctl_rule["end_s"][0], fcctl_rule["end_s"][2]
+    assert 51.0 < end_a0 < 120.0 and end_b0 < 51.0  # the case's premise: A ran long, B short
+    assert fcctl_rule["arrival_s"].to_list() == [0.0, end_a0, 0.0, 120.0]
+    assert fcctl_rule["gpu_blocks"].to_list() == [0, 4, 0, 1]
+
+    t_a1, t_b1 = max(51.0, end_a0 + _THINK_A), max(120.0, end_b0 + _THINK_B)  # Dynamo's rule
+    assert end_a0 < t_b1 < t_a1  # B's big turn comes between A's turns
+    dynamo_rule = _paced_run(t_a1, t_b1)
+    assert dynamo_rule["end_s"][0] == end_a0 and dynamo_rule["end_s"][2] == end_b0
+    assert dynamo_rule["arrival_s"].to_list() == [0.0, t_a1, 0.0, t_b1]
+    assert dynamo_rule["gpu_blocks"].to_list() == [0, 0, 0, 1]
+
+
+_DYNAMO_PYTHON = Path(os.environ.get("FCCTL_DYNAMO_PYTHON", "/tmp/dynvenv/bin/python"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _DYNAMO_PYTHON.exists(), reason="Dynamo 1.6.1's venv is absent")
+def test_dynamo_paces_by_the_recorded_schedule_and_think_time(tmp_path: Path) -> None:
+    """Dynamo 1.6.1's own rule, which the pacing case above states: a turn goes at
+    max(session start + t, previous end + t difference - previous api_time), the whole
+    difference where api_time is absent. One session, one worker; Dynamo's mocker serves each
+    turn in well under a second (llama-3.1-8b, a few hundred tokens), so by hand:
+
+    * t 20 after api 5 at t 0: max(20, e0 + 15) = 20;
+    * t 40 after api 3 at t 20: max(40, e1 + 17) = 40;
+    * t 70 after a turn without api_time at t 40: max(70, e2 + 30) = e2 + 30 (> 70);
+    * t 100 after api 1 at t 70: max(100, e3 + 29) = 100 (e3 is about 70.1).
+    """
+    rows = [(0.0, 5.0), (20.0, 3.0), (40.0, None), (70.0, 1.0), (100.0, 1.0)]
+    requests = []
+    for i, (t, api) in enumerate(rows):
+        request: dict[str, Any] = {
+            "t": t,
+            "type": "n",
+            "model": "claude-opus-4-5-20251101",
+            "in": (4 + i) * 64,
+            "out": 10,
+            "hash_ids": list(range(4 + i)),
+            "input_types": ["text"],
+            "output_types": ["text"],
+            "stop": "end_turn",
+        }
+        if api is not None:
+            request["api_time"] = api
+        requests.append(request)
+    session = {
+        "id": "trace_0001",
+        "models": ["claude-opus-4-5-20251101"],
+        "block_size": 64,
+        "hash_id_scope": "local",
+        "tool_tokens": 0,
+        "system_tokens": 0,
+        "requests": requests,
+    }
+    trace = tmp_path / "pacing.jsonl"
+    trace.write_text(json.dumps(session) + "\n")
+    settings = {
+        "engine": {
+            "num_gpu_blocks": 1024,
+            "block_size": 64,
+            "kv_cache_bytes_per_token": 131_072,
+            "enable_prefix_caching": True,
+        },
+        "num_workers": 1,
+        "router_mode": "round_robin",
+        "trace_block_size": 64,
+        "trace_format": "weka",
+        "execution_model": "llama-3.1-8b",
+        "per_request": ["arrival_time_ms", "terminal_time_ms"],
+    }
+    common = Path(__file__).resolve().parents[1] / "benchmarks" / "_common.py"
+    out = subprocess.run(
+        [str(_DYNAMO_PYTHON), str(common), "_dynamo", str(trace), json.dumps(settings)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    done = json.loads(out.stdout)["per_request"]
+    arrival = [r["arrival_time_ms"] / 1e3 for r in done]
+    end = [r["terminal_time_ms"] / 1e3 for r in done]
+    assert all(e - a < 1.0 for a, e in zip(arrival, end, strict=True))  # the premise
+    assert arrival[:3] == pytest.approx([0.0, 20.0, 40.0], abs=1e-6)
+    assert arrival[3] == pytest.approx(end[2] + 30.0, abs=1e-6) and arrival[3] > 70.0
+    assert arrival[4] == pytest.approx(100.0, abs=1e-6)

@@ -99,7 +99,8 @@ def test_the_decision_is_replays_at_the_operating_point(
     r = runner.invoke(app, ["report", str(docs["analyze"]), str(docs["replay"]), "-o", str(out)])
     assert r.exit_code == 0, r.output
     text = _decision(out.read_text())
-    assert text.startswith("At your operating point (3.000 requests/s offered")
+    # Named by the load served, the offered rate as detail (issue #33, item 3).
+    assert re.match(r"At your operating point, [0-9.]+ req/s served \(offered 3", text), text
     assert f"the layout to choose is {best}" in text
     # analyze's load-free verdict is not stated beside it (it may contradict the replay's).
     assert analyze["verdict"]["layout"] == "flat" and best != "flat"

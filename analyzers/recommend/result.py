@@ -17,7 +17,9 @@ from fcctl.common.provenance import Provenance
 
 from ..replay import RateResult, SessionSampling
 
-SCHEMA_VERSION = 2  # 2: recommendation.matters/spread/why, trace (path, fingerprint)
+#: 2: recommendation.matters/spread/why, trace (path, fingerprint); 3: the replay's
+#: ``gpu_hit_share_served``/``ideal_hit_share_served`` per policy in ``rates`` (older refused).
+SCHEMA_VERSION = 3
 NOT_JSON = {"json": False}
 
 #: The misplacement changes, in the order they are evaluated and shown.

@@ -4,7 +4,12 @@ within which margins; and the one generator of its load points (:meth:`LoadPlan.
 The load axis is either offered **rates** (requests/s; given, or ``auto_rates``: from light
 load to saturation, :mod:`.sweep`, with the user's ``operating_rate`` run too and reported first,
 and ``slo_ttft_p99_s`` ending the sweep past it) or **concurrency** (sessions kept active;
-:mod:`.load`). Every load point runs at every **size point** (``size_lists``: hardware field ->
+:mod:`.load`; given, or ``auto_concurrency``: from a few sessions to all of the trace's and past
+them, :mod:`.session_sweep`). With both ``auto_rates`` and ``auto_concurrency`` the trace picks
+(:meth:`LoadPlan.for_workload`): sessions for a trace whose sessions pace themselves (an offered
+rate cannot push it), rates otherwise; ``fcctl plan`` asks for that.
+
+Every load point runs at every **size point** (``size_lists``: hardware field ->
 values besides the node's, every combination; ``host_memory_auto`` adds the trace's working-set
 capacities to host memory). A plan is checked where it is made, each message naming the
 parameter at fault; a :class:`~.spec.RunSpec` holds what one simulation reads.
@@ -14,7 +19,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from fcctl.common.errors import FcctlInputError
 
@@ -23,6 +29,7 @@ from .amplify import check_amplify_value
 from .decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins
 from .policies import DEFAULT_POLICIES, POLICIES
 from .result import RateResult
+from .session_sweep import auto_concurrency_steps
 from .sweep import SIZE_FIELDS, auto_rate_steps
 
 DEFAULT_RATES: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0)
@@ -99,6 +106,11 @@ class LoadPlan:
     #: Sessions kept active (None in it: every session at t = 0); set, it replaces the rates.
     concurrency: tuple[int | None, ...] | None = None
     auto_rates: bool = False
+    #: Sweep concurrent sessions automatically (:mod:`.session_sweep`); with ``auto_rates`` too,
+    #: the trace picks the axis (:meth:`for_workload`).
+    auto_concurrency: bool = False
+    #: Whether the concurrency sweep may grow past the trace's sessions (session amplification).
+    amplify_growth: bool = False
     operating_rate: float | None = None
     slo_ttft_p99_s: float | None = None
     size_lists: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
@@ -112,6 +124,13 @@ class LoadPlan:
         check_margins(self.decision_margin_pp, self.decision_ttft_margin)
         object.__setattr__(self, "amplify", check_amplify_value(self.amplify))
         object.__setattr__(self, "policies", check_policies(self.policies))
+        if self.auto_concurrency and (
+            self.concurrency is not None or self.operating_rate is not None
+        ):
+            raise FcctlInputError(
+                "concurrency: auto sweeps the sessions itself; give no sessions or rate beside it",
+                parameter="concurrency",
+            )
         if self.concurrency is not None:
             _check_concurrency(self.concurrency)
             object.__setattr__(self, "concurrency", tuple(self.concurrency))
@@ -121,7 +140,7 @@ class LoadPlan:
                     parameter="concurrency",
                 )
         else:
-            if not self.auto_rates:
+            if not (self.auto_rates or self.auto_concurrency):
                 # Still the flag's name, as before this class: the messages that name a flag
                 # move to parameter names tree-wide in one change (issue #34, item 5).
                 object.__setattr__(self, "rates", check_rates(self.rates, "rates"))
@@ -141,13 +160,27 @@ class LoadPlan:
 
     @property
     def axis(self) -> str:
-        """``rate`` or ``concurrency``."""
-        return "rate" if self.concurrency is None else "concurrency"
+        """``rate`` or ``concurrency`` (of a plan resolved by :meth:`for_workload`)."""
+        return "concurrency" if self.concurrency is not None or self.sweeps_sessions else "rate"
 
     @property
     def sweeps_rates(self) -> bool:
         """Whether the auto sweep runs (it needs the workers' capacity estimate)."""
-        return self.auto_rates and self.concurrency is None
+        return self.auto_rates and self.concurrency is None and not self.auto_concurrency
+
+    @property
+    def sweeps_sessions(self) -> bool:
+        """Whether the automatic concurrency sweep runs."""
+        return self.auto_concurrency and not self.auto_rates
+
+    def for_workload(self, closed_loop: bool) -> LoadPlan:
+        """The plan for a trace: with both automatic axes, sessions when the trace's sessions
+        pace themselves (``closed_loop``), rates otherwise (module docstring)."""
+        if not (self.auto_rates and self.auto_concurrency):
+            return self
+        if closed_loop and self.operating_rate is None:
+            return replace(self, auto_rates=False)
+        return replace(self, auto_concurrency=False)
 
     @property
     def margins(self) -> tuple[float, float]:
@@ -159,7 +192,7 @@ class LoadPlan:
         if self.concurrency is not None:
             return [(None, sessions if c is None else c) for c in self.concurrency]
         points: list[tuple[float | None, int | None]] = (
-            [] if self.auto_rates else [(r, None) for r in self.rates]
+            [] if self.auto_rates or self.auto_concurrency else [(r, None) for r in self.rates]
         )
         op = self.operating_rate
         if op is not None:
@@ -169,21 +202,37 @@ class LoadPlan:
     def rounds(self, sizes: int, sessions: int, capacity: float | None) -> Rounds:
         """Every load point of the plan at each of ``sizes`` size points, as rounds of
         independent simulations: first every fixed point, then the auto sweep's rounds
-        (``capacity``: its estimate, requests/s; None: no sweep), every size point's sweep
-        advancing together (:func:`.sweep.auto_rate_steps`)."""
+        (``capacity``: its estimate, requests/s; None: no rate sweep; the sessions sweep needs
+        none), every size point's sweep advancing together (:func:`.sweep.auto_rate_steps`,
+        :func:`.session_sweep.auto_concurrency_steps`)."""
         fixed = self.fixed_points(sessions)
         ran = yield [(k, r, c) for k in range(sizes) for r, c in fixed]
         n = len(fixed)
         out = [SizeSweep(tuple(ran[k * n : (k + 1) * n])) for k in range(sizes)]
-        if not capacity:
+        steps: dict[int, Generator[Any, list[RateResult], tuple[list[RateResult], str]]]
+        if self.sweeps_sessions:
+            steps = {
+                k: auto_concurrency_steps(
+                    sessions, slo_ttft_p99_s=self.slo_ttft_p99_s, growth=self.amplify_growth
+                )
+                for k in range(sizes)
+            }
+        elif capacity:
+            steps = {
+                k: auto_rate_steps(capacity, slo_ttft_p99_s=self.slo_ttft_p99_s)
+                for k in range(sizes)
+            }
+        else:
             return tuple(out)
-        steps = {
-            k: auto_rate_steps(capacity, slo_ttft_p99_s=self.slo_ttft_p99_s) for k in range(sizes)
-        }
+        by_sessions = self.sweeps_sessions
         wanted = {k: next(s) for k, s in steps.items()}
         while wanted:
-            ran = yield [(k, r, None) for k, rs in wanted.items() for r in rs]
-            following: dict[int, list[float]] = {}
+            ran = yield [
+                (k, None, x) if by_sessions else (k, x, None)
+                for k, xs in wanted.items()
+                for x in xs
+            ]
+            following: dict[int, list[Any]] = {}
             at = 0
             for k, rs in wanted.items():
                 try:

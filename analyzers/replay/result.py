@@ -26,7 +26,9 @@ from .operating import (
 )
 from .sampling import SessionSampling
 
-SCHEMA_VERSION = 2  # 2: operating point per policy, decision per rate, window TTFT
+#: 2: operating point per policy, decision per rate, window TTFT; 3: ``gpu_hit_share_served`` and
+#: ``ideal_hit_share_served`` per policy (an older document is refused, naming its version).
+SCHEMA_VERSION = 3
 NOT_JSON = {"json": False}
 
 
@@ -76,8 +78,15 @@ class RejectedRequests:
 
 @dataclass(frozen=True)
 class PolicyResult:
-    """One policy at one rate (definitions in docs/simulator.md)."""
+    """One policy at one rate (definitions in docs/simulator.md).
 
+    The shares are shares of block accesses (docs/simulator.md, "Shares over what was
+    served"): ``*_served`` over the requests that ran, the ones the decision compares;
+    ``gpu_hit_share`` and ``ideal_hit_share`` over all the trace's requests, a rejected
+    request's accesses counted as misses. Equal when ``rejected_requests.count`` is 0."""
+
+    gpu_hit_share_served: float | None
+    ideal_hit_share_served: float | None
     gpu_hit_share: float | None
     ideal_hit_share: float | None
     ttft_s: TtftStats

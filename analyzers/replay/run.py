@@ -68,6 +68,7 @@ from .result import (
     ReplayResult,
     TtftStats,
 )
+from .session_sweep import MAX_SESSION_POINTS
 from .spec import DEFAULT_ROUTER, DEFAULT_SEED, RunSpec, StoreFactory
 from .store import FastStore
 from .sweep import (
@@ -180,6 +181,19 @@ def prefetch_stats(table: pl.DataFrame) -> PrefetchStats:
     return PrefetchStats(_mean(pf), _mean(wait), _mean(pf - wait), _pct(pf, 99))
 
 
+def served_shares(
+    w: Workload, full: pl.DataFrame, delivered: int
+) -> tuple[float | None, float | None]:
+    """``gpu_hit_share_served`` and ``ideal_hit_share_served`` (docs/simulator.md §6.0): over
+    the requests that ran, since a layout cannot deliver hits to a request that never ran."""
+    ran = full["rejected"].is_null()
+    accesses = int(full.filter(ran)["blocks"].sum())
+    hit = delivered / accesses if accesses else None
+    if bool(ran.all()):
+        return hit, w.ideal_hit_share
+    return hit, w.served_ideal_hit_share(ran.to_numpy())
+
+
 def summarize(
     sim: Simulation, keep_table: bool, *, offered_rate: float | None = None
 ) -> PolicyResult:
@@ -204,6 +218,7 @@ def summarize(
     ssd_read = int(table["ssd_read_bytes"].sum())
     ssd_delivered = ssd_blocks * sim.block_bytes
     accesses = w.block_accesses
+    served_hit, served_ideal = served_shares(w, full, delivered)
     # Bytes over the GPUs' links: every rank receives its rank's bytes of each copied block.
     copied = int(table["copy_blocks"].sum()) * sim.rank_block_bytes * sim.tp
     direct = ssd_read if getattr(sim.policy, "reads_into_gpu", False) else 0
@@ -225,6 +240,8 @@ def summarize(
         unloaded_arrival_s=sim.unloaded_arrivals(),
     )
     return PolicyResult(
+        gpu_hit_share_served=served_hit,
+        ideal_hit_share_served=served_ideal,
         gpu_hit_share=delivered / accesses if accesses else None,
         ideal_hit_share=w.ideal_hit_share,
         ttft_s=ttft_stats(table, op.window),
@@ -410,9 +427,12 @@ def decision_of(
     """The decision at one load point (:func:`.decision.decide` on the policies' figures)."""
     figures = {}
     for name, p in policies.items():
-        if p.gpu_hit_share is None or p.ttft_s.mean is None:
+        # Compared on the served share: rejected requests are misses for every layout alike.
+        if p.gpu_hit_share_served is None or p.ttft_s.mean is None:
             return Decision("none", None, None, None, "no block accesses: nothing to compare")
-        figures[name] = PolicyFigures(p.gpu_hit_share, p.ttft_s.mean, p.ssd_read_bytes, p.saturated)
+        figures[name] = PolicyFigures(
+            p.gpu_hit_share_served, p.ttft_s.mean, p.ssd_read_bytes, p.saturated
+        )
     return decide(figures, margin_pp=margin_pp, ttft_margin=ttft_margin)
 
 
@@ -432,7 +452,7 @@ def load_notes(spec: RunSpec, plan: LoadPlan, workload: Workload) -> list[str]:
     notes: list[str] = []
     if workload.sessions_inferred:
         notes.append("sessions inferred from prefix chains (the trace has no session ids)")
-    if plan.concurrency is not None:
+    if plan.axis == "concurrency":
         notes.append(
             "concurrency: a closed loop of sessions; N active at once, the next starting when "
             "one ends ('all': every session at t = 0); each turn arrives its think time "
@@ -549,13 +569,12 @@ def replay_trace(
     spec, plan = config.split() if isinstance(config, ReplayConfig) else (config, plan)
     if plan is None:
         raise ValueError("replay_trace: give a LoadPlan with a RunSpec")
+    workload = simulation_workload(trace, spec.geometry, spec.hardware)
+    plan = plan.for_workload(workload.closed_loop)
     workload = amplified_workload(
-        simulation_workload(trace, spec.geometry, spec.hardware),
-        spec,
-        plan,
-        (execution or Execution()).memory_budget_bytes,
+        workload, spec, plan, (execution or Execution()).memory_budget_bytes
     )
-    if plan.concurrency is None:
+    if plan.axis == "rate":
         check_load(spec, workload)
     notes = load_notes(spec, plan, workload)
     sizes = size_points_of(plan, spec.hardware, workload, notes)
@@ -564,6 +583,7 @@ def replay_trace(
         capacity = capacity_estimate(workload, spec.hardware.prefill_tokens_per_s)
     per_size = len(plan.fixed_points(workload.sessions))
     per_size += MAX_AUTO_POINTS if capacity else 0
+    per_size += MAX_SESSION_POINTS if plan.sweeps_sessions else 0
     total = len(sizes) * per_size * len(plan.policies) * workload.requests
     if store_factory.reference:
         execution = Execution()
@@ -633,6 +653,11 @@ def assemble_points(
                     f"cached), doubling until {sweep.why}{paced}"
                 )
             here += [p for p in sweep.swept if not (operating and p.rate == operating.rate)]
+        if plan.sweeps_sessions:
+            here += list(sweep.swept)
+            if k == 0:
+                operating = next((p for p in here if p.concurrency == workload.sessions), operating)
+                notes.append(_sessions_note(workload.sessions, here, sweep.why))
         here.sort(key=lambda p: (p is not operating, p.rate or 0, p.concurrency or 0))
         results += here
         divergence.append(
@@ -643,6 +668,20 @@ def assemble_points(
             }
         )
     return Points(tuple(results), operating, tuple(divergence))
+
+
+def _sessions_note(sessions: int, points: Sequence[RateResult], why: str | None) -> str:
+    """The concurrency sweep's note: what it ran, today's load and why it stopped."""
+    ran = sorted(p.concurrency or 0 for p in points)
+    span = f"{ran[0]:,}-{ran[-1]:,}" if ran else "no"
+    return (
+        f"concurrency auto: the trace's sessions pace themselves (per-session clocks, no global "
+        f"arrival times), so the load is the sessions active at once: {span} sessions "
+        f"({ran[0] / sessions:.2g}x-{ran[-1] / sessions:.2g}x today's load) until {why}; "
+        f"today's load (the operating point) is all {sessions:,} of the trace's sessions active"
+        if ran
+        else f"concurrency auto: no point ran ({why})"
+    )
 
 
 def replay_result(
@@ -668,7 +707,7 @@ def replay_result(
         ),
         load={
             "axis": plan.axis,
-            "closed_loop": workload.closed_loop or plan.concurrency is not None,
+            "closed_loop": workload.closed_loop or plan.axis == "concurrency",
             "think_time": str(spec.think_time),
             "cancel": spec.cancel,
             "router": spec.router,

@@ -148,7 +148,7 @@ def leading(point: RateResult) -> str:
     if point.decision.best in point.policies:
         return point.decision.best
     ran = [n for n in CANDIDATES if n in point.policies] or list(point.policies)
-    return max(ran, key=lambda n: point.policies[n].gpu_hit_share or 0.0)
+    return max(ran, key=lambda n: point.policies[n].gpu_hit_share_served or 0.0)
 
 
 def _stop(prev: RateResult | None, point: RateResult, slo_ttft_p99_s: float | None) -> str | None:

@@ -87,6 +87,23 @@ class Workload:
             return None
         return (self.block_accesses - self.num_blocks) / self.block_accesses
 
+    def served_ideal_hit_share(self, served: np.ndarray) -> float | None:
+        """The ideal over the requests that ran (``served``: bool per request): re-accesses
+        among their block accesses / their accesses (docs/simulator.md, "Shares over what was
+        served"). A block counts as re-accessed only after a *served* access to it: a request
+        that was rejected never put its blocks on a GPU, so the first served access to a block
+        first touched by a rejected request is a miss for every layout, ideal included."""
+        mask = np.repeat(served, np.diff(self.offsets))
+        accesses = int(mask.sum())
+        if accesses == 0:
+            return None
+        if accesses == self.block_accesses:
+            return self.ideal_hit_share
+        # Distinct blocks by marking (linear in the accesses; np.unique would sort them all).
+        seen = np.zeros(self.num_blocks, dtype=np.bool_)
+        seen[self.block[mask]] = True
+        return (accesses - int(seen.sum())) / accesses
+
     @property
     def max_request_blocks(self) -> int:
         return int(np.diff(self.offsets).max()) if self.requests else 0

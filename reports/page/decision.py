@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from html import escape
 
+from fcctl.analyzers.replay.achieved import load_words
+
 from .. import format as fmt
 from ..replay_report import REJECT_FLAGS, REJECT_WORDS, RejectedShare
 from ..report_inputs import Input, Node
 from .elements import link
 from .recommendation import tokens
-from .replay import number_at, policies_at
+from .replay import number_at, policies_at, served_at
 
 
 def _policy(doc: Node, rate: float, name: str) -> Node | None:
@@ -22,10 +24,15 @@ def _policy(doc: Node, rate: float, name: str) -> Node | None:
 
 
 def _load(point: Node) -> str:
+    """A load point by what it achieved (analyzers/replay/achieved), the offered rate as
+    detail."""
     rate = point.get("rate")
-    if rate is not None:
-        return f"{fmt.per_s(rate.as_num())} offered"
-    return f"{point['concurrency'].as_int():,} sessions active"
+    concurrency = point.get("concurrency")
+    return load_words(
+        None if rate is None else rate.as_num(),
+        None if concurrency is None else concurrency.as_int(),
+        served_at(point),
+    )
 
 
 def _node_points(doc: Node) -> list[Node]:
@@ -73,9 +80,14 @@ def replay_decision(rep: Input) -> str:
         d = op["decision"]
         got = [number_at(p, "achieved_rate", "central") for _n, p in op["policies"].as_items()]
         served = [g for g in got if g is not None]
-        at = _load(op) + (f", {fmt.per_s(min(served))} served" if served else "")
+        spread = (
+            f"; the layouts served {fmt.per_s(min(served))}-{fmt.per_s(max(served))}"
+            if len(served) > 1 and min(served) != max(served)
+            else ""
+        )
+        at = _load(op) + spread
         return (
-            f"At your operating point ({link(at, 'replay-rates')}) the layout to choose is "
+            f"At your operating point, {link(at, 'replay-rates')}, the layout to choose is "
             f"<strong>{escape(d['best'].as_str())}</strong>: {escape(d['why'].as_str())}."
         )
     points = _node_points(doc)
@@ -198,7 +210,8 @@ def _rejected_sentence(rep: Input) -> str:
     return (
         f"{link(fmt.share(shown.share), 'replay')} of the requests "
         f"({shown.rejected:,} of {shown.requests:,}) were rejected, never run: "
-        f"{'; '.join(parts)}; their TTFT is not counted and their blocks count as misses."
+        f"{'; '.join(parts)}; their TTFT is not counted; hit shares are over the "
+        "requests that ran, and over all with their blocks as misses."
     )
 
 

@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from html import escape
 
+from fcctl.analyzers.replay.achieved import load_words
+
 from .. import format as fmt
 from .. import svg
 from ..replay_report import SATURATION_LEGEND, saturation_mark
@@ -19,7 +21,7 @@ class LoadPoint:
     """One entry of a document's ``rates``: its load, the sizes it ran at, its policies."""
 
     load: float  # offered requests/s, or sessions kept active on a closed loop (--concurrency)
-    label: str  # the load as the tables write it
+    label: str  # the load as the tables write it: by what was achieved (analyzers/replay/achieved)
     sizes: str  # "" at the node's sizes (the first entry's); else the sizes it ran at
     policies: list[tuple[str, Node]]
 
@@ -34,12 +36,9 @@ def load_points(doc: Node) -> list[LoadPoint]:
     out = []
     for r in entries:
         rate = r.get("rate")
-        if rate is not None:
-            load = rate.need_num()
-            label = fmt.per_s(load)
-        else:
-            active = r["concurrency"].as_int()
-            load, label = float(active or 0), f"{fmt.count(active)} sessions active"
+        active = None if rate is not None else r["concurrency"].as_int()
+        load = rate.need_num() if rate is not None else float(active or 0)
+        label = load_words(None if rate is None else load, active, served_at(r))
         sizes = r.get("sizes")
         named = ""
         if sizes is not None and sizes.value != base:
@@ -49,6 +48,21 @@ def load_points(doc: Node) -> list[LoadPoint]:
             )
         out.append(LoadPoint(load, label, named, r["policies"].as_items()))
     return out
+
+
+def served_at(point: Node) -> float | None:
+    """Requests/s served at a load point by its leading policy (the decision's best, else the
+    highest GPU hit share: analyzers/replay/achieved), in the steady-state window (the whole
+    run's when the window is empty)."""
+    policies = point["policies"].as_items()
+    if not policies:
+        return None
+    best = point["decision"]["best"].as_str() if point.get("decision") is not None else ""
+    named = dict(policies)
+    lead = named.get(best) or max(
+        named.values(), key=lambda p: number_at(p, "gpu_hit_share") or 0.0
+    )
+    return number_at(lead, "achieved_rate", "central") or number_at(lead, "achieved_rate", "whole")
 
 
 def closed_loop(doc: Node) -> bool:
@@ -70,20 +84,57 @@ def number_at(node: Node, *keys: str) -> float | None:
     return node.as_num()
 
 
+def served_key(doc: Node) -> str:
+    """The hit share a page shows: over served requests (schema 3), else the older documents'
+    only one, over all requests (docs/simulator.md, "Shares over what was served")."""
+    for pt in load_points(doc):
+        for _name, p in pt.policies:
+            return (
+                "gpu_hit_share_served"
+                if p.get("gpu_hit_share_served") is not None
+                else ("gpu_hit_share")
+            )
+    return "gpu_hit_share"
+
+
+def served_ideal(doc: Node) -> float | None:
+    """The ideal beside the served shares: a policy's ``ideal_hit_share_served`` (the same for
+    every policy at the node's sizes), else the document's over all requests."""
+    for pt in load_points(doc):
+        for _name, p in pt.policies:
+            v = number_at(p, "ideal_hit_share_served")
+            if v is not None and not pt.sizes:
+                return v
+    return doc["ideal_hit_share"].as_num()
+
+
+def hit_text(p: Node) -> tuple[str, float | None]:
+    """A policy's hit cell: the served share, and "/ all" beside it where requests were
+    rejected (the two then differ)."""
+    served = number_at(p, "gpu_hit_share_served")
+    every = number_at(p, "gpu_hit_share")
+    if served is None:
+        return fmt.share(every), every
+    rejected = number_at(p, "rejected_requests", "count")
+    if not rejected:
+        return fmt.share(served), served
+    return f"{fmt.share(served)} / {fmt.share(every)}", served
+
+
 def rates_table(doc: Node, table_id: str) -> str:
     rows: list[list[CellLike]] = []
     points = load_points(doc)
     sized = any(pt.sizes for pt in points)
     for pt in points:
         for name, p in pt.policies:
-            hit = number_at(p, "gpu_hit_share")
+            hit_cell, hit = hit_text(p)
             cells: list[CellLike] = [Cell(pt.label, pt.load)]
             if sized:
                 cells.append(pt.sizes or "the node's")
             served = number_at(p, "achieved_rate", "central")
             by = p.get("saturated_by")
             mark = saturation_mark(None if by is None else by.as_opt_str())
-            cells += [name, Cell(fmt.sig3(served) + mark, served), Cell(fmt.share(hit), hit)]
+            cells += [name, Cell(fmt.sig3(served) + mark, served), Cell(hit_cell, hit)]
             for keys, render in (
                 (("ttft_s", "mean"), fmt.seconds),
                 (("ttft_s", "p50"), fmt.seconds),
@@ -121,17 +172,20 @@ def rates_table(doc: Node, table_id: str) -> str:
 
 
 def _per_policy(doc: Node, *keys: str) -> dict[str, tuple[list[float], list[float]]]:
-    """Each policy's (loads, values) at the node's sizes: a chart draws one size set."""
+    """Each policy's (loads, values) at the node's sizes: a chart draws one size set. On the
+    rate axis a policy's load is what it served (its central achieved rate), not what was
+    offered: an offered rate the trace's pacing never reaches is no load (issue #33)."""
     out: dict[str, tuple[list[float], list[float]]] = {}
+    by_rate = not closed_loop(doc)
     for pt in load_points(doc):
         if pt.sizes:
             continue
-        rate = pt.load
         for name, p in pt.policies:
             v = number_at(p, *keys)
-            if v is not None:
+            x = number_at(p, "achieved_rate", "central") if by_rate else pt.load
+            if v is not None and x is not None:
                 xs, ys = out.setdefault(name, ([], []))
-                xs.append(rate)
+                xs.append(x)
                 ys.append(v)
     return out
 
@@ -145,10 +199,10 @@ def rate_charts(doc: Node, prefix: str) -> str:
     rate_axis = (
         svg.Axis("sessions kept active (closed loop)", fmt=lambda v: f"{v:g}")
         if closed_loop(doc)
-        else svg.Axis("offered load (requests/s)", fmt=lambda v: f"{v:g}")
+        else svg.Axis("served load (requests/s, steady-state window)", fmt=lambda v: f"{v:.3g}")
     )
-    ideal = doc["ideal_hit_share"].as_num()
-    hits = _per_policy(doc, "gpu_hit_share")
+    ideal = served_ideal(doc)
+    hits = _per_policy(doc, served_key(doc))
     charts = [
         figure(
             svg.line_chart(
@@ -159,7 +213,7 @@ def rate_charts(doc: Node, prefix: str) -> str:
                 svg.Axis("GPU-delivered hit share", fmt=fmt.share, lo=0.0, hi=1.0),
                 [svg.RefLine("ideal (reuse access share)", ideal)] if ideal is not None else [],
             ),
-            "Reused blocks delivered to GPU memory before prefill, over all block accesses.",
+            f"Reused blocks delivered to GPU memory before prefill, over {_over(doc)}.",
         )
     ]
     series = []
@@ -199,6 +253,13 @@ def rate_charts(doc: Node, prefix: str) -> str:
     return '<div class="charts">' + "".join(charts) + "</div>"
 
 
+def _over(doc: Node) -> str:
+    """What the charted hit share is over, in words."""
+    if served_key(doc) == "gpu_hit_share":
+        return "all block accesses"
+    return "the block accesses of the requests that ran (served)"
+
+
 def _one_load_charts(doc: Node, prefix: str, point: LoadPoint) -> str:
     """The charts of :func:`rate_charts` at the one load replayed: bars, one group a policy."""
     names = [n for n, _ in point.policies]
@@ -206,7 +267,7 @@ def _one_load_charts(doc: Node, prefix: str, point: LoadPoint) -> str:
     def values(*keys: str) -> list[float | None]:
         return [number_at(p, *keys) for _, p in point.policies]
 
-    ideal = doc["ideal_hit_share"].as_num()
+    ideal = served_ideal(doc)
     at = f"at {point.label}, the one load replayed"
     charts = [
         figure(
@@ -214,12 +275,12 @@ def _one_load_charts(doc: Node, prefix: str, point: LoadPoint) -> str:
                 f"{prefix}-hit-share",
                 "GPU hit share per policy",
                 names,
-                [("GPU hit share", values("gpu_hit_share"))],
+                [("GPU hit share", values(served_key(doc)))],
                 "policy",
                 svg.Axis("GPU-delivered hit share", fmt=fmt.share, lo=0.0, hi=1.0),
                 svg.RefLine("ideal (reuse access share)", ideal) if ideal is not None else None,
             ),
-            f"Reused blocks delivered to GPU memory before prefill, over all block accesses, {at}.",
+            f"Reused blocks delivered to GPU memory before prefill, over {_over(doc)}, {at}.",
         ),
         figure(
             svg.bar_chart(
@@ -310,9 +371,16 @@ def sampling_line(doc: Node) -> str:
 def replay_section(inp: Input) -> str:
     doc = inp.doc
     ideal = doc["ideal_hit_share"].as_num()
+    served = served_ideal(doc)
+    ideal_text = (
+        fmt.share(ideal)
+        if served is None or served == ideal
+        else f"{fmt.share(served)} over served requests; {fmt.share(ideal)} over all, rejected "
+        "requests as misses (GPU hit cells: served / all)"
+    )
     return (
         sampling_line(doc)
-        + para(f"Ideal hit share (analyze's reuse access share): {fmt.share(ideal)}")
+        + para(f"Ideal hit share (analyze's reuse access share): {ideal_text}")
         + rate_charts(doc, "replay")
         + '<h3 id="replay-rates">Policies by rate</h3>'
         + rates_table(doc, "replay-table")

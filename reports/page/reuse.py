@@ -334,8 +334,22 @@ def _request_sizes(rs: Node) -> list[str]:
 def _verdict(doc: Node) -> list[str]:
     """analyze's verdict, its reasons and the notes."""
     v = doc["verdict"]
+    layout = v["layout"].as_str()
+    ref = v.get("reference_capacity_bytes")
+    # The size the verdict holds at is in its heading, and the sentence under it says why a
+    # replay's decision on the same page may differ: never a bare verdict that contradicts it
+    # (issue #33, item 5).
+    size = None if ref is None or ref.is_null() else fmt.size(ref.as_num())
+    at = "" if size is None else f" at a {size} memory tier"
     parts = [
-        f'<h3 id="verdict">Verdict: {escape(v["layout"].as_str().upper())}</h3>',
+        f'<h3 id="verdict">Load-free verdict{escape(at)}: {escape(layout.upper())}</h3>',
+        para(
+            "Judged from the trace's reuse alone, without load"
+            + (f", for a memory tier of {size}" if size else "")
+            + ". Where this page also holds a replay, its decision (the first paragraph), "
+            "measured under load on the simulated node, is the one to follow; the two can "
+            "differ, since queueing, staging and the GPU pool are only in the replay."
+        ),
         bullet_list([r.as_str() for r in v["reasons"]]),
     ]
     notes = [n.as_str() for n in doc["notes"]] if "notes" in doc else []

@@ -584,11 +584,18 @@ class HashIdBuffer:
 # --- table building -----------------------------------------------------------------------
 
 
+def _arrow(a: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """A zero-copy Arrow array over a contiguous numpy array. Built from its buffer, not with
+    ``pa.array``, whose numpy path imports pandas: 0.35-0.4 s of CPU on every fcctl process
+    that reads a trace (measured, docs/benchmarks.md "The figures the docs quote")."""
+    return pa.Array.from_buffers(kind, a.shape[0], [None, pa.py_buffer(a)])
+
+
 def hash_column(values: np.ndarray, offsets: np.ndarray) -> pl.Series:
     """A zero-copy ``List(UInt64)`` series from flat uint64 ``values`` and int64 ``offsets``."""
     array = pa.LargeListArray.from_arrays(
-        pa.array(offsets.astype(np.int64, copy=False)),
-        pa.array(values.astype(np.uint64, copy=False)),
+        _arrow(np.ascontiguousarray(offsets, dtype=np.int64), pa.int64()),
+        _arrow(np.ascontiguousarray(values, dtype=np.uint64), pa.uint64()),
     )
     return pl.Series("hash_ids", pl.from_arrow(array), dtype=pl.List(pl.UInt64()))
 
