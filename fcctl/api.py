@@ -397,6 +397,7 @@ _LOAD_KEYWORDS = (
     "host_memory_auto",
     "decision_margin_pp",
     "decision_ttft_margin",
+    "replicas",
 )
 
 
@@ -429,6 +430,7 @@ def replay(
     seed: int = 0,
     decision_margin_pp: float = 1.0,
     decision_ttft_margin: float = 0.1,
+    replicas: int = 1,
     keep_tables: bool = False,
     jobs: int | None = None,
     engine: str = "local",
@@ -473,8 +475,9 @@ def replay(
     ``engine="dask"`` runs them on the Dask cluster at ``scheduler`` (default a local one) as
     :func:`analyze` does. The figures are the same wherever they run.
     """
-    from fcctl.analyzers.replay import Execution, check_execution, replay_trace
+    from fcctl.analyzers.replay import Execution, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
+    from fcctl.analyzers.replay.replicas import replay_decided
 
     given = dict(locals())
     spec_keywords = {k: given[k] for k in _SPEC_KEYWORDS}
@@ -492,7 +495,7 @@ def replay(
     with _progress(progress) as bar:
         trace, sample = _sampled_trace(source, format, bar, memory_budget_bytes, sample_sessions)
         return _with_sampling(
-            replay_trace(trace, spec, load, progress=bar, execution=execution), sample
+            replay_decided(trace, spec, load, progress=bar, execution=execution), sample
         )
 
 
@@ -600,6 +603,7 @@ def _load_plan(
     host_memory_auto: bool,
     decision_margin_pp: float,
     decision_ttft_margin: float,
+    replicas: int,
 ) -> LoadPlan:
     """:func:`replay`'s sweep keywords as a :class:`~fcctl.LoadPlan`."""
     from fcctl.analyzers.replay import LoadPlan
@@ -632,6 +636,7 @@ def _load_plan(
         host_memory_auto=host_memory_auto,
         decision_margin_pp=decision_margin_pp,
         decision_ttft_margin=decision_ttft_margin,
+        replicas=replicas,
     )
 
 

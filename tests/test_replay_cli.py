@@ -127,8 +127,9 @@ def test_human_table() -> None:
     assert "ideal hit share (reuse access share): 92.64%" in out
     assert "memory-only" in out and "flat" in out and "tiered" not in out
     assert "TTFT s" in out and "got/s" in out
-    # The summary starts with the decision at each load point, then the divergence rate.
-    assert out.startswith("decision at 1 req/s offered, achieved ")
+    # The summary starts with the run's one decision, then each load point's, then divergence.
+    assert out.startswith("decision: ") and "requests/s served" in out.splitlines()[0]
+    assert "\ndecision at 1 req/s offered, achieved " in out
     assert "decision divergence rate: " in out
 
 

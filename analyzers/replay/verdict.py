@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -38,7 +39,9 @@ import polars as pl
 from fcctl.common.errors import InputError
 
 from .decision import CANDIDATES, DEFAULT_TTFT_MARGIN, NONE
-from .result import PolicyResult, RateResult, ReplayResult
+
+if TYPE_CHECKING:  # result.py holds a Verdict: import its classes for annotations only
+    from .result import PolicyResult, RateResult, ReplayResult
 
 DEFAULT_SLO_TTFT_P99_S = 2.0
 """p99 TTFT bound, seconds. The notes in shared/notes give no serving team's bound, so we take
