@@ -161,3 +161,33 @@ def test_bad_replicas_named(bad: object) -> None:
 def test_bad_slo_named(bad: float) -> None:
     with pytest.raises(InputError, match=r"^slo_ttft_p99_s: "):
         check_slo(bad, 0.01)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--replicas", "0"),
+        ("--replicas", "-1"),
+        ("--replicas", "65"),
+        ("--replicas", "nan"),
+        ("--slo-ttft-p99", "0"),
+        ("--slo-ttft-p99", "-1"),
+        ("--slo-ttft-p99", "inf"),
+    ],
+)
+def test_bad_cli_values_are_one_line_naming_the_flag(flag: str, value: str) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import SAMPLES
+
+    trace = str(SAMPLES / "claude_code_sample.jsonl.gz")
+    r = subprocess.run(
+        [sys.executable, "-m", "fcctl", "replay", trace, "--rates", "1", flag, value],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0] and "Traceback" not in r.stderr, r.stderr
