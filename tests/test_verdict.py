@@ -191,3 +191,26 @@ def test_bad_cli_values_are_one_line_naming_the_flag(flag: str, value: str) -> N
     assert r.returncode == 2 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_seed_salts_which_sessions_a_sample_keeps() -> None:
+    from hashlib import blake2b
+
+    from fcctl.analyzers.traces.sampling import keep_mask, session_hash
+
+    # Salt 0 is BLAKE2b's default salt: the hash convert buckets by and every run kept so far.
+    unsalted = int.from_bytes(blake2b(b"s-7", digest_size=8).digest(), "big")
+    assert session_hash("s-7") == session_hash("s-7", 0) == unsalted
+    assert session_hash("s-7", 1) != unsalted
+    ids = [f"s-{i}" for i in range(2000)]
+    requests = pl.DataFrame(
+        {"session_id": ids, "request_index": np.arange(len(ids), dtype=np.int64)}
+    )
+    kept = {salt: keep_mask(requests, 0.25, salt) for salt in (0, 1, 2)}
+    for mask, n_kept, n in kept.values():
+        assert n == 2000 and 400 < n_kept < 600  # about a quarter, whatever the salt
+        assert int(mask.sum()) == n_kept
+    assert not np.array_equal(kept[0][0], kept[1][0])
+    assert not np.array_equal(kept[1][0], kept[2][0])
+    # Same salt, same sessions: a replica is reproducible.
+    assert np.array_equal(keep_mask(requests, 0.25, 2)[0], kept[2][0])
