@@ -17,7 +17,8 @@ import argparse
 import time
 
 from fcctl import api
-from fcctl.analyzers.replay.verdict import decide_run, inputs_of, verdict_sentences
+from fcctl.analyzers.replay.replicas import inputs_of
+from fcctl.analyzers.replay.verdict import decide_run, verdict_sentences
 
 POLICIES = ("memory-only", "tiered", "flat")
 

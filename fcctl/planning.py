@@ -395,13 +395,15 @@ def summary_lines(
         else ""
     )
     lines = [f"decision{at}: {decision['best']} ({decision['why']}{excluded})"]
+    detail: list[str] = []
     if replay.decision is not None:  # the same words as replay's summary and the report
         from fcctl.analyzers.replay import verdict_sentences
 
-        lines = verdict_sentences(replay.decision).splitlines()
-        lines[0] += excluded
+        head, *detail = verdict_sentences(replay.decision).splitlines()
+        lines = [head + excluded]
     if rejected is not None:
         lines.append(f"  {rejected.line()}")
+    lines += detail
     loads = ", ".join(f"{load}: {best}" for load, best in decision["by_load"])
     if loads:
         lines.append(f"  per load: {loads}")

@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fcctl import api
-from fcctl.analyzers.replay.verdict import decide_run, inputs_of
+from fcctl.analyzers.replay.replicas import inputs_of
+from fcctl.analyzers.replay.verdict import decide_run
 from fcctl.analyzers.traces.dataset import read_dataset
 from fcctl.analyzers.traces.schema import Trace
 from fcctl.cli import app

@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -39,9 +38,6 @@ import polars as pl
 from fcctl.common.errors import InputError
 
 from .decision import CANDIDATES, DEFAULT_TTFT_MARGIN, NONE
-
-if TYPE_CHECKING:  # result.py holds a Verdict: import its classes for annotations only
-    from .result import PolicyResult, RateResult, ReplayResult
 
 DEFAULT_SLO_TTFT_P99_S = 2.0
 """p99 TTFT bound, seconds. The notes in shared/notes give no serving team's bound, so we take
@@ -444,60 +440,3 @@ def verdict_sentences(v: Verdict) -> str:
         f"{v.replicas} replica(s)"
     )
     return "\n".join(lines)
-
-
-def _point_key(p: RateResult) -> tuple[float, int]:
-    return (p.rate or 0.0, p.concurrency or 0)
-
-
-def _node_points(result: ReplayResult) -> dict[tuple[float, int], RateResult]:
-    """The load points at the node's own sizes (the first size point), by (rate, concurrency)."""
-    own = result.divergence[0]["sizes"] if result.divergence else None
-    return {_point_key(p): p for p in result.rates if own is None or dict(p.sizes) == dict(own)}
-
-
-def _central_rate(p: PolicyResult) -> float:
-    r = p.achieved_rate
-    return float(r.central if r.central is not None else r.whole or 0.0)
-
-
-def inputs_of(
-    replicas: Sequence[ReplayResult], *, draws: int = DEFAULT_BOOTSTRAP_DRAWS, seed: int = 0
-) -> VerdictInputs:
-    """The decision's inputs from ``replicas`` (the same replay run with seeds ``seed + i``,
-    each with its per-request tables kept: ``RunSpec.keep_tables``). Load points are those at
-    the node's own sizes that every replica ran, in increasing offered load; a point's load is
-    the central achieved rate (requests/s served), a policy's own for its capacity."""
-    if not replicas:
-        raise ValueError("inputs_of: give at least one replay result")
-    by_replica = [_node_points(r) for r in replicas]
-    keys = sorted(set.intersection(*(set(p) for p in by_replica)))
-    names = [n for n in CANDIDATES if n in by_replica[0][keys[0]].policies] if keys else []
-    tables: dict[str, list[list[RequestTable]]] = {n: [] for n in names}
-    for key in keys:
-        for n in names:
-            per = [pts[key].policies[n].table for pts in by_replica]
-            if any(t is None for t in per):
-                raise ValueError("inputs_of: replay with keep_tables=True (the spread needs them)")
-            tables[n].append([RequestTable.of(t) for t in per if t is not None])
-    sessions = max(
-        (int(t.session.max()) + 1 for ts in tables.values() for k in ts for t in k), default=0
-    )
-    weights = session_weights(sessions, draws, seed)
-    figures = {n: [replica_figure_draws(k, weights) for k in tables[n]] for n in names}
-    policy_loads = {
-        n: np.array(
-            [np.mean([_central_rate(pts[k].policies[n]) for pts in by_replica]) for k in keys]
-        )
-        for n in names
-    }
-    loads = np.mean(list(policy_loads.values()), axis=0) if names else np.zeros(len(keys))
-    op = replicas[0].operating_point
-    return VerdictInputs(
-        loads=loads,
-        load_unit="requests/s served",
-        figures=figures,
-        replicas=len(replicas),
-        operating_index=keys.index(_point_key(op)) if op is not None else None,
-        policy_loads=policy_loads,
-    )
