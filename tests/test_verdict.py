@@ -214,3 +214,25 @@ def test_a_seed_salts_which_sessions_a_sample_keeps() -> None:
     assert not np.array_equal(kept[1][0], kept[2][0])
     # Same salt, same sessions: a replica is reproducible.
     assert np.array_equal(keep_mask(requests, 0.25, 2)[0], kept[2][0])
+
+
+def test_an_unbounded_ratio_renders_after_a_json_round_trip() -> None:
+    import json
+
+    from fcctl.common.jsonio import dumps, from_jsonable
+
+    # flat meets the SLO at both points; memory-only fails at the lowest in some draws.
+    mem = _figs([1.9, 5.0])
+    mem[0] = FigureDraws(
+        mem[0].gpu_hit_share,
+        mem[0].ttft_mean_s,
+        np.where(np.arange(50) % 3 == 0, 2.5, 1.5),
+        mem[0].cancel_share,
+    )
+    inp = VerdictInputs(
+        np.array([1.0, 2.0]), "requests/s served", {"memory-only": mem, "flat": _figs([1, 1])}, 1
+    )
+    v = decide_run(inp)
+    assert v.best == "flat" and v.ratio is not None and math.isinf(v.ratio.high)
+    back = from_jsonable(type(v), json.loads(dumps(v)))
+    assert "unbounded, beyond the spread)" in verdict_sentences(back)

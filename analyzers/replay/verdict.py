@@ -67,7 +67,10 @@ class Interval:
     def of(cls, draws: np.ndarray) -> Interval:
         if np.isnan(draws).all():  # e.g. a ratio of two zero capacities: no figure to compare
             return cls(math.nan, math.nan, math.nan)
-        lo, med, hi = np.nanpercentile(draws, [_LOW_Q, 50.0, _HIGH_Q])
+        # Linear interpolation between two unbounded draws (a ratio over a zero capacity) is
+        # inf - inf: with any such draw, take the nearest draw's value instead.
+        method = "nearest" if np.isinf(draws).any() else "linear"
+        lo, med, hi = np.nanpercentile(draws, [_LOW_Q, 50.0, _HIGH_Q], method=method)
         return cls(float(med), float(lo), float(hi))
 
 
@@ -403,6 +406,14 @@ def _decide_at_point(
     )
 
 
+def _fig(x: float | None) -> str:
+    """A ratio's figure; a JSON document holds an unbounded one (a runner-up capacity of 0 in
+    some draws) as null, read back as None."""
+    if x is None or math.isinf(x):
+        return "unbounded"
+    return "n/a" if math.isnan(x) else f"{x:.2f}"
+
+
 def _load(v: float, unit: str) -> str:
     return f"{v:.3g} {unit}"
 
@@ -424,8 +435,8 @@ def verdict_sentences(v: Verdict) -> str:
     if v.ratio is not None and v.runner_up is not None:
         flag = "inside the spread" if v.inside_spread else "beyond the spread"
         lines.append(
-            f"  ratio over {v.runner_up}: {v.ratio.median:.2f}x "
-            f"(95 % interval {v.ratio.low:.2f}-{v.ratio.high:.2f}, {flag})"
+            f"  ratio over {v.runner_up}: {_fig(v.ratio.median)}x "
+            f"(95 % interval {_fig(v.ratio.low)}-{_fig(v.ratio.high)}, {flag})"
         )
     for n, c in v.capacity.items():
         p = v.at_point[n]
