@@ -69,8 +69,11 @@ class Interval:
             return cls(math.nan, math.nan, math.nan)
         # Linear interpolation between two unbounded draws (a ratio over a zero capacity) is
         # inf - inf: with any such draw, take the nearest draw's value instead.
-        method = "nearest" if np.isinf(draws).any() else "linear"
-        lo, med, hi = np.nanpercentile(draws, [_LOW_Q, 50.0, _HIGH_Q], method=method)
+        qs = [_LOW_Q, 50.0, _HIGH_Q]
+        if np.isinf(draws).any():
+            lo, med, hi = np.nanpercentile(draws, qs, method="nearest")
+        else:
+            lo, med, hi = np.nanpercentile(draws, qs)
         return cls(float(med), float(lo), float(hi))
 
 
