@@ -481,6 +481,7 @@ _REPLAY_LOAD = (
     "host_memory_auto",
     "decision_margin_pp",
     "decision_ttft_margin",
+    "replicas",
 )
 _GEOMETRY = ("model", "model_config", "tp", "kv_dtype")
 #: (call, object) -> the call's keywords whose settings the object holds: given beside it at
@@ -540,6 +541,7 @@ def replay(
     seed: int = 0,
     decision_margin_pp: float = 1.0,
     decision_ttft_margin: float = 0.1,
+    replicas: int = 1,
     keep_tables: bool = False,
     jobs: int | None = None,
     engine: str = "local",
@@ -586,8 +588,9 @@ def replay(
     ``engine="dask"`` runs them on the Dask cluster at ``scheduler`` (default a local one) as
     :func:`analyze` does. The figures are the same wherever they run.
     """
-    from fcctl.analyzers.replay import Execution, check_execution, replay_trace
+    from fcctl.analyzers.replay import Execution, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
+    from fcctl.analyzers.replay.replicas import replay_decided
 
     given = dict(locals())
     if load is None:
@@ -607,7 +610,7 @@ def replay(
     with _progress(progress) as bar:
         trace, sample = _sampled_trace(source, format, bar, memory_budget_bytes, sample_sessions)
         return _with_sampling(
-            replay_trace(trace, spec, load, progress=bar, execution=execution), sample
+            replay_decided(trace, spec, load, progress=bar, execution=execution), sample
         )
 
 
@@ -743,6 +746,7 @@ def _load_plan(
     host_memory_auto: bool,
     decision_margin_pp: float,
     decision_ttft_margin: float,
+    replicas: int,
 ) -> LoadPlan:
     """:func:`replay`'s sweep keywords as a :class:`~fcctl.LoadPlan`."""
     from fcctl.analyzers.replay import LoadPlan
@@ -770,9 +774,7 @@ def _load_plan(
     return LoadPlan(
         policies=_names(policies, "policies"),
         rates=offered,
-        concurrency=(
-            None if concurrency is None or auto_sessions else _concurrency(concurrency)
-        ),
+        concurrency=(None if concurrency is None or auto_sessions else _concurrency(concurrency)),
         auto_rates=auto and (concurrency is None or auto_sessions),
         auto_concurrency=auto_sessions,
         # Past the trace's own sessions the sweep needs session amplification (a concurrency
@@ -784,6 +786,7 @@ def _load_plan(
         host_memory_auto=host_memory_auto,
         decision_margin_pp=decision_margin_pp,
         decision_ttft_margin=decision_ttft_margin,
+        replicas=replicas,
     )
 
 

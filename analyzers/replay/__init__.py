@@ -54,6 +54,7 @@ from .run import (
 )
 from .sampling import SessionSampling, sampled_label, session_sampling
 from .spec import CANCEL_MODES, DEFAULT_SEED, ROUTERS, RunSpec, Store, StoreFactory
+from .verdict import Verdict, verdict_sentences
 from .workload import Workload, build_workload
 
 __all__ = [
@@ -83,6 +84,7 @@ __all__ = [
     "SimulationDisplay",
     "Store",
     "StoreFactory",
+    "Verdict",
     "Workload",
     "apply_io_profile",
     "build_workload",
@@ -100,6 +102,7 @@ __all__ = [
     "session_sampling",
     "simulate",
     "simulation_workload",
+    "verdict_sentences",
     "with_values",
     "worker_bytes",
     "workers_of",
