@@ -482,6 +482,7 @@ _REPLAY_LOAD = (
     "decision_margin_pp",
     "decision_ttft_margin",
     "amplify",
+    "replicas",
 )
 _GEOMETRY = ("model", "model_config", "tp", "kv_dtype")
 #: (call, object) -> the call's keywords whose settings the object holds: given beside it at
@@ -543,6 +544,7 @@ def replay(
     seed: int = 0,
     decision_margin_pp: float = 1.0,
     decision_ttft_margin: float = 0.1,
+    replicas: int = 1,
     keep_tables: bool = False,
     jobs: int | None = None,
     engine: str = "local",
@@ -568,30 +570,29 @@ def replay(
     pace themselves, rates otherwise); ``slo_ttft_p99_s``: the auto sweep stops past it.
     ``gpu_kv_sweep``/``host_memory_sweep``/``staging_sweep``: more sizes to run besides the node's
     (every combination); ``host_memory_auto``: add the trace's working-set sizes to host memory.
-    ``amplify``: K copies of every session (docs/simulator.md 1.3; within the memory budget).
-    ``source`` may be a dataset (a directory or glob of canonical Parquet parts) that fits
-    ``memory_budget_bytes`` (default 30 % of the machine's memory). ``think_time``: a
-    :class:`~fcctl.ThinkTime` (default the recorded gaps: ``ThinkTime("original")``; ``"none"``,
-    ``("capped", S)``, ``("scale", K)``: the gap between a session's turns;
-    analyzers/replay/load.py). ``cancel``: what a cancelled tiered prefetch's bytes become,
-    ``discard`` (recomputed) or ``credit`` (delivered). ``router``: ``kv-aware`` (Dynamo's cost:
-    prefill blocks to compute plus decoding blocks held), ``sticky`` (the session's worker),
-    ``round-robin`` or ``least-loaded``. ``decision_margin_pp``/``decision_ttft_margin``:
-    the decision's margins. ``model``...``kv_dtype``: as :func:`geometry`.
-    ``hardware``: the node (:func:`hardware`; default the h200-8x preset).
-    ``short_reply_tokens``/``agent_context_tokens``: the placement thresholds (tokens; default
-    the placement rule's). ``seed``: the session schedule's. ``keep_tables``: keep the
-    per-request polars DataFrames (``write_out_dir`` needs them). ``sample_sessions``: replay
-    only the whole sessions whose id hash falls in this share (0 < R <= 1; the hash of
-    ``fcctl convert --partition-by session-hash``), at the same per-node load; the result's
-    ``sampling`` says what was kept and the error measured at that rate (docs/simulator.md).
-    ``jobs``: simulations run at once in worker processes (default: the CPUs available, at
-    most one per worker's memory footprint within the memory budget; 1: in this process);
-    ``engine="dask"`` runs them on the Dask cluster at ``scheduler`` (default a local one) as
-    :func:`analyze` does. The figures are the same wherever they run.
+    ``amplify``: K copies of each session (docs/simulator.md 1.3). ``source`` may be a dataset (a
+    directory or glob of canonical Parquet parts) that fits ``memory_budget_bytes`` (default 30 % of
+    the machine's memory). ``think_time``: a :class:`~fcctl.ThinkTime` (default the recorded gaps:
+    ``ThinkTime("original")``; ``"none"``, ``("capped", S)``, ``("scale", K)``: the gap between a
+    session's turns; analyzers/replay/load.py). ``cancel``: what a cancelled tiered prefetch's bytes
+    become, ``discard`` (recomputed) or ``credit`` (delivered). ``router``: ``kv-aware`` (Dynamo's
+    cost: prefill blocks to compute plus decoding blocks held), ``sticky`` (the session's worker),
+    ``round-robin`` or ``least-loaded``. ``decision_margin_pp``/``decision_ttft_margin``: the
+    decision's margins. ``model``...``kv_dtype``: as :func:`geometry`. ``hardware``: the node
+    (:func:`hardware`; default the h200-8x preset). ``short_reply_tokens``/``agent_context_tokens``:
+    the placement thresholds (tokens; default the placement rule's). ``seed``: the session
+    schedule's. ``keep_tables``: keep the per-request polars DataFrames (``write_out_dir`` needs
+    them). ``sample_sessions``: replay only the whole sessions whose id hash falls in this share (0
+    < R <= 1; the hash of ``fcctl convert --partition-by session-hash``), at the same per-node load;
+    the result's ``sampling`` says what was kept and the error measured at that rate
+    (docs/simulator.md). ``jobs``: simulations run at once in worker processes (default: the CPUs
+    available, at most one per worker's memory footprint within the memory budget; 1: in this
+    process); ``engine="dask"`` runs them on the Dask cluster at ``scheduler`` (default a local one)
+    as :func:`analyze` does. The figures are the same wherever they run.
     """
-    from fcctl.analyzers.replay import Execution, check_execution, replay_trace
+    from fcctl.analyzers.replay import Execution, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
+    from fcctl.analyzers.replay.replicas import replay_decided
 
     given = dict(locals())
     if load is None:
@@ -611,7 +612,7 @@ def replay(
     with _progress(progress) as bar:
         trace, sample = _sampled_trace(source, format, bar, memory_budget_bytes, sample_sessions)
         return _with_sampling(
-            replay_trace(trace, spec, load, progress=bar, execution=execution), sample
+            replay_decided(trace, spec, load, progress=bar, execution=execution), sample
         )
 
 
@@ -748,6 +749,7 @@ def _load_plan(
     decision_margin_pp: float,
     decision_ttft_margin: float,
     amplify: int,
+    replicas: int,
 ) -> LoadPlan:
     """:func:`replay`'s sweep keywords as a :class:`~fcctl.LoadPlan`."""
     from fcctl.analyzers.replay import LoadPlan
@@ -788,6 +790,7 @@ def _load_plan(
         decision_margin_pp=decision_margin_pp,
         decision_ttft_margin=decision_ttft_margin,
         amplify=amplify,
+        replicas=replicas,
     )
 
 

@@ -505,6 +505,18 @@ def decision_of(replay: ReplayResult) -> dict[str, Any]:
     first_sizes = replay.divergence[0].get("sizes") if replay.divergence else None
     points = [p for p in replay.rates if first_sizes is None or p.sizes == first_sizes]
     by_load = [(_load_label(p), p.decision.best) for p in points]
+    if replay.decision is not None:  # the run's one decision: its fields, plus the detail
+        from fcctl.common.jsonio import to_jsonable
+
+        v = replay.decision
+        return {
+            **to_jsonable(v),
+            "at": f"{v.load:.3g} {v.load_unit}",
+            "why": v.reason,
+            "margin_pp": None,
+            "ttft_ratio": None,
+            "by_load": by_load,
+        }
     if op is not None:
         d = op.decision
         return {
@@ -564,8 +576,15 @@ def summary_lines(
         else ""
     )
     lines = [f"decision{at}: {decision['best']} ({decision['why']}{excluded})"]
+    detail: list[str] = []
+    if replay.decision is not None:  # the same words as replay's summary and the report
+        from fcctl.analyzers.replay import verdict_sentences
+
+        head, *detail = verdict_sentences(replay.decision).splitlines()
+        lines = [head + excluded]
     if rejected is not None:
         lines.append(f"  {rejected.line()}")
+    lines += detail
     loads = ", ".join(f"{load}: {best}" for load, best in decision["by_load"])
     if loads:
         lines.append(f"  per load: {loads}")

@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from fcctl.analyzers.replay import sampled_label
+from fcctl.analyzers.replay import sampled_label, verdict_sentences
 from fcctl.analyzers.replay.achieved import load_label
 from fcctl.analyzers.replay.result import RateResult, ReplayResult
 from fcctl.common.jsonio import write_json_file
@@ -172,6 +172,8 @@ def render_summary(result: ReplayResult, console: Console) -> None:
     amplify = result.load.get("amplify", 1)
     if amplify != 1:
         console.print(f"amplified {amplify}x: {result.trace.sessions:,} sessions", highlight=False)
+    if result.decision is not None:  # the run's one decision first; per-load ones are detail
+        console.print(verdict_sentences(result.decision), highlight=False)
     for line in decision_lines(result):
         console.print(f"decision {line}")
     rejected = rejected_share(result)

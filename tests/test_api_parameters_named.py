@@ -105,6 +105,7 @@ CASES += [
     ("replay", "seed", "one", _REPLAY),
     ("replay", "decision_margin_pp", -1.0, _REPLAY),
     ("replay", "decision_ttft_margin", -1.0, _REPLAY),
+    ("replay", "replicas", 0, _REPLAY),
     ("replay", "jobs", 0, {"source": TRACE}),
     ("replay", "engine", "spark", _REPLAY),
     ("replay", "scheduler", "tcp://127.0.0.1:1", _REPLAY),

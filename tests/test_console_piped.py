@@ -91,6 +91,8 @@ def test_replay_piped_keeps_every_row_and_sentence_whole(tmp_path: Path) -> None
     # Each decision is one sentence on one line (a 150-column layout broke them in two).
     decisions = [line for line in lines if line.startswith("decision at ")]
     assert len(decisions) == 2 and all(line.endswith(")") for line in decisions), lines
+    # The run's one decision heads the summary, its sentences whole too.
+    assert lines[0].startswith("decision: ") and lines[0].endswith(")"), lines
     rows = [line for line in lines if line.startswith("│")]
     assert len(rows) >= 6 and {len(row.split("│")) for row in rows} == {16}, rows
 

@@ -55,6 +55,7 @@ from .run import (
 )
 from .sampling import SessionSampling, sampled_label, session_sampling
 from .spec import CANCEL_MODES, DEFAULT_SEED, ROUTERS, RunSpec, Store, StoreFactory
+from .verdict import Verdict, verdict_sentences
 from .workload import Workload, build_workload
 
 __all__ = [
@@ -84,6 +85,7 @@ __all__ = [
     "SimulationDisplay",
     "Store",
     "StoreFactory",
+    "Verdict",
     "Workload",
     "amplify_within_budget",
     "amplify_workload",
@@ -104,6 +106,7 @@ __all__ = [
     "session_sampling",
     "simulate",
     "simulation_workload",
+    "verdict_sentences",
     "with_values",
     "worker_bytes",
     "workers_of",

@@ -31,6 +31,7 @@ from .policies import DEFAULT_POLICIES, POLICIES
 from .result import RateResult
 from .session_sweep import auto_concurrency_steps
 from .sweep import SIZE_FIELDS, auto_rate_steps
+from .verdict import check_replicas
 
 DEFAULT_RATES: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0)
 #: One load point at one size point: (size point's index, rate or None, concurrency or None).
@@ -119,10 +120,13 @@ class LoadPlan:
     decision_ttft_margin: float = DEFAULT_TTFT_MARGIN
     #: Copies of every session replayed (:mod:`.amplify`); 1: the trace as it is.
     amplify: int = 1
+    #: Runs of the whole plan, replica i with seed ``seed + i`` (analyzers/replay/verdict.py).
+    replicas: int = 1
 
     def __post_init__(self) -> None:
         check_margins(self.decision_margin_pp, self.decision_ttft_margin)
         object.__setattr__(self, "amplify", check_amplify_value(self.amplify))
+        check_replicas(self.replicas)
         object.__setattr__(self, "policies", check_policies(self.policies))
         if self.auto_concurrency and (
             self.concurrency is not None or self.operating_rate is not None

@@ -25,6 +25,7 @@ from .operating import (
     Utilisation,
 )
 from .sampling import SessionSampling
+from .verdict import Verdict
 
 #: 2: operating point per policy, decision per rate, window TTFT; 3: ``gpu_hit_share_served`` and
 #: ``ideal_hit_share_served`` per policy (an older document is refused, naming its version).
@@ -167,6 +168,8 @@ class ReplayResult:
     provenance: Provenance
     #: Which sessions the figures come from (``--sample-sessions``); None: the whole trace.
     sampling: SessionSampling | None = None
+    #: The run's one decision (analyzers/replay/verdict.py); None in documents made before it.
+    decision: Verdict | None = None
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> ReplayResult:

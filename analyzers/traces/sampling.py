@@ -7,8 +7,9 @@ the BLAKE2b digest of the UTF-8 id, ``digest_size=8``, big-endian unsigned), is 
 rule). So:
 
 * every request of a kept session is kept, and only those (whole sessions);
-* the same sessions are kept on every machine and in every run (the hash is unsalted), and
-  a file and the dataset cut from it keep the same requests;
+* the same sessions are kept on every machine and in every run with the same salt (default
+  0: the unsalted hash), and a file and the dataset cut from it keep the same requests; a
+  replica's seed as the salt keeps other sessions (:func:`session_hash`);
 * sampling nests: a trace sampled at ``a`` carries ``session_sample_rate = a``, and sampling
   it again at ``b`` keeps the hashes below ``floor(a*b x 2^64)``, exactly the sessions a
   single sampling at ``a*b`` keeps (the kept hashes are those below the smaller threshold).
@@ -51,9 +52,16 @@ NO_SESSION_PREFIX = "\x00request-"
 METHOD = "session-hash"
 
 
-def session_hash(session_id: str) -> int:
-    """BLAKE2b-64 of the UTF-8 ``session_id``, big-endian unsigned: convert's and sampling's."""
-    digest = blake2b(session_id.encode("utf-8"), digest_size=8).digest()
+def session_hash(session_id: str, salt: int = 0) -> int:
+    """BLAKE2b-64 of the UTF-8 ``session_id``, big-endian unsigned: convert's and sampling's.
+
+    ``salt`` (a seed, 0 <= salt < 2^128) is BLAKE2b's own 16-byte salt, big-endian: salt 0 is
+    BLAKE2b's default all-zero salt, so it keeps the unsalted hash (convert's buckets, and the
+    sample every run kept before seeds drew it); another seed keeps other sessions (#36 item 17).
+    """
+    digest = blake2b(
+        session_id.encode("utf-8"), digest_size=8, salt=salt.to_bytes(16, "big")
+    ).digest()
     return int.from_bytes(digest, "big")
 
 
@@ -114,12 +122,13 @@ def session_keys(requests: pl.DataFrame) -> pl.Series:
     return requests.select(pl.coalesce(pl.col("session_id"), own).alias("key"))["key"]
 
 
-def keep_mask(requests: pl.DataFrame, rate: float) -> tuple[np.ndarray, int, int]:
-    """(kept per request, sessions kept, sessions) at effective ``rate``; one hash a session."""
+def keep_mask(requests: pl.DataFrame, rate: float, salt: int = 0) -> tuple[np.ndarray, int, int]:
+    """(kept per request, sessions kept, sessions) at effective ``rate``; one hash a session,
+    salted by ``salt`` (:func:`session_hash`)."""
     keys = session_keys(requests)
     unique = keys.unique()
     limit = threshold(rate)
-    flags = pl.Series([session_hash(k) < limit for k in unique.to_list()], dtype=pl.Boolean)
+    flags = pl.Series([session_hash(k, salt) < limit for k in unique.to_list()], dtype=pl.Boolean)
     mask = keys.replace_strict(unique, flags, return_dtype=pl.Boolean).to_numpy()
     return mask, int(flags.sum()), unique.len()
 
@@ -132,8 +141,9 @@ def renumber(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(new.alias("request_index"), parents.alias("parent_request"))
 
 
-def sample_trace(trace: Trace, rate: float) -> tuple[Trace, SessionSample]:
-    """The whole sessions of ``trace`` kept at ``rate`` (module docstring) and what was kept.
+def sample_trace(trace: Trace, rate: float, salt: int = 0) -> tuple[Trace, SessionSample]:
+    """The whole sessions of ``trace`` kept at ``rate`` (module docstring) and what was kept;
+    ``salt`` draws which sessions (:func:`session_hash`; 0: the unsalted choice).
 
     ``trace`` may be a sample already (``session_sample_rate`` < 1): the result is then the
     sample at ``trace.session_sample_rate x rate`` of its original.
@@ -142,7 +152,7 @@ def sample_trace(trace: Trace, rate: float) -> tuple[Trace, SessionSample]:
     base = trace.session_sample_rate
     effective = base * rate
     req = trace.requests
-    mask, kept_sessions, sessions = keep_mask(req, effective)
+    mask, kept_sessions, sessions = keep_mask(req, effective, salt)
     lens = req["hash_ids"].list.len().fill_null(0).to_numpy()
     frame = renumber(req.filter(pl.Series(mask)))
     sample = SessionSample(

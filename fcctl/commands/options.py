@@ -307,7 +307,18 @@ ThinkTimeOpt = Annotated[
 ]
 SloTtftP99Opt = Annotated[
     float | None,
-    typer.Option("--slo-ttft-p99", help="Seconds: the auto sweep stops past this p99."),
+    typer.Option(
+        "--slo-ttft-p99",
+        help="Seconds: the decision's p99 TTFT bound (default 2, MLPerf's server bound); "
+        "the auto sweep stops past it.",
+    ),
+]
+ReplicasOpt = Annotated[
+    int,
+    typer.Option(
+        "--replicas",
+        help="Runs of the whole sweep, seeds seed..seed+R-1; the decision's spread reads them.",
+    ),
 ]
 SampleSessionsOpt = Annotated[
     float | None,

@@ -4,7 +4,9 @@ link to where the page shows it (docs/report.md, "The decision")."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from html import escape
+from typing import Any
 
 from fcctl.analyzers.replay.achieved import load_words
 
@@ -56,6 +58,15 @@ def _replay_best(doc: Node) -> str:
     return next((b for b in named if b != "none"), "none")
 
 
+def run_decision_html(fields: Mapping[str, Any]) -> str:
+    """The run's one decision (replay.json's ``decision``) in the words of every rendering."""
+    from fcctl.analyzers.replay import Verdict, verdict_sentences
+    from fcctl.common.jsonio import from_jsonable
+
+    text = verdict_sentences(from_jsonable(Verdict, dict(fields)))
+    return "<br>".join(escape(line.strip()) for line in text.splitlines())
+
+
 def replay_decision(rep: Input) -> str:
     """The decision sentence from replay: at the operating point when the document has one, else
     across the loads replayed at the node's sizes (docs/report.md, "The decision")."""
@@ -75,6 +86,9 @@ def replay_decision(rep: Input) -> str:
             f"At {link(fmt.per_s(rate), 'replay-rates')}, the highest rate replayed, GPU hit "
             f"shares are {', '.join(shown)}, against the ideal {link(fmt.share(ideal), 'replay')}."
         )
+    verdict = doc.get("decision")
+    if verdict is not None and verdict.value is not None:  # the run's one decision, as replay's
+        return run_decision_html(verdict.value)
     op = doc.get("operating_point")
     if op is not None:
         d = op["decision"]

@@ -1,0 +1,69 @@
+"""Decision stability (issue #33 item 5): the run's one decision for seeds 1, 2, 3 on whole traces.
+
+For each trace, for each seed ``s``: ``--replicas R`` replays (seeds ``s .. s+R-1``, per-request
+tables kept) at the given offered rates, then the decision of analyzers/replay/verdict.py with
+``--draws B`` bootstrap draws seeded by ``s``. Prints, per seed, the decision, each candidate's
+capacity at SLO with its 95 % interval, and the wall time; the last line says whether every seed
+gave the same ``best``. The reference is the decision itself across seeds (no other tool makes
+one), so the ratio printed is the count of seeds agreeing with seed 1's ``best``.
+
+    python benchmarks/decision_stability.py \\
+        --trace mooncake=/work/shared/traces/mooncake/conversation_trace.jsonl:1,2,4
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from fcctl import api
+from fcctl.analyzers.replay.replicas import inputs_of
+from fcctl.analyzers.replay.verdict import decide_run, verdict_sentences
+
+POLICIES = ("memory-only", "tiered", "flat")
+
+
+def _trace_arg(text: str) -> tuple[str, str, list[float]]:
+    name, rest = text.split("=", 1)
+    path, rates = rest.rsplit(":", 1)
+    return name, path, [float(r) for r in rates.split(",")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--trace",
+        action="append",
+        type=_trace_arg,
+        required=True,
+        help="NAME=PATH:RATE,RATE,... (offered req/s)",
+    )
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--draws", type=int, default=200)
+    ap.add_argument("--slo-ttft-p99", type=float, default=2.0)
+    args = ap.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    for name, path, rates in args.trace:
+        bests = []
+        for seed in seeds:
+            t0 = time.perf_counter()
+            runs = [
+                api.replay(path, policies=POLICIES, rates=rates, seed=seed + i, keep_tables=True)
+                for i in range(args.replicas)
+            ]
+            inputs = inputs_of(runs, draws=args.draws, seed=seed)
+            verdict = decide_run(inputs, slo_ttft_p99_s=args.slo_ttft_p99)
+            took = time.perf_counter() - t0
+            bests.append(verdict.best)
+            print(
+                f"== {name} seed {seed}: {took:.1f} s ({args.replicas} replicas x "
+                f"{len(rates)} rates x {len(POLICIES)} policies)"
+            )
+            print(verdict_sentences(verdict))
+        agree = sum(b == bests[0] for b in bests)
+        print(f"== {name}: best per seed {bests}; {agree}/{len(bests)} agree with seed {seeds[0]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The run's one decision reads the same in every rendering (issue #33 item 1): one ``fcctl plan``
+on the Claude Code sample gives replay.json's and plan.json's ``decision``, the terminal summary
+and the report's first paragraph; each names the same policy, load, ratio and spread flag."""
+
+from __future__ import annotations
+
+import json
+import re
+from html import unescape
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fcctl.analyzers.replay import ReplayResult, verdict_sentences
+from fcctl.cli import app
+from tests.conftest import SAMPLES
+
+CLAUDE = str(SAMPLES / "claude_code_sample.jsonl.gz")
+
+
+@pytest.fixture(scope="module")
+def plan_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("renderings") / "p"
+    r = CliRunner().invoke(app, ["plan", CLAUDE, "-o", str(out), "--jobs", "1", "--rate", "0.5"])
+    assert r.exit_code == 0, r.output
+    return out, r.stdout
+
+
+def test_every_rendering_names_the_same_decision(plan_run: tuple[Path, str]) -> None:
+    out, stdout = plan_run
+    replay_doc = json.loads((out / "replay.json").read_text())
+    plan_doc = json.loads((out / "plan.json").read_text())
+    verdict = ReplayResult.from_json(replay_doc).decision
+    assert verdict is not None
+    fields = ("best", "load", "load_unit", "ratio", "inside_spread", "objective", "reason")
+    for key in fields:
+        assert plan_doc["decision"][key] == replay_doc["decision"][key], key
+    # The user's --rate is the operating point: the decision says so.
+    assert verdict.operating_point == "given"
+    text = verdict_sentences(verdict).splitlines()
+    head = text[0]
+    assert head.startswith(f"decision: {verdict.best} (") and verdict.load_unit in head
+    assert f"{verdict.load:.3g} {verdict.load_unit}" in head
+    # The terminal summary's first lines are those words (plan may append a rejected share).
+    summary = stdout.splitlines()
+    start = next(i for i, line in enumerate(summary) if line.startswith("decision: "))
+    assert summary[start].startswith(head)
+    # The rest follow in order (plan puts its rejected-requests line right under the headline).
+    rest = [line for line in summary[start + 1 :] if not line.startswith("  rejected: ")]
+    assert rest[: len(text) - 1] == text[1:]
+    if verdict.ratio is not None:
+        flag = "inside the spread" if verdict.inside_spread else "beyond the spread"
+        ratio_line = next(line for line in text if line.lstrip().startswith("ratio over"))
+        assert f"{verdict.ratio.median:.2f}x" in ratio_line and flag in ratio_line
+        assert ratio_line in summary
+    # The report's first paragraph carries the same sentences.
+    html = (out / "report.html").read_text()
+    start_p = html.index('<p class="decision">')
+    raw = re.sub(r"<br>", "\n", html[start_p : html.index("</p>", start_p)])
+    paragraph = unescape(re.sub(r"<[^>]+>", "", raw))  # tags off before "&lt;" turns into "<"
+    for line in text:
+        assert line.strip() in paragraph, line
