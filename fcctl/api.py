@@ -780,9 +780,9 @@ def _load_plan(
         concurrency=(None if concurrency is None or auto_sessions else _concurrency(concurrency)),
         auto_rates=auto and (concurrency is None or auto_sessions),
         auto_concurrency=auto_sessions,
-        # Past the trace's own sessions the sweep needs session amplification (a concurrency
-        # above them run on the workload amplified K times): True once `amplify` is on main.
-        amplify_growth=False,
+        # Past the trace's own sessions the sweep grows by session amplification (a
+        # concurrency above them runs on the workload amplified K times, within the budget).
+        amplify_growth=True,
         operating_rate=rate,
         slo_ttft_p99_s=slo_ttft_p99_s,
         size_lists=size_lists,

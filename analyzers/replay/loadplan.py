@@ -203,7 +203,9 @@ class LoadPlan:
             points = [(op, None)] + [p for p in points if p[0] != op]
         return points
 
-    def rounds(self, sizes: int, sessions: int, capacity: float | None) -> Rounds:
+    def rounds(
+        self, sizes: int, sessions: int, capacity: float | None, growth_limit: int | None = None
+    ) -> Rounds:
         """Every load point of the plan at each of ``sizes`` size points, as rounds of
         independent simulations: first every fixed point, then the auto sweep's rounds
         (``capacity``: its estimate, requests/s; None: no rate sweep; the sessions sweep needs
@@ -217,7 +219,10 @@ class LoadPlan:
         if self.sweeps_sessions:
             steps = {
                 k: auto_concurrency_steps(
-                    sessions, slo_ttft_p99_s=self.slo_ttft_p99_s, growth=self.amplify_growth
+                    sessions,
+                    slo_ttft_p99_s=self.slo_ttft_p99_s,
+                    growth=self.amplify_growth,
+                    growth_limit=growth_limit,
                 )
                 for k in range(sizes)
             }

@@ -68,7 +68,7 @@ from .result import (
     ReplayResult,
     TtftStats,
 )
-from .session_sweep import MAX_SESSION_POINTS
+from .session_sweep import GROWTH_MULTIPLES, MAX_SESSION_POINTS
 from .spec import DEFAULT_ROUTER, DEFAULT_SEED, RunSpec, StoreFactory
 from .store import FastStore
 from .sweep import (
@@ -407,6 +407,27 @@ def amplified_workload(
     return amplify_within_budget(workload, plan.amplify, spec.seed, memory_budget_bytes)
 
 
+def growth_within_budget(workload: Workload, plan: LoadPlan, execution: Execution) -> int | None:
+    """The most copies (of :data:`.session_sweep.GROWTH_MULTIPLES`) the sessions sweep may
+    amplify to: each worker process builds its own amplified workload (:func:`run_task`), so
+    a multiple fits when that many of its :func:`.amplify.amplified_bytes` fit the memory
+    budget; 1 when none does; None when the sweep does not grow."""
+    if not (plan.sweeps_sessions and plan.amplify_growth):
+        return None
+    workers = 1
+    if execution.engine == "local":
+        workers = execution.jobs or default_jobs(workload, execution.memory_budget_bytes)
+    budget = budget_bytes(execution.memory_budget_bytes) // max(1, workers)
+    fits = 1
+    for m in GROWTH_MULTIPLES:
+        try:
+            check_amplify(workload, m, budget)  # the workload is already amplified by plan.amplify
+        except FcctlInputError:
+            break
+        fits = m
+    return fits
+
+
 def point_jobs(workload: Workload, plan: LoadPlan, execution: Execution) -> Execution:
     """``execution``, with worker processes chosen by default (``jobs`` None, local) capped at
     as many as the memory budget holds of the largest concurrency point's amplified workload:
@@ -599,7 +620,9 @@ def replay_trace(
     ):
         display = SimulationDisplay(prog, task, workload.requests, workload.requests)
         batches = Batches(runner, display, spec, sizes, plan, workload.sessions)
-        rounds = plan.rounds(len(sizes), workload.sessions, capacity)
+        rounds = plan.rounds(
+            len(sizes), workload.sessions, capacity, growth_within_budget(workload, plan, execution)
+        )
         try:
             wanted = next(rounds)
             while True:
