@@ -59,6 +59,11 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 #: Defaults shared by several calls (the CLI's defaults are these).
 DEFAULT_MODEL = "llama-3.1-8b"
+#: Replay runs in a plan: three is the fewest whose spread says anything beyond "two runs
+#: differ" (issue #33 item 2 asks that three seeds give one decision), and the replay step costs
+#: R single replays, so more would multiply the plan's longest step for little (docs/simulator.md
+#: §6.2, "Replicas in plan").
+PLAN_REPLICAS = 3
 DEFAULT_MAX_LINE_BYTES = 64 << 20
 
 #: The strings the API took before it took Python values, by kind: the parser at the command
@@ -498,6 +503,7 @@ _HELD_BY: dict[tuple[str, str], tuple[str, ...]] = {
         "slo_ttft_p99_s",
         "host_memory_sweep",
         "host_memory_auto",
+        "replicas",
     ),
 }
 
@@ -902,6 +908,7 @@ def recommend_thresholds(
     decision_margin_pp: float = 1.0,
     decision_ttft_margin: float = 0.1,
     sample_sessions: float | None = None,
+    replicas: int = 1,
     progress: Progress | bool = False,
 ) -> RecommendResult:
     """Sweep FlatCake's placement thresholds on a trace and recommend a pair.
@@ -919,16 +926,23 @@ def recommend_thresholds(
     ``spec``: a :class:`~fcctl.RunSpec` instead of ``model``...``kv_dtype``, ``hardware`` and
     ``seed`` (its geometry, node and seed; each cell sets its own placement, and the sweep runs
     the default cancel mode, router and think time, so a spec with others is refused).
-    Other parameters as :func:`replay`.
+    ``replicas``: sweeps run, replica ``i`` with seed ``seed + i``; beyond one the result's
+    ``replicas`` says whether each recommends the same pair and each cell's range across them
+    (the figures are the first replica's). Other parameters as :func:`replay`.
     """
+    import dataclasses
+
     from fcctl.analyzers.recommend import RecommendConfig
     from fcctl.analyzers.recommend import recommend_thresholds as sweep
+    from fcctl.analyzers.recommend.replicas import sweep_replicas
     from fcctl.analyzers.replay import Execution, RunSpec, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
+    from fcctl.analyzers.replay.verdict import check_replicas
 
     given = dict(locals())
     execution = Execution(engine, jobs, scheduler)
     check_execution(execution)
+    check_replicas(replicas)
     _check_sample(sample_sessions)
     _check_format(format)
     run = _given("spec", spec, recommend_thresholds, given)
@@ -958,11 +972,19 @@ def recommend_thresholds(
         # No name here holds a trace read from a file: with worker processes the sweep can let
         # go of it once they have their copies.
         kept: list[SessionSample | None] = []
-        result = sweep(
-            _note_sample(_sampled_trace(source, format, bar, None, sample_sessions), kept),
-            config,
-            progress=bar,
-        )
+
+        def load() -> Trace:
+            return _note_sample(_sampled_trace(source, format, bar, None, sample_sessions), kept)
+
+        if replicas == 1:
+            result = sweep(load(), config, progress=bar)
+        else:  # the replicas share the trace, so it is held until the last has run
+            trace = load()
+            result = sweep_replicas(
+                lambda s: sweep(trace, dataclasses.replace(config, seed=s), progress=bar),
+                run.seed,
+                replicas,
+            )
         return _with_sampling(result, kept[0])
 
 
@@ -1114,6 +1136,7 @@ def plan(
     resume: bool = False,
     force: bool = False,
     sample_sessions: float | None = None,
+    replicas: int = PLAN_REPLICAS,
     progress: Progress | bool = False,
 ) -> PlanResult:
     """Analyze, replay at the automatic loads and the user's point, recommend thresholds,
@@ -1125,7 +1148,8 @@ def plan(
     ``hardware`` and ``think_time`` (the recommendation runs its geometry, node and seed, as
     :func:`recommend_thresholds` takes it); ``load``: the replay step's :class:`~fcctl.LoadPlan`
     instead of ``rate``, ``concurrency``, ``slo_ttft_p99_s`` and the host memory sweep (plan's
-    own: every policy, ``auto_rates``). Other parameters as :func:`fcctl.replay`."""
+    own: every policy, ``auto_rates``). ``replicas``: the replay step's runs (default
+    :data:`PLAN_REPLICAS`; docs/simulator.md §6.2). Other parameters as :func:`fcctl.replay`."""
     given = dict(locals())
     from fcctl.analyzers.recommend.emit import check_name
     from fcctl.analyzers.replay import Execution, check_execution
@@ -1167,8 +1191,9 @@ def plan(
 
             overall.describe("plan: replay")
             replayed = steps.replay(
-                rate, concurrency, think_time, host_memory_sweep, host_memory_auto, slo_ttft_p99_s
-            )
+                rate, concurrency, think_time, host_memory_sweep, host_memory_auto, slo_ttft_p99_s,
+                replicas,
+            )  # fmt: skip
             advance("replay")
 
             overall.describe("plan: recommend-thresholds")
@@ -1317,6 +1342,7 @@ class _PlanSteps:
         host_memory_sweep: Sequence[int],
         host_memory_auto: bool,
         slo_ttft_p99_s: float | None,
+        replicas: int,
     ) -> ReplayResult:
         from fcctl.analyzers.replay import ReplayResult
         from fcctl.common.jsonio import write_json_file
@@ -1338,6 +1364,11 @@ class _PlanSteps:
         }
         if self.sample_sessions is not None:
             replay_params["sample_sessions"] = self.sample_sessions
+        # Every plan directory written before plans took replicas ran one: only another count
+        # changes the fingerprint, so those directories resume at --replicas 1.
+        replicas = replicas if self.load is None else self.load.replicas
+        if replicas != 1:
+            replay_params["replicas"] = replicas
         # Keys only for objects given, so a plan made from keywords keeps its fingerprints.
         replay_params.update({k: v for k, v in (("spec", self.spec), ("load", self.load)) if v})
         settings: dict[str, Any] = (
@@ -1356,6 +1387,7 @@ class _PlanSteps:
                 "host_memory_sweep": host_memory_sweep,
                 "host_memory_auto": host_memory_auto,
                 "slo_ttft_p99_s": slo_ttft_p99_s,
+                "replicas": replicas,
             }
             if self.load is None
             else {"load": self.load}
@@ -1465,6 +1497,9 @@ def _plan_settings(
     if load is None:
         keys = ("rate", "concurrency", "slo_ttft_p99_s", "host_memory_sweep", "think_time")
         _check_plan_load(*(given[k] for k in keys))
+        from fcctl.analyzers.replay.verdict import check_replicas
+
+        check_replicas(given["replicas"])
     if spec is None:
         kv_args = {k: given[k] for k in _GEOMETRY}
         geometry(**kv_args)

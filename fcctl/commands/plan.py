@@ -19,6 +19,7 @@ from fcctl.commands.options import (
     ModelOpt,
     NodeFlags,
     OperatingRateOpt,
+    ReplicasOpt,
     SampleSessionsOpt,
     SchedulerOpt,
     SimEngineOpt,
@@ -48,6 +49,7 @@ def register(app: typer.Typer) -> None:
         node: NodeFlags = NODE_FLAGS,
         slo_ttft_p99: SloTtftP99Opt = None,
         sample_sessions: SampleSessionsOpt = None,
+        replicas: ReplicasOpt = 3,
         emit: Annotated[
             bool, typer.Option("--emit", help="Also write the drop-in package into DIR/emit.")
         ] = False,
@@ -73,7 +75,8 @@ def register(app: typer.Typer) -> None:
         Runs the commands' own libraries in order into DIR (analyze.json, replay.json,
         recommend.json, emit/, report.html, plan.json) and prints the decision first: at
         --rate/--concurrency when given, else across the loads swept (light load to
-        saturation).
+        saturation). The replay runs --replicas times (seeds seed..seed+R-1) and the decision
+        reads their spread; --replicas 1 costs a third of the default 3's replay step.
         """
         import sys
 
@@ -105,6 +108,7 @@ def register(app: typer.Typer) -> None:
             resume=resume,
             force=force,
             sample_sessions=sample_sessions,
+            replicas=replicas,
             progress=True,
         )
         if as_json:
