@@ -614,10 +614,41 @@ def replay(
     check_execution(execution)
     start_worker_server(execution)  # before the trace is read (parallel.worker_context)
     with _progress(progress) as bar:
+        samples = _replica_samples(source, format, bar, sample_sessions, spec.seed, load.replicas)
+        if samples:  # each replica its own sessions: the spread across them is the error
+            return replay_decided(
+                samples[0][0], spec, load, progress=bar, execution=execution, samples=samples
+            )
         trace, sample = _sampled_trace(source, format, bar, memory_budget_bytes, sample_sessions)
         return _with_sampling(
             replay_decided(trace, spec, load, progress=bar, execution=execution), sample
         )
+
+
+def _replica_samples(
+    source: str | Path | Trace,
+    format: str | None,
+    progress: Progress,
+    sample_sessions: float | None,
+    seed: int,
+    replicas: int,
+) -> list[tuple[Trace, SessionSample]]:
+    """Replica ``i``'s sample of a trace file (or a trace) with salt ``seed + i``
+    (analyzers/traces/sampling.py), so each replica replays other sessions (and one replica at
+    seed s the sample replica s of another run replays); none without sampling or for a
+    dataset (filtered while read, with salt 0: its replicas share one sample and the error is
+    not measured)."""
+    from fcctl.analyzers.traces.dataset import is_dataset_input
+    from fcctl.analyzers.traces.sampling import sample_trace
+    from fcctl.analyzers.traces.schema import Trace
+
+    if sample_sessions is None:
+        return []
+    if not isinstance(source, Trace):
+        if is_dataset_input(source, format):
+            return []
+        source = read_trace(source, format=format, progress=progress)
+    return [sample_trace(source, sample_sessions, salt=seed + i) for i in range(replicas)]
 
 
 #: The load axes as the API takes them: rates (or the auto sweep), concurrency (``"all"``:
