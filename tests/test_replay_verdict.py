@@ -236,3 +236,52 @@ def test_an_unbounded_ratio_renders_after_a_json_round_trip() -> None:
     assert v.best == "flat" and v.ratio is not None and math.isinf(v.ratio.high)
     back = from_jsonable(type(v), json.loads(dumps(v)))
     assert "unbounded, beyond the spread)" in verdict_sentences(back)
+
+
+def _replica(sessions: int, ttft: float) -> RequestTable:
+    """One sampled replica: ``sessions`` sessions of two requests each, every TTFT ``ttft``
+    (a little noise per request, so the bootstrap has something to draw)."""
+    n = 2 * sessions
+    rng = np.random.default_rng(sessions)
+    return _table(
+        session_index=np.repeat(np.arange(sessions), 2),
+        rejected=pl.Series([None] * n, dtype=pl.String),
+        ttft_s=ttft * (1 + 0.01 * rng.standard_normal(n)),
+        delivered_blocks=np.ones(n, dtype=np.int64),
+        blocks=np.full(n, 2, dtype=np.int64),
+        cancelled=np.zeros(n, dtype=bool),
+    )
+
+
+def test_a_difference_inside_the_sampling_replicas_spread_is_a_tie() -> None:
+    """Three replicas of a sample, each other sessions (10, 7 and 12 kept): flat is 30 % faster
+    in two of them and 30 % slower in the third, so its median lead lies inside the spread the
+    replicas measure (issue #36 item 17): the decision is a tie, not flat."""
+    sizes, tiered_ttft = (10, 7, 12), 1.0
+    flat = [_replica(s, t) for s, t in zip(sizes, (0.7, 0.7, 1.3), strict=True)]
+    tiered = [_replica(s, tiered_ttft) for s in sizes]
+    weights = session_weights(max(sizes), 200, seed=0)
+    inp = VerdictInputs(
+        loads=np.array([1.0]),
+        load_unit="requests/s served",
+        figures={
+            "tiered": [replica_figure_draws(tiered, weights)],
+            "flat": [replica_figure_draws(flat, weights)],
+        },
+        replicas=3,
+    )
+    v = decide_run(inp, slo_ttft_p99_s=2.0)
+    assert v.objective == "TTFT at the operating point" and v.best == "none"
+    assert v.inside_spread and v.ratio is not None
+    assert v.ratio.median > 1.2 and v.ratio.low < 1.0  # the lead is real in the median only
+    # One replica (the difference measured once) would have decided it.
+    one = VerdictInputs(
+        np.array([1.0]),
+        "requests/s served",
+        {
+            "tiered": [replica_figure_draws(tiered[:1], weights)],
+            "flat": [replica_figure_draws(flat[:1], weights)],
+        },
+        1,
+    )
+    assert decide_run(one, slo_ttft_p99_s=2.0).best == "flat"
