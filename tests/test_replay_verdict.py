@@ -285,3 +285,50 @@ def test_a_difference_inside_the_sampling_replicas_spread_is_a_tie() -> None:
         1,
     )
     assert decide_run(one, slo_ttft_p99_s=2.0).best == "flat"
+
+
+def test_each_policy_at_each_load_carries_its_spread_from_the_decisions_bootstrap() -> None:
+    """``spread``: per policy and load point, the median and 95 % interval of the figures over
+    the bootstrap the decision reads (hand-computed here from the kept table), in the JSON and
+    read back by from_json; the decision's figures at its point are the same intervals."""
+    import json
+
+    import fcctl
+    from fcctl.analyzers.replay import ReplayResult
+    from fcctl.analyzers.replay.verdict import DEFAULT_BOOTSTRAP_DRAWS, Interval, figure_draws
+    from fcctl.common.jsonio import dumps
+    from tests.conftest import SAMPLES
+
+    trace = str(SAMPLES / "claude_code_sample.jsonl.gz")
+    r = fcctl.replay(trace, rates=[0.5, 2.0], rate=2.0, keep_tables=True, seed=3, jobs=1)
+    point = r.rates[1]
+    flat = point.policies["flat"]
+    assert flat.spread is not None and flat.table is not None
+    table = RequestTable.of(flat.table)
+    sessions = max(
+        int(RequestTable.of(p.table).session.max()) + 1
+        for p in point.policies.values()
+        if p.table is not None
+    )
+    draws = figure_draws(table, session_weights(sessions, DEFAULT_BOOTSTRAP_DRAWS, 3))
+    assert draws.gpu_hit_share_served is not None
+    assert flat.spread.gpu_hit_share_served == Interval.of(draws.gpu_hit_share_served)
+    assert flat.spread.ttft_p99_s == Interval.of(draws.ttft_p99_s)
+    s = flat.spread.gpu_hit_share_served
+    assert s.low <= s.median <= s.high
+    assert r.decision is not None and r.decision.operating_point == "given"
+    for name, at in r.decision.at_point.items():
+        mine = point.policies[name].spread
+        assert mine is not None
+        got, want = mine.ttft_mean_s, at.ttft_mean_s
+        assert (got.median, got.low, got.high) == pytest.approx((want.median, want.low, want.high))
+    doc = json.loads(dumps(r))
+    assert list(doc["rates"][0]["policies"]["flat-fcfs"]["spread"]) == [
+        "gpu_hit_share_served",
+        "gpu_hit_share",
+        "ttft_mean_s",
+        "ttft_p99_s",
+        "cancel_share",
+    ]
+    back = ReplayResult.from_json(doc)
+    assert back.rates[1].policies["flat"].spread == flat.spread

@@ -27,6 +27,10 @@ from .spec import RunSpec
 from .verdict import (
     DEFAULT_BOOTSTRAP_DRAWS,
     DEFAULT_SLO_TTFT_P99_S,
+    SPREAD_FIGURES,
+    FigureDraws,
+    Interval,
+    PolicySpread,
     RequestTable,
     VerdictInputs,
     decide_run,
@@ -70,7 +74,7 @@ def replay_decided(
         slo_ttft_p99_s=slo,
         ttft_margin=plan.decision_ttft_margin,
     )
-    first = runs[0]
+    first = with_spread(runs, draws=draws, seed=spec.seed)
     notes = list(first.notes)
     if not first.load.get("closed_loop") and len(samples) < 2:
         notes.append(
@@ -175,6 +179,80 @@ def _central_rate(p: PolicyResult) -> float:
     return float(r.central if r.central is not None else r.whole or 0.0)
 
 
+def _draws_of(
+    by_replica: Sequence[dict[tuple[float, int], RateResult]],
+    keys: Sequence[tuple[float, int]],
+    names: Sequence[str],
+    draws: int,
+    seed: int,
+) -> dict[str, list[FigureDraws]]:
+    """Per policy in ``names``, per load point in ``keys``, its figures over the bootstrap's
+    draws (the weights depend on the session count and ``seed`` only, so every policy's draws
+    are paired, whichever policies are asked)."""
+    tables: dict[str, list[list[RequestTable]]] = {n: [] for n in names}
+    for key in keys:
+        for n in names:
+            per = [pts[key].policies[n].table for pts in by_replica]
+            if any(t is None for t in per):
+                raise ValueError("inputs_of: replay with keep_tables=True (the spread needs them)")
+            tables[n].append([RequestTable.of(t) for t in per if t is not None])
+    sessions = max(
+        (
+            int(t.session.max()) + 1
+            for ts in tables.values()
+            for k in ts
+            for t in k
+            if t.session.size
+        ),
+        default=0,
+    )
+    weights = session_weights(sessions, draws, seed)
+    return {n: [replica_figure_draws(k, weights) for k in tables[n]] for n in names}
+
+
+def _shared_points(
+    replicas: Sequence[ReplayResult],
+) -> tuple[list[dict[tuple[float, int], RateResult]], list[tuple[float, int]]]:
+    by_replica = [_node_points(r) for r in replicas]
+    return by_replica, sorted(set.intersection(*(set(p) for p in by_replica)))
+
+
+def with_spread(
+    replicas: Sequence[ReplayResult], *, draws: int = DEFAULT_BOOTSTRAP_DRAWS, seed: int = 0
+) -> ReplayResult:
+    """The first of ``replicas`` with every policy's ``spread`` at the load points every
+    replica ran at the node's sizes: the median and 95 % interval of each figure over the same
+    bootstrap the decision reads (docs/simulator.md §6.2, "Per-load spread"); None elsewhere."""
+    by_replica, keys = _shared_points(replicas)
+    first = replicas[0]
+    if not keys:
+        return first
+    names = list(by_replica[0][keys[0]].policies)
+    figures = _draws_of(by_replica, keys, names, draws, seed)
+    spreads = {
+        key: {
+            n: PolicySpread(*(Interval.of(getattr(figures[n][k], f)) for f in SPREAD_FIGURES))
+            for n in names
+        }
+        for k, key in enumerate(keys)
+    }
+    own = {id(p) for p in by_replica[0].values()}
+
+    def spread(point: RateResult) -> RateResult:
+        at = spreads.get(_point_key(point)) if id(point) in own else None
+        if at is None:
+            return point
+        pols = {n: replace(p, spread=at.get(n)) for n, p in point.policies.items()}
+        return replace(point, policies=pols)
+
+    op = first.operating_point
+    return replace(
+        first,
+        rates=tuple(spread(p) for p in first.rates),
+        operating_point=spread(op) if op is not None else None,
+    )
+
+
 def inputs_of(
     replicas: Sequence[ReplayResult], *, draws: int = DEFAULT_BOOTSTRAP_DRAWS, seed: int = 0
 ) -> VerdictInputs:
@@ -184,21 +262,9 @@ def inputs_of(
     the central achieved rate (requests/s served), a policy's own for its capacity."""
     if not replicas:
         raise ValueError("inputs_of: give at least one replay result")
-    by_replica = [_node_points(r) for r in replicas]
-    keys = sorted(set.intersection(*(set(p) for p in by_replica)))
+    by_replica, keys = _shared_points(replicas)
     names = [n for n in CANDIDATES if n in by_replica[0][keys[0]].policies] if keys else []
-    tables: dict[str, list[list[RequestTable]]] = {n: [] for n in names}
-    for key in keys:
-        for n in names:
-            per = [pts[key].policies[n].table for pts in by_replica]
-            if any(t is None for t in per):
-                raise ValueError("inputs_of: replay with keep_tables=True (the spread needs them)")
-            tables[n].append([RequestTable.of(t) for t in per if t is not None])
-    sessions = max(
-        (int(t.session.max()) + 1 for ts in tables.values() for k in ts for t in k), default=0
-    )
-    weights = session_weights(sessions, draws, seed)
-    figures = {n: [replica_figure_draws(k, weights) for k in tables[n]] for n in names}
+    figures = _draws_of(by_replica, keys, names, draws, seed)
     policy_loads = {
         n: np.array(
             [np.mean([_central_rate(pts[k].policies[n]) for pts in by_replica]) for k in keys]
