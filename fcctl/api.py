@@ -1275,6 +1275,7 @@ class _PlanSteps:
         self.docs: dict[str, Any] = {}
         self.target = 0.0  # the recommendation's rate, once recommend has run
         self.trace_cache: list[Any] = []
+        self.whole_cache: list[Any] = []  # the unsampled trace, when replicas resample it
         self.rec_result: list[Any] = []
         # The caller's objects (plan's ``spec`` and ``load``), used instead of the keywords.
         self.spec: RunSpec | None = None
@@ -1311,12 +1312,29 @@ class _PlanSteps:
         return result
 
     def trace(self) -> Any:
-        """The trace replay and recommend read (once, sampled as asked)."""
+        """The trace recommend reads (once, sampled as asked; from :meth:`whole` when that was
+        read for the replay's replicas, so the file is read once)."""
         if not self.trace_cache:
+            source = self.whole_cache[0] if self.whole_cache else self.source
             self.trace_cache.extend(
-                _sampled_trace(self.source, self.format, self.bar, None, self.sample_sessions)
+                _sampled_trace(source, self.format, self.bar, None, self.sample_sessions)
             )
         return self.trace_cache[0]
+
+    def resamples(self) -> bool:
+        """Whether the replay's replicas sample their own sessions (a sampled trace file; a
+        dataset is filtered while read, with one salt: :func:`_replica_samples`)."""
+        from fcctl.analyzers.traces.dataset import is_dataset_input
+
+        if self.sample_sessions is None:
+            return False
+        return not is_dataset_input(self.source, self.format)
+
+    def whole(self) -> Any:
+        """The whole trace, read once, for the replicas to sample from."""
+        if not self.whole_cache:
+            self.whole_cache.append(read_trace(self.source, format=self.format, progress=self.bar))
+        return self.whole_cache[0]
 
     def sampled(self, result: Any) -> Any:
         return _with_sampling(result, self.trace_cache[1] if self.trace_cache else None)
@@ -1424,23 +1442,24 @@ class _PlanSteps:
             else {"load": self.load}
         )
         fp = fingerprint("replay", self.identity, self.common, replay_params)
-        self.runner.step(
-            "replay",
-            fp,
-            lambda p: write_json_file(
-                self.sampled(
-                    replay(
-                        self.trace(),
-                        **settings,
-                        jobs=self.execution.jobs,
-                        engine=self.execution.engine,
-                        scheduler=self.execution.scheduler,
-                        progress=self.bar,
-                    )
-                ),
-                p,
-            ),
-        )
+        # Replicas of a sampled file sample their own sessions (the replay states the error
+        # measured across them); otherwise the one sample recommend reads too.
+        resample = self.resamples()
+        if resample:
+            settings["sample_sessions"] = self.sample_sessions
+
+        def run(p: Path) -> None:
+            result = replay(
+                self.whole() if resample else self.trace(),
+                **settings,
+                jobs=self.execution.jobs,
+                engine=self.execution.engine,
+                scheduler=self.execution.scheduler,
+                progress=self.bar,
+            )
+            write_json_file(result if resample else self.sampled(result), p)
+
+        self.runner.step("replay", fp, run)
         # Decided from the document read back, so a reused step reads as one that ran.
         return read_result(self._read("replay"), self.out / FILES["replay"], ReplayResult.from_json)
 

@@ -254,7 +254,13 @@ def test_recommend_and_plan_are_sampled(tmp_path: Path) -> None:
     assert "sampled: 50 % of sessions" in r.stdout
     replay = json.loads((out / "replay.json").read_text())
     recommend = json.loads((out / "recommend.json").read_text())
+    # The replay's three replicas sample their own sessions (replica 0 the one recommend
+    # reads) and state the error across them; the recommendation's one sample cannot.
+    rep_error = replay["sampling"].pop("measured_error")
+    assert rep_error["measured_on"].startswith("3 replicas of this trace's sample")
+    assert recommend["sampling"].pop("measured_error") == "not measured"
     assert replay["sampling"] == recommend["sampling"]
+    assert any(n.startswith("sampling per replica: salts 0..2 kept") for n in replay["notes"])
     assert replay["sampling"]["requests"]["total"] == 2000
     assert "Sampled: 50 % of sessions" in (out / "report.html").read_text()
 
