@@ -5,9 +5,11 @@ then the replay of the sessions ``--sample-sessions R`` keeps at each rate R (th
 node, analyzers/replay/sampling.py). Errors per policy: GPU hit share (absolute, percentage
 points), mean and p99 TTFT (relative), SSD read bytes (relative, the sample's bytes x
 ``scale_to_full``). The table gives the median over seeds; the last line the largest over
-policies and traces per rate, the figures ``analyzers/replay/sampling.py`` states
-(``MEASURED_ERROR``). ``--compare-rate-scaling`` also runs, at seed 0, the method not chosen:
-the offered rate times the realised request fraction on the same node.
+policies and traces per rate. Runs no longer state these figures (issue #36 item 17): a sampled
+replay states the error measured across its own replicas (docs/simulator.md, "Sampling per
+replica"); this benchmark measures the error against the unsampled run, as documentation.
+``--compare-rate-scaling`` also runs, at seed 0, the method not chosen: the offered rate
+times the realised request fraction on the same node.
 
     python benchmarks/sample_error.py --trace cc=/tmp/hs/cc.parquet:0.5 \\
         --trace synth=/tmp/hs/syn100m:2 --seeds 0,1,2 --compare-rate-scaling --markdown

@@ -59,6 +59,11 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 #: Defaults shared by several calls (the CLI's defaults are these).
 DEFAULT_MODEL = "llama-3.1-8b"
+#: Replay runs in a plan: three is the fewest whose spread says anything beyond "two runs
+#: differ" (issue #33 item 2 asks that three seeds give one decision), and the replay step costs
+#: R single replays, so more would multiply the plan's longest step for little (docs/simulator.md
+#: §6.2, "Replicas in plan").
+PLAN_REPLICAS = 3
 DEFAULT_MAX_LINE_BYTES = 64 << 20
 
 #: The strings the API took before it took Python values, by kind: the parser at the command
@@ -500,6 +505,7 @@ _HELD_BY: dict[tuple[str, str], tuple[str, ...]] = {
         "host_memory_sweep",
         "host_memory_auto",
         "amplify",
+        "replicas",
     ),
 }
 
@@ -610,10 +616,41 @@ def replay(
     check_execution(execution)
     start_worker_server(execution)  # before the trace is read (parallel.worker_context)
     with _progress(progress) as bar:
+        samples = _replica_samples(source, format, bar, sample_sessions, spec.seed, load.replicas)
+        if samples:  # each replica its own sessions: the spread across them is the error
+            return replay_decided(
+                samples[0][0], spec, load, progress=bar, execution=execution, samples=samples
+            )
         trace, sample = _sampled_trace(source, format, bar, memory_budget_bytes, sample_sessions)
         return _with_sampling(
             replay_decided(trace, spec, load, progress=bar, execution=execution), sample
         )
+
+
+def _replica_samples(
+    source: str | Path | Trace,
+    format: str | None,
+    progress: Progress,
+    sample_sessions: float | None,
+    seed: int,
+    replicas: int,
+) -> list[tuple[Trace, SessionSample]]:
+    """Replica ``i``'s sample of a trace file (or a trace) with salt ``seed + i``
+    (analyzers/traces/sampling.py), so each replica replays other sessions (and one replica at
+    seed s the sample replica s of another run replays); none without sampling or for a
+    dataset (filtered while read, with salt 0: its replicas share one sample and the error is
+    not measured)."""
+    from fcctl.analyzers.traces.dataset import is_dataset_input
+    from fcctl.analyzers.traces.sampling import sample_trace
+    from fcctl.analyzers.traces.schema import Trace
+
+    if sample_sessions is None:
+        return []
+    if not isinstance(source, Trace):
+        if is_dataset_input(source, format):
+            return []
+        source = read_trace(source, format=format, progress=progress)
+    return [sample_trace(source, sample_sessions, salt=seed + i) for i in range(replicas)]
 
 
 #: The load axes as the API takes them: rates (or the auto sweep), concurrency (``"all"``:
@@ -907,6 +944,7 @@ def recommend_thresholds(
     decision_ttft_margin: float = 0.1,
     sample_sessions: float | None = None,
     amplify: int = 1,
+    replicas: int = 1,
     progress: Progress | bool = False,
 ) -> RecommendResult:
     """Sweep FlatCake's placement thresholds on a trace and recommend a pair.
@@ -924,17 +962,24 @@ def recommend_thresholds(
     ``spec``: a :class:`~fcctl.RunSpec` instead of ``model``...``kv_dtype``, ``hardware`` and
     ``seed`` (its geometry, node and seed; each cell sets its own placement, and the sweep runs
     the default cancel mode, router and think time, so a spec with others is refused).
-    ``amplify``: sweep on K copies of every session (as :func:`replay`). Other parameters as
-    :func:`replay`.
+    ``amplify``: sweep on K copies of every session (as :func:`replay`).
+    ``replicas``: sweeps run, replica ``i`` with seed ``seed + i``; beyond one the result's
+    ``replicas`` says whether each recommends the same pair and each cell's range across them
+    (the figures are the first replica's). Other parameters as :func:`replay`.
     """
+    import dataclasses
+
     from fcctl.analyzers.recommend import RecommendConfig
     from fcctl.analyzers.recommend import recommend_thresholds as sweep
+    from fcctl.analyzers.recommend.replicas import sweep_replicas
     from fcctl.analyzers.replay import Execution, RunSpec, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
+    from fcctl.analyzers.replay.verdict import check_replicas
 
     given = dict(locals())
     execution = Execution(engine, jobs, scheduler)
     check_execution(execution)
+    check_replicas(replicas)
     _check_sample(sample_sessions)
     _check_format(format)
     run = _given("spec", spec, recommend_thresholds, given)
@@ -965,11 +1010,19 @@ def recommend_thresholds(
         # No name here holds a trace read from a file: with worker processes the sweep can let
         # go of it once they have their copies.
         kept: list[SessionSample | None] = []
-        result = sweep(
-            _note_sample(_sampled_trace(source, format, bar, None, sample_sessions), kept),
-            config,
-            progress=bar,
-        )
+
+        def load() -> Trace:
+            return _note_sample(_sampled_trace(source, format, bar, None, sample_sessions), kept)
+
+        if replicas == 1:
+            result = sweep(load(), config, progress=bar)
+        else:  # the replicas share the trace, so it is held until the last has run
+            trace = load()
+            result = sweep_replicas(
+                lambda s: sweep(trace, dataclasses.replace(config, seed=s), progress=bar),
+                run.seed,
+                replicas,
+            )
         return _with_sampling(result, kept[0])
 
 
@@ -1122,6 +1175,7 @@ def plan(
     force: bool = False,
     sample_sessions: float | None = None,
     amplify: int = 1,
+    replicas: int = PLAN_REPLICAS,
     progress: Progress | bool = False,
 ) -> PlanResult:
     """Analyze, replay at the automatic loads and the user's point, recommend thresholds,
@@ -1135,7 +1189,8 @@ def plan(
     ``hardware`` and ``think_time`` (the recommendation runs its geometry, node and seed, as
     :func:`recommend_thresholds` takes it); ``load``: the replay step's :class:`~fcctl.LoadPlan`
     instead of ``rate``, ``concurrency``, ``slo_ttft_p99_s`` and the host memory sweep (plan's
-    own: every policy, ``auto_rates``). Other parameters as :func:`fcctl.replay`."""
+    own: every policy, ``auto_rates``). ``replicas``: the replay step's runs (default
+    :data:`PLAN_REPLICAS`; docs/simulator.md §6.2). Other parameters as :func:`fcctl.replay`."""
     given = dict(locals())
     from fcctl.analyzers.recommend.emit import check_name
     from fcctl.analyzers.replay import Execution, check_amplify_value, check_execution
@@ -1178,8 +1233,9 @@ def plan(
 
             overall.describe("plan: replay")
             replayed = steps.replay(
-                rate, concurrency, think_time, host_memory_sweep, host_memory_auto, slo_ttft_p99_s
-            )
+                rate, concurrency, think_time, host_memory_sweep, host_memory_auto, slo_ttft_p99_s,
+                replicas,
+            )  # fmt: skip
             advance("replay")
 
             overall.describe("plan: recommend-thresholds")
@@ -1232,6 +1288,7 @@ class _PlanSteps:
         self.docs: dict[str, Any] = {}
         self.target = 0.0  # the recommendation's rate, once recommend has run
         self.trace_cache: list[Any] = []
+        self.whole_cache: list[Any] = []  # the unsampled trace, when replicas resample it
         self.rec_result: list[Any] = []
         # The caller's objects (plan's ``spec`` and ``load``), used instead of the keywords.
         self.spec: RunSpec | None = None
@@ -1270,12 +1327,29 @@ class _PlanSteps:
         return result
 
     def trace(self) -> Any:
-        """The trace replay and recommend read (once, sampled as asked)."""
+        """The trace recommend reads (once, sampled as asked; from :meth:`whole` when that was
+        read for the replay's replicas, so the file is read once)."""
         if not self.trace_cache:
+            source = self.whole_cache[0] if self.whole_cache else self.source
             self.trace_cache.extend(
-                _sampled_trace(self.source, self.format, self.bar, None, self.sample_sessions)
+                _sampled_trace(source, self.format, self.bar, None, self.sample_sessions)
             )
         return self.trace_cache[0]
+
+    def resamples(self) -> bool:
+        """Whether the replay's replicas sample their own sessions (a sampled trace file; a
+        dataset is filtered while read, with one salt: :func:`_replica_samples`)."""
+        from fcctl.analyzers.traces.dataset import is_dataset_input
+
+        if self.sample_sessions is None:
+            return False
+        return not is_dataset_input(self.source, self.format)
+
+    def whole(self) -> Any:
+        """The whole trace, read once, for the replicas to sample from."""
+        if not self.whole_cache:
+            self.whole_cache.append(read_trace(self.source, format=self.format, progress=self.bar))
+        return self.whole_cache[0]
 
     def sampled(self, result: Any) -> Any:
         return _with_sampling(result, self.trace_cache[1] if self.trace_cache else None)
@@ -1332,6 +1406,7 @@ class _PlanSteps:
         host_memory_sweep: Sequence[int],
         host_memory_auto: bool,
         slo_ttft_p99_s: float | None,
+        replicas: int,
     ) -> ReplayResult:
         from fcctl.analyzers.replay import ReplayResult
         from fcctl.common.jsonio import write_json_file
@@ -1355,6 +1430,11 @@ class _PlanSteps:
             replay_params["sample_sessions"] = self.sample_sessions
         if self.amplify != 1:  # absent at 1, so an earlier plan directory still resumes
             replay_params["amplify"] = self.amplify
+        # Every plan directory written before plans took replicas ran one: only another count
+        # changes the fingerprint, so those directories resume at --replicas 1.
+        replicas = replicas if self.load is None else self.load.replicas
+        if replicas != 1:
+            replay_params["replicas"] = replicas
         # Keys only for objects given, so a plan made from keywords keeps its fingerprints.
         replay_params.update({k: v for k, v in (("spec", self.spec), ("load", self.load)) if v})
         settings: dict[str, Any] = (
@@ -1374,28 +1454,30 @@ class _PlanSteps:
                 "host_memory_auto": host_memory_auto,
                 "slo_ttft_p99_s": slo_ttft_p99_s,
                 "amplify": self.amplify,
+                "replicas": replicas,
             }
             if self.load is None
             else {"load": self.load}
         )
         fp = fingerprint("replay", self.identity, self.common, replay_params)
-        self.runner.step(
-            "replay",
-            fp,
-            lambda p: write_json_file(
-                self.sampled(
-                    replay(
-                        self.trace(),
-                        **settings,
-                        jobs=self.execution.jobs,
-                        engine=self.execution.engine,
-                        scheduler=self.execution.scheduler,
-                        progress=self.bar,
-                    )
-                ),
-                p,
-            ),
-        )
+        # Replicas of a sampled file sample their own sessions (the replay states the error
+        # measured across them); otherwise the one sample recommend reads too.
+        resample = self.resamples()
+        if resample:
+            settings["sample_sessions"] = self.sample_sessions
+
+        def run(p: Path) -> None:
+            result = replay(
+                self.whole() if resample else self.trace(),
+                **settings,
+                jobs=self.execution.jobs,
+                engine=self.execution.engine,
+                scheduler=self.execution.scheduler,
+                progress=self.bar,
+            )
+            write_json_file(result if resample else self.sampled(result), p)
+
+        self.runner.step("replay", fp, run)
         # Decided from the document read back, so a reused step reads as one that ran.
         return read_result(self._read("replay"), self.out / FILES["replay"], ReplayResult.from_json)
 
@@ -1485,6 +1567,9 @@ def _plan_settings(
     if load is None:
         keys = ("rate", "concurrency", "slo_ttft_p99_s", "host_memory_sweep", "think_time")
         _check_plan_load(*(given[k] for k in keys))
+        from fcctl.analyzers.replay.verdict import check_replicas
+
+        check_replicas(given["replicas"])
     if spec is None:
         kv_args = {k: given[k] for k in _GEOMETRY}
         geometry(**kv_args)

@@ -136,6 +136,7 @@ CASES += [
     ("recommend_thresholds", "decision_margin_pp", -1.0, _RECOMMEND),
     ("recommend_thresholds", "decision_ttft_margin", 11.0, _RECOMMEND),
     ("recommend_thresholds", "sample_sessions", 2.0, _RECOMMEND),
+    ("recommend_thresholds", "replicas", 0, _RECOMMEND),
     ("recommend_thresholds", "spec", "h200-8x", _RECOMMEND),
 ]
 
@@ -187,6 +188,7 @@ CASES += [
     ("plan", "engine", "spark", _PLAN),
     ("plan", "scheduler", "tcp://127.0.0.1:1", _PLAN),
     ("plan", "sample_sessions", 0.0, _PLAN),
+    ("plan", "replicas", 0, _PLAN),
     ("plan", "spec", "h200-8x", _PLAN),
     ("plan", "load", {"rates": [1.0]}, _PLAN),
 ]
@@ -257,6 +259,7 @@ def _spec() -> Any:
         ("plan", "load", "rate", 2.0),
         ("plan", "load", "concurrency", [4]),
         ("plan", "load", "host_memory_auto", True),
+        ("plan", "load", "replicas", 1),
     ],
 )
 def test_a_keyword_beside_the_object_that_holds_it_is_named(
@@ -491,7 +494,7 @@ def test_plan_given_spec_and_load_writes_what_its_keywords_write(tmp_path):
     spec = fcctl.RunSpec(geometry=fcctl.geometry("llama-3.1-8b"), hardware=node)
     load = fcctl.LoadPlan(policies=PLAN_POLICIES, auto_rates=True, operating_rate=2.0)
     fcctl.plan(TRACE, tmp_path / "typed", spec=spec, load=load, jobs=1)
-    fcctl.plan(TRACE, tmp_path / "keywords", hardware=node, rate=2.0, jobs=1)
+    fcctl.plan(TRACE, tmp_path / "keywords", hardware=node, rate=2.0, jobs=1, replicas=1)
     for name in ("replay.json", "recommend.json"):
         typed, keywords = (
             json.loads((tmp_path / d / name).read_text()) for d in ("typed", "keywords")

@@ -20,7 +20,7 @@ from tests.plan_helpers import small_trace
 
 runner = CliRunner()
 MOONCAKE = str(SAMPLES / "mooncake_conversation_2k.jsonl")
-FAST = ["--jobs", "1", "--rate", "2"]
+FAST = ["--jobs", "1", "--rate", "2", "--replicas", "1"]
 
 
 def _plan(*args: str):  # type: ignore[no-untyped-def]
@@ -85,12 +85,32 @@ def test_resume_skips_unchanged_steps_and_reruns_from_a_change(planned: Path, tr
     assert r.stdout == (planned / "stdout.txt").read_text()
     assert (planned / "analyze.json").stat().st_mtime_ns == before["analyze.json"]
     # Another operating point: analyze is reused, replay and everything after it run again.
-    r = _plan(trace, "-o", str(planned), "--jobs", "1", "--rate", "1.5", "--resume")
+    r = _plan(trace, "-o", str(planned), *FAST[:2], "--rate", "1.5", *FAST[4:], "--resume")
     assert r.exit_code == 0, r.output
     steps = {s["name"]: s["status"] for s in read_plan(planned)["steps"]}
     assert steps == {"analyze": "reused", "replay": "ran", "recommend": "ran", "report": "ran"}
     assert r.stdout.startswith("decision: ")
     assert "requests/s served: given)" in r.stdout.splitlines()[0]
+
+
+def test_plan_replays_three_replicas_by_default_and_resumes_at_the_same_count(
+    trace: str, tmp_path: Path
+) -> None:
+    """The default 3 (fcctl.api.PLAN_REPLICAS): the replay step's decision reads three runs; a
+    resume at another count runs the replay step again, at the same count reuses it."""
+    out = tmp_path / "p"
+    r = _plan(trace, "-o", str(out), "--jobs", "1", "--rate", "2")
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "replay.json").read_text())["decision"]["replicas"] == 3
+    assert "3 replica(s)" in r.stdout
+    r = _plan(trace, "-o", str(out), "--jobs", "1", "--rate", "2", "--replicas", "3", "--resume")
+    assert r.exit_code == 0, r.output
+    assert {s["status"] for s in read_plan(out)["steps"]} == {"reused"}
+    r = _plan(trace, "-o", str(out), "--jobs", "1", "--rate", "2", "--replicas", "1", "--resume")
+    assert r.exit_code == 0, r.output
+    steps = {s["name"]: s["status"] for s in read_plan(out)["steps"]}
+    assert steps["analyze"] == "reused" and steps["replay"] == "ran"
+    assert json.loads((out / "replay.json").read_text())["decision"]["replicas"] == 1
 
 
 def test_plan_refuses_what_it_would_damage(tmp_path: Path) -> None:

@@ -42,7 +42,9 @@ def test_a_concurrency_plan_recommends_at_the_rate_it_served(
 ) -> None:
     source = small_trace(tmp_path) if trace == "mooncake" else CLAUDE
     out = tmp_path / "p"
-    r = runner.invoke(app, ["plan", str(source), "-o", str(out), "--jobs", "1", *extra])
+    r = runner.invoke(
+        app, ["plan", str(source), "-o", str(out), "--jobs", "1", "--replicas", "1", *extra]
+    )
     assert r.exit_code == 0, r.output
     replay = ReplayResult.from_json(json.loads((out / "replay.json").read_text()))
     rec = json.loads((out / "recommend.json").read_text())

@@ -24,7 +24,9 @@ CLAUDE = SAMPLES / "claude_code_sample.jsonl.gz"
 
 
 def _plan(source: Path, out: Path, *extra: str) -> list[str]:
-    r = runner.invoke(app, ["plan", str(source), "-o", str(out), "--jobs", "1", *extra])
+    r = runner.invoke(
+        app, ["plan", str(source), "-o", str(out), "--jobs", "1", "--replicas", "1", *extra]
+    )
     assert r.exit_code == 0, r.output
     return r.stdout.splitlines()
 

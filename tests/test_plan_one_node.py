@@ -20,7 +20,7 @@ CLAUDE = str(SAMPLES / "claude_code_sample.jsonl.gz")
 
 
 def _plan(*args: str) -> str:
-    r = runner.invoke(app, ["plan", *args, "--jobs", "1"])
+    r = runner.invoke(app, ["plan", *args, "--jobs", "1", "--replicas", "1"])
     assert r.exit_code == 0, r.output
     return r.stdout
 

@@ -37,7 +37,7 @@ from tests.plan_helpers import (
     wait_for,
 )
 
-FAST = {"jobs": 1, "rate": 2.0}
+FAST = {"jobs": 1, "rate": 2.0, "replicas": 1}
 DEEP = "[" * 100_000 + "]" * 100_000
 
 
@@ -137,7 +137,7 @@ def test_an_interrupted_plan_keeps_its_finished_steps_and_resumes(
     tmp_path: Path, signum: signal.Signals
 ) -> None:
     trace = small_trace(tmp_path)
-    args = ["plan", trace, "-o", tmp_path / "p", "--jobs", "1", "--rate", "2"]
+    args = ["plan", trace, "-o", tmp_path / "p", "--jobs", "1", "--rate", "2", "--replicas", "1"]
     proc = start_fcctl(*args, cwd=tmp_path)
     partial = tmp_path / "p" / PARTIAL
 
@@ -176,7 +176,9 @@ def test_a_plan_interrupted_before_its_first_step_leaves_nothing(tmp_path: Path)
     from tests.plan_helpers import MOONCAKE  # a whole analysis of seconds, to land inside
 
     out = tmp_path / "new" / "p"
-    proc = start_fcctl("plan", MOONCAKE, "-o", out, "--jobs", "1", "--rate", "2", cwd=tmp_path)
+    proc = start_fcctl(
+        "plan", MOONCAKE, "-o", out, "--jobs", "1", "--rate", "2", "--replicas", "1", cwd=tmp_path
+    )
     try:
         wait_for((out / PARTIAL).exists, proc, "the plan started its first step")
         proc.send_signal(signal.SIGTERM)
@@ -193,13 +195,17 @@ def test_a_second_plan_into_the_same_directory_is_refused_at_once(tmp_path: Path
     trace = small_trace(tmp_path)
     other = small_trace(tmp_path, skip=1000)
     out = tmp_path / "p"
-    first = start_fcctl("plan", trace, "-o", out, "--jobs", "1", "--rate", "2", cwd=tmp_path)
+    first = start_fcctl(
+        "plan", trace, "-o", out, "--jobs", "1", "--rate", "2", "--replicas", "1", cwd=tmp_path
+    )
     try:
         wait_for((out / PARTIAL).exists, first, "the first plan started")
         # Stopped, the first plan stays mid-run (holding its lock) however slow the others are.
         first.send_signal(signal.SIGSTOP)
         for extra in ([], ["--resume"], ["--force"]):
-            done = run_fcctl("plan", other, "-o", out, "--jobs", "1", *extra, cwd=tmp_path)
+            done = run_fcctl(
+                "plan", other, "-o", out, "--jobs", "1", "--replicas", "1", *extra, cwd=tmp_path
+            )
             assert done.returncode == 2, done.stderr
             line = one_error_line(done.stderr)
             assert "another fcctl plan is writing into this directory" in line, line
@@ -255,7 +261,7 @@ def test_a_full_disk_mid_plan_is_status_1_and_resumes_with_room(tmp_path: Path) 
     trace = small_trace(tmp_path)
     # Room for the analysis and the record, not for the replay's document.
     with tmpfs(tmp_path / "fs", "64k") as fs:
-        args = ["plan", trace, "-o", fs / "p", "--jobs", "1", "--rate", "2"]
+        args = ["plan", trace, "-o", fs / "p", "--jobs", "1", "--rate", "2", "--replicas", "1"]
         done = run_fcctl(*args, cwd=tmp_path)
         assert done.returncode == 1, done.stderr
         line = one_error_line(done.stderr)

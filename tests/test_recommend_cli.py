@@ -64,8 +64,10 @@ def test_json_keys_are_exactly_the_documented_ones(doc: dict[str, Any]) -> None:
         "trace",
         "provenance",
         "sampling",
+        "replicas",
     ]
     assert doc["sampling"] is None  # issue #19: only a run on sampled sessions has one
+    assert doc["replicas"] is None  # only a sweep of more than one replica has it
     assert doc["schema_version"] == 3
     rec = doc["recommendation"]
     assert list(rec) == [
@@ -242,3 +244,50 @@ def test_bad_trace_and_out_dir_one_line_nothing_written(tmp_path: Path) -> None:
     refused = _run(str(SAMPLES / "claude_code_sample.jsonl.gz"), "--out", str(busy))
     assert refused.exit_code == 2 and "not empty" in refused.stderr
     assert [p.name for p in busy.iterdir()] == ["keep.txt"]
+
+
+def test_replicas_state_each_pick_its_stability_and_each_cells_range(tmp_path: Path) -> None:
+    """Replica i is the sweep at seed + i: its pick is a plain sweep's at that seed; the
+    stability is whether the picks agree; each cell's range holds every replica's figure."""
+    from tests.plan_helpers import small_trace
+
+    trace = str(small_trace(tmp_path, 400))
+    r = _run(trace, *SMALL, "--seed", "5", "--replicas", "3", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    reps = doc["replicas"]
+    assert reps["count"] == 3 and [p["seed"] for p in reps["picks"]] == [5, 6, 7]
+    pairs = {(p["short_reply_tokens"], p["agent_context_tokens"]) for p in reps["picks"]}
+    assert reps["stable"] == (len(pairs) == 1)
+    first = doc["recommendation"]
+    assert (first["short_reply_tokens"], first["agent_context_tokens"]) == (
+        reps["picks"][0]["short_reply_tokens"],
+        reps["picks"][0]["agent_context_tokens"],
+    )
+    alone = json.loads(_run(trace, *SMALL, "--seed", "6", "--json").stdout)
+    assert alone["replicas"] is None
+    one = alone["recommendation"]
+    assert reps["picks"][1] == {
+        "seed": 6,
+        "short_reply_tokens": one["short_reply_tokens"],
+        "agent_context_tokens": one["agent_context_tokens"],
+        "gpu_hit_share": one["gpu_hit_share"],
+        "ttft_mean_s": one["ttft_s"]["mean"],
+        "ttft_p99_s": one["ttft_s"]["p99"],
+    }
+    assert len(reps["grid"]) == len(doc["grid"])
+    for cell, rng in zip(doc["grid"], reps["grid"], strict=True):
+        assert [cell[k] for k in ("short_reply_tokens", "agent_context_tokens", "rate")] == [
+            rng[k] for k in ("short_reply_tokens", "agent_context_tokens", "rate")
+        ]
+        lo, hi = rng["gpu_hit_share"]["low"], rng["gpu_hit_share"]["high"]
+        assert lo <= cell["gpu_hit_share"] <= hi
+    seed6 = {
+        (c["short_reply_tokens"], c["agent_context_tokens"], c["rate"]): c for c in alone["grid"]
+    }
+    for rng in reps["grid"]:
+        c = seed6[(rng["short_reply_tokens"], rng["agent_context_tokens"], rng["rate"])]
+        assert rng["ttft_mean_s"]["low"] <= c["ttft_s"]["mean"] <= rng["ttft_mean_s"]["high"]
+    text = _run(trace, *SMALL, "--seed", "5", "--replicas", "3").stdout
+    assert text.rstrip().splitlines()[-1].startswith("replicas: ")
+    assert ("is stable" in text) == reps["stable"]

@@ -43,7 +43,19 @@ def _decision_paragraph(html: str) -> str:
 @pytest.fixture(scope="module")
 def small_pool_plan(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("rejected") / "p"
-    r = _invoke("plan", CLAUDE, "-o", str(out), "--jobs", "1", "--rate", "0.5", *SMALL_POOL)
+    r = _invoke(
+        "plan",
+        CLAUDE,
+        "-o",
+        str(out),
+        "--jobs",
+        "1",
+        "--rate",
+        "0.5",
+        "--replicas",
+        "1",
+        *SMALL_POOL,
+    )
     return out, r.stdout
 
 
@@ -107,7 +119,7 @@ def test_replay_summary_names_the_context_and_its_flag(tmp_path: Path) -> None:
 def test_nothing_is_added_without_rejections(tmp_path: Path) -> None:
     trace = small_trace(tmp_path)
     out = tmp_path / "p"
-    r = _invoke("plan", str(trace), "-o", str(out), "--jobs", "1", "--rate", "2")
+    r = _invoke("plan", str(trace), "-o", str(out), "--jobs", "1", "--rate", "2", "--replicas", "1")
     assert _rejected(json.loads((out / "replay.json").read_text()))[0] == 0
     assert "rejected" not in r.stdout and "exclude" not in r.stdout
     assert "rejected" not in _decision_paragraph((out / "report.html").read_text())

@@ -236,3 +236,99 @@ def test_an_unbounded_ratio_renders_after_a_json_round_trip() -> None:
     assert v.best == "flat" and v.ratio is not None and math.isinf(v.ratio.high)
     back = from_jsonable(type(v), json.loads(dumps(v)))
     assert "unbounded, beyond the spread)" in verdict_sentences(back)
+
+
+def _replica(sessions: int, ttft: float) -> RequestTable:
+    """One sampled replica: ``sessions`` sessions of two requests each, every TTFT ``ttft``
+    (a little noise per request, so the bootstrap has something to draw)."""
+    n = 2 * sessions
+    rng = np.random.default_rng(sessions)
+    return _table(
+        session_index=np.repeat(np.arange(sessions), 2),
+        rejected=pl.Series([None] * n, dtype=pl.String),
+        ttft_s=ttft * (1 + 0.01 * rng.standard_normal(n)),
+        delivered_blocks=np.ones(n, dtype=np.int64),
+        blocks=np.full(n, 2, dtype=np.int64),
+        cancelled=np.zeros(n, dtype=bool),
+    )
+
+
+def test_a_difference_inside_the_sampling_replicas_spread_is_a_tie() -> None:
+    """Three replicas of a sample, each other sessions (10, 7 and 12 kept): flat is 30 % faster
+    in two of them and 30 % slower in the third, so its median lead lies inside the spread the
+    replicas measure (issue #36 item 17): the decision is a tie, not flat."""
+    sizes, tiered_ttft = (10, 7, 12), 1.0
+    flat = [_replica(s, t) for s, t in zip(sizes, (0.7, 0.7, 1.3), strict=True)]
+    tiered = [_replica(s, tiered_ttft) for s in sizes]
+    weights = session_weights(max(sizes), 200, seed=0)
+    inp = VerdictInputs(
+        loads=np.array([1.0]),
+        load_unit="requests/s served",
+        figures={
+            "tiered": [replica_figure_draws(tiered, weights)],
+            "flat": [replica_figure_draws(flat, weights)],
+        },
+        replicas=3,
+    )
+    v = decide_run(inp, slo_ttft_p99_s=2.0)
+    assert v.objective == "TTFT at the operating point" and v.best == "none"
+    assert v.inside_spread and v.ratio is not None
+    assert v.ratio.median > 1.2 and v.ratio.low < 1.0  # the lead is real in the median only
+    # One replica (the difference measured once) would have decided it.
+    one = VerdictInputs(
+        np.array([1.0]),
+        "requests/s served",
+        {
+            "tiered": [replica_figure_draws(tiered[:1], weights)],
+            "flat": [replica_figure_draws(flat[:1], weights)],
+        },
+        1,
+    )
+    assert decide_run(one, slo_ttft_p99_s=2.0).best == "flat"
+
+
+def test_each_policy_at_each_load_carries_its_spread_from_the_decisions_bootstrap() -> None:
+    """``spread``: per policy and load point, the median and 95 % interval of the figures over
+    the bootstrap the decision reads (hand-computed here from the kept table), in the JSON and
+    read back by from_json; the decision's figures at its point are the same intervals."""
+    import json
+
+    import fcctl
+    from fcctl.analyzers.replay import ReplayResult
+    from fcctl.analyzers.replay.verdict import DEFAULT_BOOTSTRAP_DRAWS, Interval, figure_draws
+    from fcctl.common.jsonio import dumps
+    from tests.conftest import SAMPLES
+
+    trace = str(SAMPLES / "claude_code_sample.jsonl.gz")
+    r = fcctl.replay(trace, rates=[0.5, 2.0], rate=2.0, keep_tables=True, seed=3, jobs=1)
+    point = r.rates[1]
+    flat = point.policies["flat"]
+    assert flat.spread is not None and flat.table is not None
+    table = RequestTable.of(flat.table)
+    sessions = max(
+        int(RequestTable.of(p.table).session.max()) + 1
+        for p in point.policies.values()
+        if p.table is not None
+    )
+    draws = figure_draws(table, session_weights(sessions, DEFAULT_BOOTSTRAP_DRAWS, 3))
+    assert draws.gpu_hit_share_served is not None
+    assert flat.spread.gpu_hit_share_served == Interval.of(draws.gpu_hit_share_served)
+    assert flat.spread.ttft_p99_s == Interval.of(draws.ttft_p99_s)
+    s = flat.spread.gpu_hit_share_served
+    assert s.low <= s.median <= s.high
+    assert r.decision is not None and r.decision.operating_point == "given"
+    for name, at in r.decision.at_point.items():
+        mine = point.policies[name].spread
+        assert mine is not None
+        got, want = mine.ttft_mean_s, at.ttft_mean_s
+        assert (got.median, got.low, got.high) == pytest.approx((want.median, want.low, want.high))
+    doc = json.loads(dumps(r))
+    assert list(doc["rates"][0]["policies"]["flat-fcfs"]["spread"]) == [
+        "gpu_hit_share_served",
+        "gpu_hit_share",
+        "ttft_mean_s",
+        "ttft_p99_s",
+        "cancel_share",
+    ]
+    back = ReplayResult.from_json(doc)
+    assert back.rates[1].policies["flat"].spread == flat.spread

@@ -96,7 +96,17 @@ def page_file(report_samples: Samples, tmp_path_factory: pytest.TempPathFactory)
     root = tmp_path_factory.mktemp("rendering")
     plan = root / "plan"
     done = runner.invoke(
-        app, ["plan", str(SAMPLES / "claude_code_sample.jsonl.gz"), "-o", str(plan), "--jobs", "1"]
+        app,
+        [
+            "plan",
+            str(SAMPLES / "claude_code_sample.jsonl.gz"),
+            "-o",
+            str(plan),
+            "--jobs",
+            "1",
+            "--replicas",
+            "1",
+        ],
     )
     assert done.exit_code == 0, done.output
     out = root / "report.html"

@@ -22,7 +22,9 @@ CLAUDE = str(SAMPLES / "claude_code_sample.jsonl.gz")
 @pytest.fixture(scope="module")
 def plan_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("renderings") / "p"
-    r = CliRunner().invoke(app, ["plan", CLAUDE, "-o", str(out), "--jobs", "1", "--rate", "0.5"])
+    r = CliRunner().invoke(
+        app, ["plan", CLAUDE, "-o", str(out), "--jobs", "1", "--rate", "0.5", "--replicas", "1"]
+    )
     assert r.exit_code == 0, r.output
     return out, r.stdout
 

@@ -2,8 +2,9 @@
 
 Top-level keys, exactly: ``schema_version``, ``recommendation``, ``ideal_hit_share``, ``rates``,
 ``grid``, ``misplacement``, ``hardware``, ``trace``, ``provenance``, ``sampling`` (issue #19:
-null unless the sweep ran on sampled sessions). Fields marked ``NOT_JSON`` are for the
-summary, ``--out`` and ``--emit`` only.
+null unless the sweep ran on sampled sessions), ``replicas`` (null unless the sweep ran more
+than one replica: :class:`ReplicaSweep`, made by :mod:`.replicas`; a document without the key
+reads as null). Fields marked ``NOT_JSON`` are for the summary, ``--out`` and ``--emit`` only.
 """
 
 from __future__ import annotations
@@ -134,6 +135,51 @@ class TraceIdentity:
 
 
 @dataclass(frozen=True)
+class ReplicaPick:
+    """The pair one replica recommends (seed ``seed``) and its figures at the target rate."""
+
+    seed: int
+    short_reply_tokens: int
+    agent_context_tokens: int
+    gpu_hit_share: float | None
+    ttft_mean_s: float | None
+    ttft_p99_s: float | None
+
+
+@dataclass(frozen=True)
+class Range:
+    """The lowest and highest value of one figure across the replicas (None: a replica had
+    none)."""
+
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True)
+class CellRange:
+    """One grid cell (pair and rate) with each figure's :class:`Range` across the replicas."""
+
+    short_reply_tokens: int
+    agent_context_tokens: int
+    rate: float
+    gpu_hit_share: Range
+    ttft_mean_s: Range
+    ttft_p99_s: Range
+
+
+@dataclass(frozen=True)
+class ReplicaSweep:
+    """``count`` sweeps; ``stable``: every replica recommends the first replica's pair;
+    ``picks`` in seed order; ``grid``: the cells every replica swept (a replica whose grid
+    grew past another's adds cells the others lack, left out here)."""
+
+    count: int
+    stable: bool
+    picks: tuple[ReplicaPick, ...]
+    grid: tuple[CellRange, ...]
+
+
+@dataclass(frozen=True)
 class RecommendResult:
     """The whole ``recommend-thresholds`` run; ``jsonio.dumps`` of it is the ``--json`` document."""
 
@@ -151,6 +197,8 @@ class RecommendResult:
     run_facts: RunFacts | None = field(default=None, metadata=NOT_JSON, compare=False)
     #: Which sessions the sweep ran on (``--sample-sessions``); None: the whole trace.
     sampling: SessionSampling | None = None
+    #: The replicas' picks and each grid cell's range across them (``replicas`` > 1).
+    replicas: ReplicaSweep | None = None
 
     @property
     def facts(self) -> RunFacts:

@@ -9,21 +9,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Literal
 
 import numpy as np
 
 from fcctl.common.progress import Progress
 
+from ..traces.sampling import SessionSample
 from ..traces.schema import Trace
 from .decision import CANDIDATES
 from .loadplan import LoadPlan
 from .parallel import Execution
 from .result import PolicyResult, RateResult, ReplayResult
 from .run import replay_trace
+from .sampling import NOT_MEASURED, SampleError, session_sampling
 from .spec import RunSpec
 from .verdict import (
     DEFAULT_BOOTSTRAP_DRAWS,
     DEFAULT_SLO_TTFT_P99_S,
+    SPREAD_FIGURES,
+    FigureDraws,
+    Interval,
+    PolicySpread,
     RequestTable,
     VerdictInputs,
     decide_run,
@@ -44,14 +51,22 @@ def replay_decided(
     progress: Progress | None = None,
     execution: Execution | None = None,
     draws: int = DEFAULT_BOOTSTRAP_DRAWS,
+    samples: Sequence[tuple[Trace, SessionSample]] = (),
 ) -> ReplayResult:
-    """:func:`~.run.replay_trace` ``plan.replicas`` times, and the decision over the replicas."""
+    """:func:`~.run.replay_trace` ``plan.replicas`` times, and the decision over the replicas.
+
+    ``samples``: replica ``i``'s own sampled trace and what it kept (one per replica, salts
+    ``seed + i``), replayed instead of ``trace``; the result's ``sampling`` then states the
+    error measured across them (:func:`replica_error`)."""
     kept = replace(spec, keep_tables=True)
+    traces = [t for t, _ in samples] if samples else [trace] * plan.replicas
+    if len(traces) != plan.replicas:
+        raise ValueError("replay_decided: give one sample per replica")
     runs = [
         replay_trace(
-            trace, replace(kept, seed=spec.seed + i), plan, progress=progress, execution=execution
+            t, replace(kept, seed=spec.seed + i), plan, progress=progress, execution=execution
         )
-        for i in range(plan.replicas)
+        for i, t in enumerate(traces)
     ]
     slo = plan.slo_ttft_p99_s if plan.slo_ttft_p99_s is not None else DEFAULT_SLO_TTFT_P99_S
     verdict = decide_run(
@@ -59,13 +74,22 @@ def replay_decided(
         slo_ttft_p99_s=slo,
         ttft_margin=plan.decision_ttft_margin,
     )
-    first = runs[0]
+    first = with_spread(runs, draws=draws, seed=spec.seed)
     notes = list(first.notes)
-    if not first.load.get("closed_loop"):
+    if not first.load.get("closed_loop") and len(samples) < 2:
         notes.append(
             "decision spread: an open-loop trace replays the same schedule under every seed, so "
             "the bootstrap over sessions is the whole spread"
         )
+    sampling = first.sampling
+    if len(samples) > 1:
+        kept_sessions = ", ".join(f"{s.sessions_kept:,}" for _, s in samples)
+        notes.append(
+            f"sampling per replica: salts {spec.seed}..{spec.seed + len(samples) - 1} kept "
+            f"{kept_sessions} of {samples[0][1].sessions_total:,} sessions"
+        )
+    if samples:
+        sampling = session_sampling(samples[0][1], replica_error(runs, [s for _, s in samples]))
     if not spec.keep_tables:
         first = replace(
             first,
@@ -74,7 +98,70 @@ def replay_decided(
                 _without_tables(first.operating_point) if first.operating_point else None
             ),
         )
-    return replace(first, decision=verdict, notes=tuple(notes))
+    return replace(first, decision=verdict, notes=tuple(notes), sampling=sampling)
+
+
+def _relative_range(values: Sequence[float | None]) -> float | None:
+    """(max - min) / median of ``values``; None when one is missing or the median is 0."""
+    if any(v is None for v in values):
+        return None
+    known = [float(v) for v in values if v is not None]
+    centre = float(np.median(known))
+    return (max(known) - min(known)) / centre if centre > 0 else None
+
+
+def _range_pp(shares: Sequence[float | None]) -> float | None:
+    """(max - min) of ``shares`` in percentage points; None when one is missing."""
+    known = [float(v) for v in shares if v is not None]
+    return 100 * (max(known) - min(known)) if len(known) == len(shares) and known else None
+
+
+def replica_error(
+    replicas: Sequence[ReplayResult], samples: Sequence[SessionSample]
+) -> SampleError | Literal["not measured"]:
+    """The sampling error measured across ``replicas`` (replica ``i`` ran sample ``i``, other
+    sessions each; docs/simulator.md, "Sampling per replica"): per policy and load point the
+    replicas all ran (node's sizes), the range of GPU hit share (served) in percentage points
+    (max - min) and the relative range ((max - min) / median) of mean TTFT, p99 TTFT and SSD
+    read bytes x ``scale_to_full``; the largest of each over policies and points. Not measured
+    with fewer than two replicas or no point they share."""
+    if len(replicas) < 2:
+        return NOT_MEASURED
+    by_replica = [_node_points(r) for r in replicas]
+    keys = sorted(set.intersection(*(set(p) for p in by_replica)))
+    worst = [0.0, 0.0, 0.0, 0.0]
+    seen = False
+    for key in keys:
+        for name in by_replica[0][key].policies:
+            pols = [pts[key].policies.get(name) for pts in by_replica]
+            ps = [p for p in pols if p is not None]
+            if len(ps) < len(pols):
+                continue
+            hits = [p.gpu_hit_share_served for p in ps]
+            scaled = [
+                p.ssd_read_bytes / s.request_fraction if s.request_fraction else None
+                for p, s in zip(ps, samples, strict=True)
+            ]
+            figures = [
+                _range_pp(hits),
+                _relative_range([p.ttft_s.mean for p in ps]),
+                _relative_range([p.ttft_s.p99 for p in ps]),
+                _relative_range(scaled),
+            ]
+            for i, f in enumerate(figures):
+                if f is not None:
+                    worst[i], seen = max(worst[i], f), True
+    if not seen:
+        return NOT_MEASURED
+    hit_pp, mean_rel, p99_rel, ssd_rel = worst
+    return SampleError(
+        gpu_hit_share_abs_pp=hit_pp,
+        ttft_mean_rel=mean_rel,
+        ttft_p99_rel=p99_rel,
+        ssd_read_bytes_rel=ssd_rel,
+        measured_on=f"{len(replicas)} replicas of this trace's sample, other sessions each: the "
+        "largest over policies and load points of the range across replicas (docs/simulator.md)",
+    )
 
 
 def _point_key(p: RateResult) -> tuple[float, int]:
@@ -92,6 +179,80 @@ def _central_rate(p: PolicyResult) -> float:
     return float(r.central if r.central is not None else r.whole or 0.0)
 
 
+def _draws_of(
+    by_replica: Sequence[dict[tuple[float, int], RateResult]],
+    keys: Sequence[tuple[float, int]],
+    names: Sequence[str],
+    draws: int,
+    seed: int,
+) -> dict[str, list[FigureDraws]]:
+    """Per policy in ``names``, per load point in ``keys``, its figures over the bootstrap's
+    draws (the weights depend on the session count and ``seed`` only, so every policy's draws
+    are paired, whichever policies are asked)."""
+    tables: dict[str, list[list[RequestTable]]] = {n: [] for n in names}
+    for key in keys:
+        for n in names:
+            per = [pts[key].policies[n].table for pts in by_replica]
+            if any(t is None for t in per):
+                raise ValueError("inputs_of: replay with keep_tables=True (the spread needs them)")
+            tables[n].append([RequestTable.of(t) for t in per if t is not None])
+    sessions = max(
+        (
+            int(t.session.max()) + 1
+            for ts in tables.values()
+            for k in ts
+            for t in k
+            if t.session.size
+        ),
+        default=0,
+    )
+    weights = session_weights(sessions, draws, seed)
+    return {n: [replica_figure_draws(k, weights) for k in tables[n]] for n in names}
+
+
+def _shared_points(
+    replicas: Sequence[ReplayResult],
+) -> tuple[list[dict[tuple[float, int], RateResult]], list[tuple[float, int]]]:
+    by_replica = [_node_points(r) for r in replicas]
+    return by_replica, sorted(set.intersection(*(set(p) for p in by_replica)))
+
+
+def with_spread(
+    replicas: Sequence[ReplayResult], *, draws: int = DEFAULT_BOOTSTRAP_DRAWS, seed: int = 0
+) -> ReplayResult:
+    """The first of ``replicas`` with every policy's ``spread`` at the load points every
+    replica ran at the node's sizes: the median and 95 % interval of each figure over the same
+    bootstrap the decision reads (docs/simulator.md §6.2, "Per-load spread"); None elsewhere."""
+    by_replica, keys = _shared_points(replicas)
+    first = replicas[0]
+    if not keys:
+        return first
+    names = list(by_replica[0][keys[0]].policies)
+    figures = _draws_of(by_replica, keys, names, draws, seed)
+    spreads = {
+        key: {
+            n: PolicySpread(*(Interval.of(getattr(figures[n][k], f)) for f in SPREAD_FIGURES))
+            for n in names
+        }
+        for k, key in enumerate(keys)
+    }
+    own = {id(p) for p in by_replica[0].values()}
+
+    def spread(point: RateResult) -> RateResult:
+        at = spreads.get(_point_key(point)) if id(point) in own else None
+        if at is None:
+            return point
+        pols = {n: replace(p, spread=at.get(n)) for n, p in point.policies.items()}
+        return replace(point, policies=pols)
+
+    op = first.operating_point
+    return replace(
+        first,
+        rates=tuple(spread(p) for p in first.rates),
+        operating_point=spread(op) if op is not None else None,
+    )
+
+
 def inputs_of(
     replicas: Sequence[ReplayResult], *, draws: int = DEFAULT_BOOTSTRAP_DRAWS, seed: int = 0
 ) -> VerdictInputs:
@@ -101,21 +262,9 @@ def inputs_of(
     the central achieved rate (requests/s served), a policy's own for its capacity."""
     if not replicas:
         raise ValueError("inputs_of: give at least one replay result")
-    by_replica = [_node_points(r) for r in replicas]
-    keys = sorted(set.intersection(*(set(p) for p in by_replica)))
+    by_replica, keys = _shared_points(replicas)
     names = [n for n in CANDIDATES if n in by_replica[0][keys[0]].policies] if keys else []
-    tables: dict[str, list[list[RequestTable]]] = {n: [] for n in names}
-    for key in keys:
-        for n in names:
-            per = [pts[key].policies[n].table for pts in by_replica]
-            if any(t is None for t in per):
-                raise ValueError("inputs_of: replay with keep_tables=True (the spread needs them)")
-            tables[n].append([RequestTable.of(t) for t in per if t is not None])
-    sessions = max(
-        (int(t.session.max()) + 1 for ts in tables.values() for k in ts for t in k), default=0
-    )
-    weights = session_weights(sessions, draws, seed)
-    figures = {n: [replica_figure_draws(k, weights) for k in tables[n]] for n in names}
+    figures = _draws_of(by_replica, keys, names, draws, seed)
     policy_loads = {
         n: np.array(
             [np.mean([_central_rate(pts[k].policies[n]) for pts in by_replica]) for k in keys]

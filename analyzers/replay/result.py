@@ -25,7 +25,7 @@ from .operating import (
     Utilisation,
 )
 from .sampling import SessionSampling
-from .verdict import Verdict
+from .verdict import PolicySpread, Verdict
 
 #: 2: operating point per policy, decision per rate, window TTFT; 3: ``gpu_hit_share_served`` and
 #: ``ideal_hit_share_served`` per policy (an older document is refused, naming its version).
@@ -120,6 +120,10 @@ class PolicyResult:
     rejected_requests: RejectedRequests
     details: Mapping[str, Any]
     table: pl.DataFrame | None = field(default=None, metadata=NOT_JSON, compare=False)
+    #: Median and 95 % interval of the figures over the decision's bootstrap (replicas x
+    #: sessions; docs/simulator.md §6.2 "Per-load spread"); None off the node's sizes and in
+    #: documents written before it.
+    spread: PolicySpread | None = None
 
 
 @dataclass(frozen=True)

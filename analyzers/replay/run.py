@@ -287,6 +287,7 @@ def summarize(
             else {},
         ),
         table=full if keep_table else None,
+        spread=None,  # over replicas: replicas.with_spread adds it
     )
 
 

@@ -21,22 +21,10 @@ from typing import Literal
 
 from ..traces.sampling import METHOD, SessionSample
 
-#: The error measured for a sampling rate, per rate, by benchmarks/sample_error.py
-#: (docs/benchmarks.md, section "Issue #19: session sampling"): the largest over the policies,
-#: load points and traces measured of the median over schedule seeds of
-#: (gpu_hit_share |pp|, TTFT mean |rel|, TTFT p99 |rel|, SSD read bytes x scale_to_full |rel|).
-#: Rounded up. Large: a sample keeps few sessions of a heavy-tailed mix, and its run is shorter,
-#: so host memory and SSD fill less (SSD reads fall short most).
-MEASURED_ERROR: dict[float, tuple[float, float, float, float]] = {
-    0.5: (0.84, 0.47, 0.62, 0.88),
-    0.1: (6.3, 0.57, 0.61, 1.0),
-    0.01: (13.0, 0.44, 0.77, 1.0),
-}
-MEASURED_ON = (
-    "the whole Claude Code trace (710 sessions) at 0.5 req/s and an fcctl synth dataset of "
-    "101 M block accesses (11,200 sessions) at 2 req/s; h200-8x, llama-3.1-8b; four policies; "
-    "median over schedule seeds 0-2, largest over policies and traces (docs/benchmarks.md)"
-)
+#: What ``measured_error`` holds when the replicas did not measure it: one replica, or a
+#: dataset's sample (one set of sessions for every replica). The table of errors measured on
+#: other traces (benchmarks/sample_error.py, docs/benchmarks.md "Issue #19: session sampling")
+#: is no longer quoted: it did not describe the trace being sampled (issue #36 item 17).
 NOT_MEASURED: Literal["not measured"] = "not measured"
 
 
@@ -48,9 +36,11 @@ class KeptTotal:
 
 @dataclass(frozen=True)
 class SampleError:
-    """The error measured at this rate against the unsampled run (``measured_on`` says where):
-    absolute in GPU hit share (percentage points), relative in mean and p99 TTFT and in SSD
-    read bytes (scaled by ``scale_to_full``); the largest over policies, loads and traces."""
+    """The sampling error measured across the replicas of this trace's sample (each replica
+    samples other sessions; ``measured_on`` says how many): the range of GPU hit share
+    (served, percentage points) and the relative range of mean and p99 TTFT and of SSD read
+    bytes (scaled by ``scale_to_full``); the largest over policies and load points
+    (:func:`fcctl.analyzers.replay.replicas.replica_error`)."""
 
     gpu_hit_share_abs_pp: float
     ttft_mean_rel: float
@@ -97,16 +87,11 @@ LOAD_SCALING = LoadScaling(
 )
 
 
-def measured_error(rate: float) -> SampleError | Literal["not measured"]:
-    """The measured error for ``rate``, or ``"not measured"`` for a rate not in the table."""
-    row = MEASURED_ERROR.get(rate)
-    if row is None:
-        return NOT_MEASURED
-    return SampleError(*row, measured_on=MEASURED_ON)
-
-
-def session_sampling(sample: SessionSample) -> SessionSampling:
-    """The ``sampling`` object for what :mod:`fcctl.analyzers.traces.sampling` kept."""
+def session_sampling(
+    sample: SessionSample, error: SampleError | Literal["not measured"] = NOT_MEASURED
+) -> SessionSampling:
+    """The ``sampling`` object for what :mod:`fcctl.analyzers.traces.sampling` kept, with the
+    ``error`` the replicas measured (not measured unless given)."""
     fraction = sample.request_fraction
     return SessionSampling(
         method=METHOD,
@@ -117,7 +102,7 @@ def session_sampling(sample: SessionSample) -> SessionSampling:
         request_fraction=fraction,
         scale_to_full=1 / fraction if fraction else None,
         load_scaling=LOAD_SCALING,
-        measured_error=measured_error(sample.rate),
+        measured_error=error,
         sampled_figures="every simulated figure: shares and times estimate the full trace's, "
         "counts and bytes are the sample's (x scale_to_full for the full trace's)",
         source_fingerprint=sample.source_fingerprint,
@@ -132,9 +117,9 @@ def sampled_label(sampling: SessionSampling | None) -> str | None:
     s = sampling.sessions
     err = sampling.measured_error
     stated = (
-        "error not measured at this rate"
+        "sampling error not measured (one sample: run --replicas 3 or more to measure it)"
         if isinstance(err, str)
-        else f"measured error up to {err.gpu_hit_share_abs_pp:.2g} pp hit share, "
-        f"{100 * err.ttft_mean_rel:.2g} % mean TTFT"
+        else f"sampling error across replicas up to {err.gpu_hit_share_abs_pp:.2g} pp hit share, "
+        f"{100 * err.ttft_mean_rel:.2g} % mean TTFT, {100 * err.ttft_p99_rel:.2g} % p99 TTFT"
     )
     return f"sampled: {pct} % of sessions ({s.kept:,} of {s.total:,}); {stated}"

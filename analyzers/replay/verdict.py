@@ -53,6 +53,8 @@ MAX_REPLICAS = 64
 _LOW_Q, _HIGH_Q = 2.5, 97.5
 _P99 = 0.99
 _FIELDS = ("gpu_hit_share", "ttft_mean_s", "ttft_p99_s", "cancel_share")
+#: The figures of the per-load spread (:class:`PolicySpread`), in its order.
+SPREAD_FIGURES = ("gpu_hit_share_served", *_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,9 @@ class FigureDraws:
     ttft_mean_s: np.ndarray
     ttft_p99_s: np.ndarray
     cancel_share: np.ndarray
+    #: Σ w·delivered / Σ w·blocks over the requests that ran (the per-load spread's; the
+    #: decision reads ``gpu_hit_share``); None where a caller built the draws without it.
+    gpu_hit_share_served: np.ndarray | None = None
 
 
 def check_replicas(replicas: object) -> int:
@@ -167,12 +172,15 @@ def figure_draws(table: RequestTable, weights: np.ndarray) -> FigureDraws:
     w_ran = w[:, table.ran]
     ttft = table.ttft_s[table.ran]
     ran_total = w_ran.sum(axis=1)
+    served = w_ran @ table.blocks[table.ran].astype(np.float64)
+    served_hits = w_ran @ table.delivered_blocks[table.ran].astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         return FigureDraws(
             gpu_hit_share=np.where(accesses > 0, hits / accesses, np.nan),
             ttft_mean_s=(w_ran @ ttft) / ran_total,
             ttft_p99_s=_weighted_p99(ttft, w_ran),
             cancel_share=(w_ran @ table.cancelled[table.ran].astype(np.float64)) / ran_total,
+            gpu_hit_share_served=np.where(served > 0, served_hits / served, np.nan),
         )
 
 
@@ -181,10 +189,10 @@ def replica_figure_draws(tables: Sequence[RequestTable], weights: np.ndarray) ->
 
     The replicas ran the same sessions (only seeds differ), so one weight array serves them."""
     draws = weights.shape[0]
-    out = {f: np.empty(draws) for f in _FIELDS}
+    out = {f: np.empty(draws) for f in SPREAD_FIGURES}
     for r, table in enumerate(tables):
         part = figure_draws(table, weights[r :: len(tables)])
-        for f in _FIELDS:
+        for f in SPREAD_FIGURES:
             out[f][r :: len(tables)] = getattr(part, f)
     return FigureDraws(**out)
 
@@ -224,6 +232,18 @@ class Capacity:
 class PolicyAtPoint:
     """A policy's figures at the operating point, with their intervals."""
 
+    gpu_hit_share: Interval
+    ttft_mean_s: Interval
+    ttft_p99_s: Interval
+    cancel_share: Interval
+
+
+@dataclass(frozen=True)
+class PolicySpread:
+    """A policy's figures at one load point with their intervals over the decision's
+    bootstrap (``PolicyResult.spread``; docs/simulator.md §6.2, "Per-load spread")."""
+
+    gpu_hit_share_served: Interval
     gpu_hit_share: Interval
     ttft_mean_s: Interval
     ttft_p99_s: Interval

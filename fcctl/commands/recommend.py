@@ -77,6 +77,14 @@ def register(app: typer.Typer) -> None:
         seed: ScheduleSeedOpt = 0,
         sample_sessions: SampleSessionsOpt = None,
         amplify: AmplifyOpt = 1,
+        replicas: Annotated[
+            int,
+            typer.Option(
+                "--replicas",
+                help="Sweeps run, seeds seed..seed+R-1: states whether each recommends the same "
+                "pair and each cell's range (R times the sweep's cost).",
+            ),
+        ] = 1,
         decision_margin_pp: DecisionMarginOpt = 1.0,
         decision_ttft_margin: DecisionTtftMarginOpt = 0.1,
         jobs: JobsOpt = None,
@@ -152,6 +160,7 @@ def register(app: typer.Typer) -> None:
             decision_ttft_margin=decision_ttft_margin,
             sample_sessions=sample_sessions,
             amplify=amplify,
+            replicas=replicas,
             progress=True,
         )
         wrote = []
@@ -170,3 +179,7 @@ def register(app: typer.Typer) -> None:
         for line in wrote:
             print(line, file=sys.stderr)
         print_result(result, as_json=as_json, print_summary=print_summary)
+        if result.replicas is not None and not as_json:
+            from fcctl.analyzers.recommend.replicas import stability_sentence
+
+            print(stability_sentence(result.replicas))
