@@ -10,7 +10,8 @@ another tool can recompute it (docs/simulator.md, "The decision"):
   the same sessions) and recomputes each figure with each request weighted by its session's
   weight. The interval is the draws' 2.5th-97.5th percentiles.
 * **Figures** (per policy, per load point, per draw): GPU hit share = weighted delivered blocks /
-  weighted block accesses (rejected requests count their accesses, as ``gpu_hit_share`` does);
+  weighted block accesses over the requests that ran (rejected ones excluded, as
+  ``gpu_hit_share_served``: with unit weights the two are equal);
   mean and p99 TTFT over the requests that ran (p99: the smallest TTFT whose cumulative weight
   reaches 99 % of the total); staging-cancel share = weighted cancelled tiered prefetches /
   weighted requests that ran.
@@ -162,9 +163,11 @@ def figure_draws(table: RequestTable, weights: np.ndarray) -> FigureDraws:
     """The figures of one table under each draw's session weights (``weights`` from
     :func:`session_weights`, over every session index the table names)."""
     w = weights[:, table.session]  # (draws, requests)
-    accesses = w @ table.blocks.astype(np.float64)
-    hits = w @ table.delivered_blocks.astype(np.float64)
     w_ran = w[:, table.ran]
+    # Over served requests only, as the per-load ``gpu_hit_share_served``: a layout cannot
+    # deliver hits to a request the model refused, so the run's figure must not count them.
+    accesses = w_ran @ table.blocks[table.ran].astype(np.float64)
+    hits = w_ran @ table.delivered_blocks[table.ran].astype(np.float64)
     ttft = table.ttft_s[table.ran]
     ran_total = w_ran.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
