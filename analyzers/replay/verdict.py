@@ -253,6 +253,9 @@ class Verdict:
     max_cancel_share: float
     replicas: int
     draws: int
+    #: The achieved load of each point swept (``load_unit``, the points in increasing offered
+    #: load): the axis the capacities are read on, so a rendering can name its ends.
+    loads_swept: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -334,6 +337,7 @@ def decide_run(
         max_cancel_share=max_cancel_share,
         replicas=inp.replicas,
         draws=int(next(iter(caps.values())).shape[0]) if caps else 0,
+        loads_swept=tuple(float(x) for x in inp.loads),
     )
     if len(names) < 2:
         return base
@@ -424,11 +428,21 @@ def _load(v: float, unit: str) -> str:
     return f"{v:.3g} {unit}"
 
 
-def _cap(c: Capacity, unit: str) -> str:
-    if c.below_lowest and c.high == 0.0:
-        return "below the lowest load swept"
-    core = f"{c.median:.3g} [{c.low:.3g}, {c.high:.3g}] {unit}"
-    return f"at least {core} (the highest load swept)" if c.censored else core
+def capacity_words(c: Capacity, unit: str, loads_swept: Sequence[float] = ()) -> str:
+    """A capacity at SLO in words, the one rendering of it (replay, plan's summary and growth
+    lines, the report): a median of 0 means the lowest load swept already failed in most draws,
+    and a censored one is a lower bound, never a measured capacity."""
+    lowest = f" ({min(loads_swept):.3g} {unit})" if loads_swept else ""
+    if c.below_lowest:
+        if c.high == 0.0:
+            return f"below the lowest load swept{lowest} in every draw"
+        return (
+            f"below the lowest load swept{lowest} in most draws; "
+            f"95 % interval {c.low:.3g}-{c.high:.3g}"
+        )
+    if c.censored:
+        return f"at least {c.median:.3g} {unit} (the highest load swept)"
+    return f"{c.median:.3g} {unit} (95 % interval {c.low:.3g}-{c.high:.3g})"
 
 
 def verdict_sentences(v: Verdict) -> str:
@@ -447,9 +461,9 @@ def verdict_sentences(v: Verdict) -> str:
     for n, c in v.capacity.items():
         p = v.at_point[n]
         lines.append(
-            f"  {n}: capacity {_cap(c, v.load_unit)}; GPU hit share "
-            f"{100 * p.gpu_hit_share.median:.1f} %, TTFT mean {p.ttft_mean_s.median:.3g} s, "
-            f"p99 {p.ttft_p99_s.median:.3g} s"
+            f"  {n}: capacity {capacity_words(c, v.load_unit, v.loads_swept)}; GPU hit share "
+            f"(served) {100 * p.gpu_hit_share.median:.1f} %, TTFT mean "
+            f"{p.ttft_mean_s.median:.3g} s, p99 {p.ttft_p99_s.median:.3g} s"
         )
     lines.append(
         f"  SLO: p99 TTFT <= {v.slo_ttft_p99_s:g} s, staging cancels <= "
