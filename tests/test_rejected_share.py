@@ -106,7 +106,8 @@ def test_replay_summary_names_the_context_and_its_flag(tmp_path: Path) -> None:
     # Under 5 % plan states the share but does not qualify the decision.
     typed = ReplayResult.from_json(doc)
     summary = summary_lines(typed, None, None, decision_of(typed))
-    assert summary[1].startswith("  rejected: ") and "exclude" not in summary[0]
+    block_end = next(i for i, line in enumerate(summary) if line.startswith("  SLO: "))
+    assert summary[block_end + 1].startswith("  rejected: ") and "exclude" not in summary[0]
 
 
 def test_nothing_is_added_without_rejections(tmp_path: Path) -> None:
