@@ -481,6 +481,7 @@ _REPLAY_LOAD = (
     "host_memory_auto",
     "decision_margin_pp",
     "decision_ttft_margin",
+    "amplify",
     "replicas",
 )
 _GEOMETRY = ("model", "model_config", "tp", "kv_dtype")
@@ -498,6 +499,7 @@ _HELD_BY: dict[tuple[str, str], tuple[str, ...]] = {
         "slo_ttft_p99_s",
         "host_memory_sweep",
         "host_memory_auto",
+        "amplify",
     ),
 }
 
@@ -530,6 +532,7 @@ def replay(
     host_memory_sweep: Sequence[Size] = (),
     staging_sweep: Sequence[Size] = (),
     host_memory_auto: bool = False,
+    amplify: int = 1,
     memory_budget_bytes: Size | None = None,
     model: str = DEFAULT_MODEL,
     model_config: str | Path | None = None,
@@ -567,26 +570,25 @@ def replay(
     pace themselves, rates otherwise); ``slo_ttft_p99_s``: the auto sweep stops past it.
     ``gpu_kv_sweep``/``host_memory_sweep``/``staging_sweep``: more sizes to run besides the node's
     (every combination); ``host_memory_auto``: add the trace's working-set sizes to host memory.
-    ``source`` may be a dataset (a directory or glob of canonical Parquet parts) that fits
-    ``memory_budget_bytes`` (default 30 % of the machine's memory). ``think_time``: a
-    :class:`~fcctl.ThinkTime` (default the recorded gaps: ``ThinkTime("original")``; ``"none"``,
-    ``("capped", S)``, ``("scale", K)``: the gap between a session's turns;
-    analyzers/replay/load.py). ``cancel``: what a cancelled tiered prefetch's bytes become,
-    ``discard`` (recomputed) or ``credit`` (delivered). ``router``: ``kv-aware`` (Dynamo's cost:
-    prefill blocks to compute plus decoding blocks held), ``sticky`` (the session's worker),
-    ``round-robin`` or ``least-loaded``. ``decision_margin_pp``/``decision_ttft_margin``:
-    the decision's margins. ``model``...``kv_dtype``: as :func:`geometry`.
-    ``hardware``: the node (:func:`hardware`; default the h200-8x preset).
-    ``short_reply_tokens``/``agent_context_tokens``: the placement thresholds (tokens; default
-    the placement rule's). ``seed``: the session schedule's. ``keep_tables``: keep the
-    per-request polars DataFrames (``write_out_dir`` needs them). ``sample_sessions``: replay
-    only the whole sessions whose id hash falls in this share (0 < R <= 1; the hash of
-    ``fcctl convert --partition-by session-hash``), at the same per-node load; the result's
-    ``sampling`` says what was kept and the error measured at that rate (docs/simulator.md).
-    ``jobs``: simulations run at once in worker processes (default: the CPUs available, at
-    most one per worker's memory footprint within the memory budget; 1: in this process);
-    ``engine="dask"`` runs them on the Dask cluster at ``scheduler`` (default a local one) as
-    :func:`analyze` does. The figures are the same wherever they run.
+    ``amplify``: K copies of each session (docs/simulator.md 1.3). ``source`` may be a dataset (a
+    directory or glob of canonical Parquet parts) that fits ``memory_budget_bytes`` (default 30 % of
+    the machine's memory). ``think_time``: a :class:`~fcctl.ThinkTime` (default the recorded gaps:
+    ``ThinkTime("original")``; ``"none"``, ``("capped", S)``, ``("scale", K)``: the gap between a
+    session's turns; analyzers/replay/load.py). ``cancel``: what a cancelled tiered prefetch's bytes
+    become, ``discard`` (recomputed) or ``credit`` (delivered). ``router``: ``kv-aware`` (Dynamo's
+    cost: prefill blocks to compute plus decoding blocks held), ``sticky`` (the session's worker),
+    ``round-robin`` or ``least-loaded``. ``decision_margin_pp``/``decision_ttft_margin``: the
+    decision's margins. ``model``...``kv_dtype``: as :func:`geometry`. ``hardware``: the node
+    (:func:`hardware`; default the h200-8x preset). ``short_reply_tokens``/``agent_context_tokens``:
+    the placement thresholds (tokens; default the placement rule's). ``seed``: the session
+    schedule's. ``keep_tables``: keep the per-request polars DataFrames (``write_out_dir`` needs
+    them). ``sample_sessions``: replay only the whole sessions whose id hash falls in this share (0
+    < R <= 1; the hash of ``fcctl convert --partition-by session-hash``), at the same per-node load;
+    the result's ``sampling`` says what was kept and the error measured at that rate
+    (docs/simulator.md). ``jobs``: simulations run at once in worker processes (default: the CPUs
+    available, at most one per worker's memory footprint within the memory budget; 1: in this
+    process); ``engine="dask"`` runs them on the Dask cluster at ``scheduler`` (default a local one)
+    as :func:`analyze` does. The figures are the same wherever they run.
     """
     from fcctl.analyzers.replay import Execution, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
@@ -746,6 +748,7 @@ def _load_plan(
     host_memory_auto: bool,
     decision_margin_pp: float,
     decision_ttft_margin: float,
+    amplify: int,
     replicas: int,
 ) -> LoadPlan:
     """:func:`replay`'s sweep keywords as a :class:`~fcctl.LoadPlan`."""
@@ -777,15 +780,16 @@ def _load_plan(
         concurrency=(None if concurrency is None or auto_sessions else _concurrency(concurrency)),
         auto_rates=auto and (concurrency is None or auto_sessions),
         auto_concurrency=auto_sessions,
-        # Past the trace's own sessions the sweep needs session amplification (a concurrency
-        # above them run on the workload amplified K times): True once `amplify` is on main.
-        amplify_growth=False,
+        # Past the trace's own sessions the sweep grows by session amplification (a
+        # concurrency above them runs on the workload amplified K times, within the budget).
+        amplify_growth=True,
         operating_rate=rate,
         slo_ttft_p99_s=slo_ttft_p99_s,
         size_lists=size_lists,
         host_memory_auto=host_memory_auto,
         decision_margin_pp=decision_margin_pp,
         decision_ttft_margin=decision_ttft_margin,
+        amplify=amplify,
         replicas=replicas,
     )
 
@@ -902,6 +906,7 @@ def recommend_thresholds(
     decision_margin_pp: float = 1.0,
     decision_ttft_margin: float = 0.1,
     sample_sessions: float | None = None,
+    amplify: int = 1,
     progress: Progress | bool = False,
 ) -> RecommendResult:
     """Sweep FlatCake's placement thresholds on a trace and recommend a pair.
@@ -919,7 +924,8 @@ def recommend_thresholds(
     ``spec``: a :class:`~fcctl.RunSpec` instead of ``model``...``kv_dtype``, ``hardware`` and
     ``seed`` (its geometry, node and seed; each cell sets its own placement, and the sweep runs
     the default cancel mode, router and think time, so a spec with others is refused).
-    Other parameters as :func:`replay`.
+    ``amplify``: sweep on K copies of every session (as :func:`replay`). Other parameters as
+    :func:`replay`.
     """
     from fcctl.analyzers.recommend import RecommendConfig
     from fcctl.analyzers.recommend import recommend_thresholds as sweep
@@ -953,6 +959,7 @@ def recommend_thresholds(
         decision_ttft_margin=decision_ttft_margin,
         engine=engine,
         scheduler=scheduler,
+        amplify=amplify,
     )
     with _progress(progress) as bar:
         # No name here holds a trace read from a file: with worker processes the sweep can let
@@ -1114,12 +1121,15 @@ def plan(
     resume: bool = False,
     force: bool = False,
     sample_sessions: float | None = None,
+    amplify: int = 1,
     progress: Progress | bool = False,
 ) -> PlanResult:
     """Analyze, replay at the automatic loads and the user's point, recommend thresholds,
     optionally emit, and write one report into ``out`` (module docstring). ``hardware``: a
     :func:`fcctl.hardware` node (default the h200-8x preset). ``sample_sessions``: replay and
-    recommend on sampled sessions (analyze reads the whole trace). ``jobs``, ``engine`` and
+    recommend on sampled sessions (analyze reads the whole trace). ``amplify``: replay and
+    recommend on K copies of every session (analyze reads the trace as it is; with ``load``,
+    its ``amplify``). ``jobs``, ``engine`` and
     ``scheduler`` say where the replay's and the recommendation's simulations run (the
     analysis runs here). ``spec``: a :class:`~fcctl.RunSpec` instead of ``model``...``kv_dtype``,
     ``hardware`` and ``think_time`` (the recommendation runs its geometry, node and seed, as
@@ -1128,7 +1138,7 @@ def plan(
     own: every policy, ``auto_rates``). Other parameters as :func:`fcctl.replay`."""
     given = dict(locals())
     from fcctl.analyzers.recommend.emit import check_name
-    from fcctl.analyzers.replay import Execution, check_execution
+    from fcctl.analyzers.replay import Execution, check_amplify_value, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
     from fcctl.common.progress import Progress
     from fcctl.common.version import __version__
@@ -1141,6 +1151,7 @@ def plan(
     execution = Execution(engine, jobs, scheduler)
     check_execution(execution)
     spec, load, kv_args = _plan_settings(given)
+    amplify = check_amplify_value(amplify if load is None else load.amplify)  # recommend's too
     start_worker_server(execution)  # before the trace is read (parallel.worker_context)
     node = _node(hardware) if spec is None else spec.hardware
     with _blame("source"):
@@ -1150,7 +1161,7 @@ def plan(
     with bar, plan_directory(out, resume=resume, force=force) as held:
         steps = _PlanSteps(
             out, held, resume, bar, source, format, identity, common, kv_args, node, execution,
-            sample_sessions,
+            sample_sessions, amplify,
         )  # fmt: skip
         steps.spec, steps.load = spec, load
         with bar.task("plan", total=100, unit="%") as overall:
@@ -1204,6 +1215,7 @@ class _PlanSteps:
         node: Hardware,
         execution: Execution,
         sample_sessions: float | None,
+        amplify: int = 1,
     ) -> None:
         from fcctl.common.jsonio import dumps
         from fcctl.planning import PlanRunner
@@ -1216,6 +1228,7 @@ class _PlanSteps:
         self.node, self.node_json = node, dumps(node)
         self.execution = execution
         self.sample_sessions = sample_sessions
+        self.amplify = amplify
         self.docs: dict[str, Any] = {}
         self.target = 0.0  # the recommendation's rate, once recommend has run
         self.trace_cache: list[Any] = []
@@ -1246,6 +1259,8 @@ class _PlanSteps:
             len(lines) - 1 if docs.get("analyze", {}).get("verdict") else len(lines),
             f"  (thresholds measured at {target:.3g} req/s: {why})",
         )
+        if self.amplify != 1:  # replay and recommend ran on the copies; analyze on the trace
+            lines.insert(0, f"amplified {self.amplify}x: {replayed.trace.sessions:,} sessions")
         result = PlanResult(
             1, str(self.out), decision, tuple(lines), tuple(self.runner.steps), docs
         )
@@ -1335,6 +1350,8 @@ class _PlanSteps:
         }
         if self.sample_sessions is not None:
             replay_params["sample_sessions"] = self.sample_sessions
+        if self.amplify != 1:  # absent at 1, so an earlier plan directory still resumes
+            replay_params["amplify"] = self.amplify
         # Keys only for objects given, so a plan made from keywords keeps its fingerprints.
         replay_params.update({k: v for k, v in (("spec", self.spec), ("load", self.load)) if v})
         settings: dict[str, Any] = (
@@ -1353,6 +1370,7 @@ class _PlanSteps:
                 "host_memory_sweep": host_memory_sweep,
                 "host_memory_auto": host_memory_auto,
                 "slo_ttft_p99_s": slo_ttft_p99_s,
+                "amplify": self.amplify,
             }
             if self.load is None
             else {"load": self.load}
@@ -1395,6 +1413,7 @@ class _PlanSteps:
             self.node_json,
             target,
             *([] if self.sample_sessions is None else [self.sample_sessions]),
+            *([] if self.amplify == 1 else [f"amplify={self.amplify}"]),
         )
         self.runner.step("recommend", fp, lambda p: self._recommend(target, p))
         recommended = read_result(
@@ -1422,6 +1441,7 @@ class _PlanSteps:
                     jobs=self.execution.jobs,
                     engine=self.execution.engine,
                     scheduler=self.execution.scheduler,
+                    amplify=self.amplify,
                     progress=self.bar,
                 )
             )

@@ -110,6 +110,8 @@ def _rates_table(result: RecommendResult) -> Table:
 def render_summary(result: RecommendResult, console: Console) -> None:
     f = result.facts
     rec = result.recommendation
+    if f.amplify != 1:
+        console.print(f"amplified {f.amplify}x: {f.sessions:,} sessions", highlight=False)
     console.print(
         f"trace {f.trace_path} ({f.trace_format}): {f.requests:,} requests, {f.sessions:,} "
         f"sessions{' (inferred)' if f.sessions_inferred else ''}, {f.later_turns:,} later "

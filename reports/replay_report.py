@@ -169,6 +169,9 @@ def rejected_share(result: ReplayResult) -> RejectedShare | None:
 
 
 def render_summary(result: ReplayResult, console: Console) -> None:
+    amplify = result.load.get("amplify", 1)
+    if amplify != 1:
+        console.print(f"amplified {amplify}x: {result.trace.sessions:,} sessions", highlight=False)
     if result.decision is not None:  # the run's one decision first; per-load ones are detail
         console.print(verdict_sentences(result.decision), highlight=False)
     # What the figures exclude belongs in the first lines (issue #33 item 4): right under the

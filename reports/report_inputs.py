@@ -200,14 +200,18 @@ class Input:
         """The trace's fingerprint the document states (analyzers/traces/fingerprint.py), or
         None when it states none (iobench, a bounded analysis, an older document). A run on
         sampled sessions (issue #19) is measured on the trace its ``sampling`` was drawn from:
-        its ``source_fingerprint`` (None when it was not computed, as for a dataset)."""
+        its ``source_fingerprint`` (None when it was not computed, as for a dataset); one on
+        amplified sessions, the trace it amplified."""
         sampling = self.doc.get("sampling")
         if sampling is not None and sampling.get("method") is not None:
             source = sampling.get("source_fingerprint")
             return source.as_str() if source is not None else None
         trace = self.doc.get("trace")
         fp = trace.get("fingerprint") if trace is not None else None
-        return fp.as_str() if fp is not None else None
+        # A run on amplified sessions (--amplify) was measured on the trace its copies came
+        # from: its fingerprint is that trace's plus "+amplified:Kx:seed=S" (docs/simulator.md
+        # section 1.3), so a plan's analyze (the trace as is) and replay still reconcile.
+        return fp.as_str().partition("+amplified:")[0] if fp is not None else None
 
     @property
     def trace_path(self) -> str | None:

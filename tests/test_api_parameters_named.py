@@ -86,6 +86,7 @@ CASES += [
     ("replay", "rates", [-1], _REPLAY),
     ("replay", "rate", -1.0, _REPLAY),
     ("replay", "concurrency", 0, _REPLAY),
+    ("replay", "amplify", 0, _REPLAY),
     ("replay", "think_time", 60, _REPLAY),
     ("replay", "cancel", "keep", _REPLAY),
     ("replay", "router", "random", _REPLAY),
@@ -117,6 +118,7 @@ _RECOMMEND = {"source": TRACE, "jobs": 1, "rates": (1.0,)}
 CASES += [
     ("recommend_thresholds", "source", _missing("trace.jsonl"), {"jobs": 1}),
     ("recommend_thresholds", "format", "nonesuch", _RECOMMEND),
+    ("recommend_thresholds", "amplify", -1, _RECOMMEND),
     ("recommend_thresholds", "rates", [-1], {"source": TRACE, "jobs": 1}),
     ("recommend_thresholds", "short_reply_grid", [1.5], _RECOMMEND),
     ("recommend_thresholds", "agent_context_grid", [-1], _RECOMMEND),
@@ -171,6 +173,7 @@ CASES += [
     ("plan", "format", "nonesuch", _PLAN),
     ("plan", "rate", -1.0, _PLAN),
     ("plan", "concurrency", 0, _PLAN),
+    ("plan", "amplify", 1.5, _PLAN),
     ("plan", "think_time", 60, _PLAN),
     ("plan", "hardware", "nonesuch-9x", _PLAN),
     ("plan", "host_memory_sweep", [-1], _PLAN),

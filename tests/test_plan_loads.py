@@ -48,16 +48,19 @@ def test_a_self_paced_trace_sweeps_sessions_up_to_todays_load(
     sessions = replay.trace.sessions
     assert replay.load["axis"] == "concurrency"
     assert all(p.rate is None for p in replay.rates)
-    # Doubling from a few sessions to all of them; today's load is the operating point.
+    # Doubling from a few sessions to all of them, today's load (the operating point), then
+    # past them by amplification: 2x, 4x, 8x the trace's sessions (the sample fits the budget).
     ran = sorted(p.concurrency or 0 for p in replay.rates)
-    assert ran[-1] == sessions and ran[0] < sessions
+    assert ran[0] < sessions and sessions in ran
+    assert [c for c in ran if c > sessions] == [2 * sessions, 4 * sessions, 8 * sessions]
+    assert {p.amplify for p in replay.rates if (p.concurrency or 0) > sessions} == {2, 4, 8}
     assert replay.operating_point is not None and replay.operating_point.concurrency == sessions
     # The first lines: the decision at today's load by sessions and what they were served,
     # then the growth answer with its range in multiples of today's load, and capacity.
     assert re.match(r"decision: \S+ \([^,]+, at [0-9.]+ requests/s served: given\)", lines[0])
     growth = next(line for line in lines[:14] if line.startswith("  growth: "))
     assert f"x today's load, {ran[0]:,} sessions, " in growth
-    assert f"to 1x today's load, {sessions:,} sessions, " in growth
+    assert f"to 8x today's load, {ran[-1]:,} sessions, " in growth
     capacity = next(line for line in lines[:15] if line.startswith("  capacity at SLO "))
     assert all(name in capacity for name in ("memory-only", "tiered", "flat"))
     assert "requests/s served" in capacity

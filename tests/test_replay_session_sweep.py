@@ -164,3 +164,40 @@ def test_growth_past_the_traces_sessions_ends_when_the_served_rate_stops_growing
     ran, why = done.value.value
     assert [p.concurrency for p in ran] == [1, 2, 4, 8]
     assert "stopped growing" in why and "from 4 to 8 sessions" in why
+
+
+def test_growth_stops_at_the_most_copies_the_memory_budget_holds() -> None:
+    # The multiples past the trace's sessions are cut at the limit the budget gives.
+    assert session_counts(710, growth=True, growth_limit=4)[-2:] == [1420, 2840]
+    assert session_counts(710, growth=True, growth_limit=1)[-1] == 710
+    steps = auto_concurrency_steps(5, growth=True, growth_limit=1)
+    assert next(steps) == [1]
+    points, _ = _sessions_run()
+    base = points[0]
+    asked = [[1]]
+    with pytest.raises(StopIteration) as done:
+        while True:
+            c = asked[-1][0]
+            asked.append(steps.send([_with(dataclasses.replace(base, concurrency=c), served=c)]))
+    ran, why = done.value.value
+    assert max(p.concurrency or 0 for p in ran) == 5
+    assert "memory budget holds no 2x amplification" in why
+
+
+def test_the_budget_limits_growth_once_per_worker_process() -> None:
+    from fcctl.analyzers.replay.amplify import amplified_bytes
+    from fcctl.analyzers.replay.parallel import Execution
+    from fcctl.analyzers.replay.run import growth_within_budget, simulation_workload
+
+    trace = random_session_trace(seed=3)
+    spec = RunSpec(geometry=TINY, hardware=tiny_node())
+    w = simulation_workload(trace, spec.geometry, spec.hardware)
+    plan = LoadPlan(policies=POLICIES, auto_concurrency=True, amplify_growth=True)
+    plan = plan.for_workload(w.closed_loop)
+    room = amplified_bytes(w, 4)  # holds 2x and 4x once, not 8x
+    assert growth_within_budget(w, plan, Execution(jobs=1, memory_budget_bytes=room)) == 4
+    # Two workers each build their own copy: the same budget holds 2x at most.
+    assert growth_within_budget(w, plan, Execution(jobs=2, memory_budget_bytes=room)) <= 2
+    assert growth_within_budget(w, plan, Execution(jobs=1, memory_budget_bytes=1)) == 1
+    no_growth = dataclasses.replace(plan, amplify_growth=False)
+    assert growth_within_budget(w, no_growth, Execution(jobs=1, memory_budget_bytes=room)) is None

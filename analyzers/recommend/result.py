@@ -119,6 +119,8 @@ class RunFacts:
     simulations_reused: int
     jobs: int
     notes: tuple[str, ...] = ()
+    #: Copies of every session swept on (1: the trace as it is).
+    amplify: int = 1
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,8 @@ from ..replay import (
     SimTask,
     SimulationDisplay,
     Workload,
+    amplify_within_budget,
+    check_amplify_value,
     check_execution,
     check_margins,
     decision_of,
@@ -155,6 +157,8 @@ class RecommendConfig:
     engine: str = "local"
     scheduler: str | None = None
     memory_budget_bytes: int | None = None
+    #: Copies of every session swept on (:mod:`fcctl.analyzers.replay.amplify`); 1: as it is.
+    amplify: int = 1
 
     @property
     def spec(self) -> RunSpec:
@@ -507,6 +511,7 @@ def _checked(config: RecommendConfig) -> tuple[Execution, tuple[float, ...], flo
     execution = Execution(config.engine, config.jobs, config.scheduler, config.memory_budget_bytes)
     check_execution(execution)
     check_margins(config.decision_margin_pp, config.decision_ttft_margin)
+    check_amplify_value(config.amplify)
     rates = check_rates(config.rates, "rates")
     if config.target_rate is not None:
         target = check_rates([config.target_rate], "target_rate")[0]
@@ -566,6 +571,9 @@ def recommend_thresholds(
     started = utc_now()
     execution, rates, target = _checked(config)
     workload = simulation_workload(trace, config.geometry, config.hardware)
+    workload = amplify_within_budget(
+        workload, config.amplify, config.seed, execution.memory_budget_bytes
+    )
     identity = TraceIdentity(trace.path, trace.format, workload.requests, workload.fingerprint)
     signals = _Signals(workload)
     shorts, agents, grid_rule = _axes(config, signals)
@@ -587,6 +595,7 @@ def recommend_thresholds(
         simulations_reused=0,
         jobs=1,
         notes=_notes(workload),
+        amplify=config.amplify,
     )
     grid_cells = [Cell("flat", r, s, a) for r in rates for s in shorts for a in agents]
     base_cells = [Cell(p, r, 0, 0) for r in rates for p in _THRESHOLD_FREE]
@@ -639,7 +648,7 @@ def recommend_thresholds(
         misplacement=tuple(misplacement),
         hardware=hardware_document(config.hardware),
         trace=identity,
-        provenance=collect_provenance(started, extra={"engine": engine}),
+        provenance=collect_provenance(started, extra={"engine": engine, "amplify": config.amplify}),
         run_facts=dataclasses.replace(
             facts,
             jobs=int(engine.get("jobs") or engine.get("workers") or 1),

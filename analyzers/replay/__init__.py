@@ -18,6 +18,7 @@ simulations run (:mod:`.parallel`): :class:`Execution`, :func:`open_runner` with
 :func:`run_task` and :class:`SimTask`, :class:`SimulationDisplay`, :func:`default_jobs`.
 """
 
+from .amplify import amplify_within_budget, amplify_workload, check_amplify_value
 from .decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins
 from .hardware import (
     HOST_SCOPES,
@@ -86,8 +87,11 @@ __all__ = [
     "StoreFactory",
     "Verdict",
     "Workload",
+    "amplify_within_budget",
+    "amplify_workload",
     "apply_io_profile",
     "build_workload",
+    "check_amplify_value",
     "check_execution",
     "check_margins",
     "check_policies",

@@ -25,6 +25,7 @@ from typing import Any
 from fcctl.common.errors import FcctlInputError
 
 from ..traces.schedule import check_rate, check_rates
+from .amplify import check_amplify_value
 from .decision import DEFAULT_MARGIN_PP, DEFAULT_TTFT_MARGIN, check_margins
 from .policies import DEFAULT_POLICIES, POLICIES
 from .result import RateResult
@@ -117,11 +118,14 @@ class LoadPlan:
     host_memory_auto: bool = False
     decision_margin_pp: float = DEFAULT_MARGIN_PP
     decision_ttft_margin: float = DEFAULT_TTFT_MARGIN
+    #: Copies of every session replayed (:mod:`.amplify`); 1: the trace as it is.
+    amplify: int = 1
     #: Runs of the whole plan, replica i with seed ``seed + i`` (analyzers/replay/verdict.py).
     replicas: int = 1
 
     def __post_init__(self) -> None:
         check_margins(self.decision_margin_pp, self.decision_ttft_margin)
+        object.__setattr__(self, "amplify", check_amplify_value(self.amplify))
         check_replicas(self.replicas)
         object.__setattr__(self, "policies", check_policies(self.policies))
         if self.auto_concurrency and (
@@ -199,7 +203,9 @@ class LoadPlan:
             points = [(op, None)] + [p for p in points if p[0] != op]
         return points
 
-    def rounds(self, sizes: int, sessions: int, capacity: float | None) -> Rounds:
+    def rounds(
+        self, sizes: int, sessions: int, capacity: float | None, growth_limit: int | None = None
+    ) -> Rounds:
         """Every load point of the plan at each of ``sizes`` size points, as rounds of
         independent simulations: first every fixed point, then the auto sweep's rounds
         (``capacity``: its estimate, requests/s; None: no rate sweep; the sessions sweep needs
@@ -213,7 +219,10 @@ class LoadPlan:
         if self.sweeps_sessions:
             steps = {
                 k: auto_concurrency_steps(
-                    sessions, slo_ttft_p99_s=self.slo_ttft_p99_s, growth=self.amplify_growth
+                    sessions,
+                    slo_ttft_p99_s=self.slo_ttft_p99_s,
+                    growth=self.amplify_growth,
+                    growth_limit=growth_limit,
                 )
                 for k in range(sizes)
             }

@@ -132,6 +132,10 @@ class RateResult:
     concurrency: int | None = None  # sessions kept active; None in rate mode
     #: The node's KV sizes at this point (gpu_kv_bytes, host_memory_bytes, staging_bytes).
     sizes: Mapping[str, int] = field(default_factory=dict)
+    #: Copies of every trace session replayed at this point (docs/simulator.md, "Session
+    #: amplification"): the run's ``amplify`` times ``ceil(concurrency / sessions)`` where the
+    #: concurrency exceeds the (amplified) sessions; 1: the trace as it is.
+    amplify: int = 1
 
 
 @dataclass(frozen=True)

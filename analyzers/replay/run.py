@@ -8,6 +8,7 @@ together, as a notebook or a test writes them; :meth:`ReplayConfig.split` makes 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +27,13 @@ from fcctl.layout.placement import PlacementRule
 from ..reuse.bounded import default_memory_budget
 from ..summary import KvSummary
 from ..traces.schema import Trace
+from .amplify import (
+    amplified_bytes,
+    amplify_within_budget,
+    amplify_workload,
+    check_amplify,
+    copies_for,
+)
 from .decision import (
     DEFAULT_MARGIN_PP,
     DEFAULT_TTFT_MARGIN,
@@ -39,7 +47,15 @@ from .hardware import Hardware, hardware_document
 from .load import ThinkTime
 from .loadplan import DEFAULT_RATES, LoadPlan, LoadPoint, SizeSweep
 from .operating import Window, operating_point
-from .parallel import Execution, Runner, SimTask, SimulationDisplay, open_runner
+from .parallel import (
+    Execution,
+    Runner,
+    SimTask,
+    SimulationDisplay,
+    budget_bytes,
+    default_jobs,
+    open_runner,
+)
 from .policies import DEFAULT_POLICIES, POLICIES
 from .result import (
     SCHEMA_VERSION,
@@ -52,7 +68,7 @@ from .result import (
     ReplayResult,
     TtftStats,
 )
-from .session_sweep import MAX_SESSION_POINTS
+from .session_sweep import GROWTH_MULTIPLES, MAX_SESSION_POINTS
 from .spec import DEFAULT_ROUTER, DEFAULT_SEED, RunSpec, StoreFactory
 from .store import FastStore
 from .sweep import (
@@ -324,7 +340,12 @@ def run_task(
     store_factory: StoreFactory = FastStore,
 ) -> PolicyResult:
     """One :class:`~.parallel.SimTask` on ``workload`` (what a runner's workers call): a
-    simulation that frees its own cycles, since a worker runs many."""
+    simulation that frees its own cycles, since a worker runs many. A concurrency above the
+    workload's sessions runs on the workload amplified to reach it (:func:`.amplify.copies_for`,
+    checked against the memory budget before the run by :func:`amplified_workload`)."""
+    k = copies_for(task.concurrency, workload.sessions)
+    if k > 1:
+        workload = amplify_workload(workload, k, seed=task.spec.seed)
     return simulate(
         workload,
         task.spec,
@@ -370,6 +391,53 @@ def simulation_workload(trace: Trace, geometry: KvGeometry, hardware: Hardware) 
     once for many simulations (it keeps none of the trace's table: worker processes get the
     arrays the simulator reads, not the block hashes)."""
     return build_workload(trace, geometry, workers_of(geometry, hardware))
+
+
+def amplified_workload(
+    workload: Workload, spec: RunSpec, plan: LoadPlan, memory_budget_bytes: int | None
+) -> Workload:
+    """``workload`` with ``plan.amplify`` copies of every session (seeded by ``spec.seed``),
+    after checking against the memory budget (None: the default share of the machine's) both
+    that and the largest amplification a concurrency point needs, before anything is built."""
+    sessions = workload.sessions * plan.amplify
+    most = max((copies_for(c, sessions) for c in plan.concurrency or ()), default=1)
+    if most > 1:
+        budget = budget_bytes(memory_budget_bytes)
+        check_amplify(workload, plan.amplify * most, budget, parameter="concurrency")
+    return amplify_within_budget(workload, plan.amplify, spec.seed, memory_budget_bytes)
+
+
+def growth_within_budget(workload: Workload, plan: LoadPlan, execution: Execution) -> int | None:
+    """The most copies (of :data:`.session_sweep.GROWTH_MULTIPLES`) the sessions sweep may
+    amplify to: each worker process builds its own amplified workload (:func:`run_task`), so
+    a multiple fits when that many of its :func:`.amplify.amplified_bytes` fit the memory
+    budget; 1 when none does; None when the sweep does not grow."""
+    if not (plan.sweeps_sessions and plan.amplify_growth):
+        return None
+    workers = 1
+    if execution.engine == "local":
+        workers = execution.jobs or default_jobs(workload, execution.memory_budget_bytes)
+    budget = budget_bytes(execution.memory_budget_bytes) // max(1, workers)
+    fits = 1
+    for m in GROWTH_MULTIPLES:
+        try:
+            check_amplify(workload, m, budget)  # the workload is already amplified by plan.amplify
+        except FcctlInputError:
+            break
+        fits = m
+    return fits
+
+
+def point_jobs(workload: Workload, plan: LoadPlan, execution: Execution) -> Execution:
+    """``execution``, with worker processes chosen by default (``jobs`` None, local) capped at
+    as many as the memory budget holds of the largest concurrency point's amplified workload:
+    each worker builds its own copy of it (:func:`run_task`)."""
+    most = max((copies_for(c, workload.sessions) for c in plan.concurrency or ()), default=1)
+    if most == 1 or execution.engine != "local" or execution.jobs is not None:
+        return execution
+    fits = budget_bytes(execution.memory_budget_bytes) // amplified_bytes(workload, most)
+    jobs = min(default_jobs(workload, execution.memory_budget_bytes), max(1, fits))
+    return dataclasses.replace(execution, jobs=jobs)
 
 
 def decision_of(
@@ -471,7 +539,9 @@ class Batches:
         spec: RunSpec,
         sizes: Sequence[Mapping[str, int]],
         plan: LoadPlan,
+        sessions: int,
     ) -> None:
+        self._sessions = sessions  # of the workload the runner holds (already amplified)
         self._runner = runner
         self._display = display
         self._specs = [spec.with_sizes(s) for s in sizes]
@@ -495,7 +565,8 @@ class Batches:
         for j, (k, r, c) in enumerate(wanted):
             per_policy = {p: found[j * len(policies) + n] for n, p in enumerate(policies)}
             decision = decision_of(per_policy, *self._plan.margins)
-            out.append(RateResult(r, per_policy, decision, c, dict(self._sizes[k])))
+            amplify = self._plan.amplify * copies_for(c, self._sessions)
+            out.append(RateResult(r, per_policy, decision, c, dict(self._sizes[k]), amplify))
         return out
 
 
@@ -521,6 +592,9 @@ def replay_trace(
         raise ValueError("replay_trace: give a LoadPlan with a RunSpec")
     workload = simulation_workload(trace, spec.geometry, spec.hardware)
     plan = plan.for_workload(workload.closed_loop)
+    workload = amplified_workload(
+        workload, spec, plan, (execution or Execution()).memory_budget_bytes
+    )
     if plan.axis == "rate":
         check_load(spec, workload)
     notes = load_notes(spec, plan, workload)
@@ -534,18 +608,21 @@ def replay_trace(
     total = len(sizes) * per_size * len(plan.policies) * workload.requests
     if store_factory.reference:
         execution = Execution()
+    execution = point_jobs(workload, plan, execution or Execution())
     prog = progress or Progress(enabled=False)
     with (
         prog.task("replaying", total=total, unit="requests") as task,
         open_runner(
             workload,
             functools.partial(run_task, store_factory=store_factory),
-            execution or Execution(),
+            execution,
         ) as runner,
     ):
         display = SimulationDisplay(prog, task, workload.requests, workload.requests)
-        batches = Batches(runner, display, spec, sizes, plan)
-        rounds = plan.rounds(len(sizes), workload.sessions, capacity)
+        batches = Batches(runner, display, spec, sizes, plan, workload.sessions)
+        rounds = plan.rounds(
+            len(sizes), workload.sessions, capacity, growth_within_budget(workload, plan, execution)
+        )
         try:
             wanted = next(rounds)
             while True:
@@ -659,6 +736,7 @@ def replay_result(
             "router": spec.router,
             "seed": spec.seed,
             "natural_rate_per_s": workload.natural_rate_per_s(),
+            "amplify": plan.amplify,
         },
         ideal_hit_share=workload.ideal_hit_share,
         rates=points.rates,

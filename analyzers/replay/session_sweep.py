@@ -14,7 +14,8 @@ sessions are active at once, so ``plan`` sweeps that instead (:func:`auto_concur
    ``c / S``.
 2. **Past them, by amplification**: 2 S, 4 S, 8 S (:data:`GROWTH_MULTIPLES`), each run on the
    workload amplified ``K = ceil(c / S)`` times (``--amplify``, analyzers/replay/amplify.py),
-   while ``growth`` allows (until that path lands the sweep stops at S).
+   those whose amplified workload the memory budget holds, once per worker process
+   (:func:`.run.growth_within_budget`; the sweep's stop reason says when it limited them).
 3. **Stop rules** (:func:`stop_reason`), read after each point: the leading policy's served
    rate (:func:`.achieved.served_rate`) grew less than :data:`.sweep.GROWTH_STOP` (10 %) while
    the sessions doubled (more sessions no longer reach the node), or every candidate's p99 TTFT
@@ -40,8 +41,10 @@ GROWTH_MULTIPLES: tuple[int, ...] = (2, 4, 8)
 MAX_SESSION_POINTS = 5 + len(GROWTH_MULTIPLES)
 
 
-def session_counts(sessions: int, *, growth: bool) -> list[int]:
-    """Every concurrency the sweep may run, in order (module docstring, steps 1-2)."""
+def session_counts(sessions: int, *, growth: bool, growth_limit: int | None = None) -> list[int]:
+    """Every concurrency the sweep may run, in order (module docstring, steps 1-2); past the
+    trace's sessions only the multiples up to ``growth_limit`` (None: all of them), the most
+    copies the memory budget holds (:func:`growth_within_budget`)."""
     if sessions < 1:
         raise ValueError(f"session_counts: sessions must be >= 1; got {sessions!r}")
     c = max(1, round(sessions * START_FRACTION))
@@ -52,7 +55,7 @@ def session_counts(sessions: int, *, growth: bool) -> list[int]:
         c *= 2
     out.append(sessions)
     if growth:
-        out += [k * sessions for k in GROWTH_MULTIPLES]
+        out += [k * sessions for k in GROWTH_MULTIPLES if growth_limit is None or k <= growth_limit]
     return out[-MAX_SESSION_POINTS:]
 
 
@@ -93,16 +96,31 @@ SessionSteps = Generator[list[int], list[RateResult], tuple[list[RateResult], st
 
 
 def auto_concurrency_steps(
-    sessions: int, *, slo_ttft_p99_s: float | None = None, growth: bool = False
+    sessions: int,
+    *,
+    slo_ttft_p99_s: float | None = None,
+    growth: bool = False,
+    growth_limit: int | None = None,
 ) -> SessionSteps:
     """The sweep of the module docstring as rounds of one point each."""
-    counts = session_counts(sessions, growth=growth)
+    counts = session_counts(sessions, growth=growth, growth_limit=growth_limit)
     points: list[RateResult] = []
-    why = (
-        f"the trace's own {sessions:,} sessions (growth past them needs session amplification)"
-        if not growth
-        else f"{counts[-1] // sessions}x the trace's sessions, the most the sweep runs"
-    )
+    if not growth:
+        why = (
+            f"the trace's own {sessions:,} sessions (growth past them needs session amplification)"
+        )
+    elif counts[-1] <= sessions:
+        why = (
+            f"the trace's own {sessions:,} sessions: the memory budget holds no "
+            f"{GROWTH_MULTIPLES[0]}x amplification of them (raise `memory_budget_bytes`)"
+        )
+    elif counts[-1] < GROWTH_MULTIPLES[-1] * sessions:
+        why = (
+            f"{counts[-1] // sessions}x the trace's sessions, the most copies the memory budget "
+            "holds (raise `memory_budget_bytes` for more)"
+        )
+    else:
+        why = f"{counts[-1] // sessions}x the trace's sessions, the most the sweep runs"
     stopped = False  # a stop below the trace's sessions: only today's load runs after it
     for c in counts:
         if stopped and c != sessions:

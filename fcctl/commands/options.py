@@ -118,6 +118,14 @@ IoProfileOpt = Annotated[
     typer.Option("--io-profile", help="`fcctl iobench --json` document: SSD figures."),
 ]
 ScheduleSeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the session schedule.")]
+AmplifyOpt = Annotated[
+    int,
+    typer.Option(
+        "--amplify",
+        help="Replay K copies of every session (own blocks fresh, shared ones shared; "
+        "docs/simulator.md, Session amplification).",
+    ),
+]
 # The decision's margins (analyzers/replay/decision.py; defaults there, repeated in the help).
 DecisionMarginOpt = Annotated[
     float,

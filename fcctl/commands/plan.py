@@ -9,6 +9,7 @@ import typer
 
 from fcctl.commands.options import (
     NODE_FLAGS,
+    AmplifyOpt,
     ConcurrencyOpt,
     EmitNameOpt,
     FormatOpt,
@@ -48,6 +49,7 @@ def register(app: typer.Typer) -> None:
         node: NodeFlags = NODE_FLAGS,
         slo_ttft_p99: SloTtftP99Opt = None,
         sample_sessions: SampleSessionsOpt = None,
+        amplify: AmplifyOpt = 1,
         emit: Annotated[
             bool, typer.Option("--emit", help="Also write the drop-in package into DIR/emit.")
         ] = False,
@@ -105,6 +107,7 @@ def register(app: typer.Typer) -> None:
             resume=resume,
             force=force,
             sample_sessions=sample_sessions,
+            amplify=amplify,
             progress=True,
         )
         if as_json:

@@ -11,6 +11,7 @@ import typer
 
 from fcctl.commands.options import (
     NODE_FLAGS,
+    AmplifyOpt,
     DecisionMarginOpt,
     DecisionTtftMarginOpt,
     EmitNameOpt,
@@ -75,6 +76,7 @@ def register(app: typer.Typer) -> None:
         node: NodeFlags = NODE_FLAGS,
         seed: ScheduleSeedOpt = 0,
         sample_sessions: SampleSessionsOpt = None,
+        amplify: AmplifyOpt = 1,
         decision_margin_pp: DecisionMarginOpt = 1.0,
         decision_ttft_margin: DecisionTtftMarginOpt = 0.1,
         jobs: JobsOpt = None,
@@ -149,6 +151,7 @@ def register(app: typer.Typer) -> None:
             decision_margin_pp=decision_margin_pp,
             decision_ttft_margin=decision_ttft_margin,
             sample_sessions=sample_sessions,
+            amplify=amplify,
             progress=True,
         )
         wrote = []

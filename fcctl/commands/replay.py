@@ -10,6 +10,7 @@ import typer
 
 from fcctl.commands.options import (
     NODE_FLAGS,
+    AmplifyOpt,
     ConcurrencyOpt,
     DecisionMarginOpt,
     DecisionTtftMarginOpt,
@@ -59,6 +60,7 @@ def register(app: typer.Typer) -> None:
         rate: OperatingRateOpt = None,
         slo_ttft_p99: SloTtftP99Opt = None,
         concurrency: ConcurrencyOpt = None,
+        amplify: AmplifyOpt = 1,
         think_time: ThinkTimeOpt = "original",
         cancel: Annotated[
             str,
@@ -134,6 +136,7 @@ def register(app: typer.Typer) -> None:
             staging_sweep=sized.staging_sweep,
             host_memory_auto=sized.host_memory_auto,
             concurrency=None if concurrency is None else parse.concurrency(concurrency),
+            amplify=amplify,
             memory_budget_bytes=parse.optional_size(memory_budget, "memory_budget_bytes"),
             think_time=parse.think_time(think_time),
             cancel=cancel,
