@@ -378,7 +378,8 @@ def growth_lines(replay: ReplayResult) -> list[str]:
     def where(i: int) -> str:
         m = times(i)
         at = "" if m is None else f"{m:.2g}x today's load, "
-        cc = f"{points[i].concurrency:,} sessions, " if by_sessions else ""
+        n = points[i].concurrency or 0
+        cc = f"{n:,} session{'' if n == 1 else 's'}, " if by_sessions else ""
         return f"{at}{cc}{v.loads_swept[i]:.3g} {v.load_unit}"
 
     # The ends of the range: by sessions on that axis, else by load achieved (an offered rate
@@ -410,7 +411,8 @@ def growth_lines(replay: ReplayResult) -> list[str]:
             return ""
         own = [p.policies[name].achieved_rate for p in points]
         i = min(range(len(own)), key=lambda k: abs((own[k].central or own[k].whole or 0) - load))
-        return f", about {points[i].concurrency:,} sessions"
+        n = points[i].concurrency or 0
+        return f", about {n:,} session{'' if n == 1 else 's'}"
 
     caps = [
         f"{n} {capacity_words(c, v.load_unit, v.loads_swept)}{nearest(n, c.median)}"

@@ -59,7 +59,7 @@ def test_a_self_paced_trace_sweeps_sessions_up_to_todays_load(
     # then the growth answer with its range in multiples of today's load, and capacity.
     assert re.match(r"decision: \S+ \([^,]+, at [0-9.]+ requests/s served: given\)", lines[0])
     growth = next(line for line in lines[:14] if line.startswith("  growth: "))
-    assert f"x today's load, {ran[0]:,} sessions, " in growth
+    assert f"x today's load, {ran[0]:,} session" in growth
     assert f"to 8x today's load, {ran[-1]:,} sessions, " in growth
     capacity = next(line for line in lines[:15] if line.startswith("  capacity at SLO "))
     assert all(name in capacity for name in ("memory-only", "tiered", "flat"))
