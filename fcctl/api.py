@@ -1293,7 +1293,6 @@ class _PlanSteps:
         # The caller's objects (plan's ``spec`` and ``load``), used instead of the keywords.
         self.spec: RunSpec | None = None
         self.load: LoadPlan | None = None
-        self.slo: float | None = None  # the SLO the replay step ran with (growth_lines)
 
     def finish(
         self, replayed: ReplayResult, recommended: RecommendResult, target: float, why: str
@@ -1310,10 +1309,9 @@ class _PlanSteps:
 
         docs = self.docs
         decision = decision_of(replayed)
-        lines = summary_lines(replayed, recommended, docs.get("analyze"), decision)
         # The model to use and the growth answer, right under the decision and what it rejected.
-        under = 1 + sum(1 for line in lines[1:3] if line.startswith("  rejected:"))
-        lines[under:under] = model_lines(replayed) + growth_lines(replayed, self.slo)
+        first = model_lines(replayed) + growth_lines(replayed)
+        lines = summary_lines(replayed, recommended, docs.get("analyze"), decision, first)
         lines.insert(
             len(lines) - 1 if docs.get("analyze", {}).get("verdict") else len(lines),
             f"  (thresholds measured at {target:.3g} req/s: {why})",
@@ -1412,7 +1410,6 @@ class _PlanSteps:
         from fcctl.common.jsonio import write_json_file
         from fcctl.planning import FILES, PLAN_POLICIES, fingerprint, read_result
 
-        self.slo = slo_ttft_p99_s  # the SLO the replay step ran with (growth_lines)
         # The settings as the command line spells them ("4,16,all", "capped:60"), so that a plan
         # fingerprinted when the API took those strings resumes over the same fingerprint.
         counts = None if concurrency is None else _concurrency(concurrency)

@@ -40,7 +40,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +59,7 @@ from fcctl.common.progress import Progress
 
 if TYPE_CHECKING:  # fcctl plan --help stays light: the results load with the steps
     from fcctl.analyzers.recommend import RecommendResult
-    from fcctl.analyzers.replay import RateResult, ReplayResult, SessionSampling
+    from fcctl.analyzers.replay import RateResult, ReplayResult, SessionSampling, Verdict
 
 MARKER = "plan.json"
 #: The steps an unfinished plan has recorded so far (module docstring).
@@ -335,130 +335,93 @@ def _node_points(replay: ReplayResult) -> list[RateResult]:
     return sorted(points, key=lambda p: (p.concurrency or 0, p.rate or 0.0))
 
 
-def _holds(point: RateResult, name: str, slo_ttft_p99_s: float | None) -> bool:
-    """Whether ``name`` serves ``point``'s load: not saturated by the node, p99 TTFT within the
-    SLO when one is given."""
-    p = point.policies.get(name)
-    if p is None or p.saturated_by == "node":
-        return False
-    return slo_ttft_p99_s is None or (p.ttft_s.p99 is not None and p.ttft_s.p99 <= slo_ttft_p99_s)
+def _holders(v: Verdict, load: float) -> frozenset[str]:
+    """The candidates whose capacity at SLO (the Verdict's median) reaches ``load``."""
+    return frozenset(n for n, c in v.capacity.items() if c.censored or c.median >= load)
 
 
-def _capacity_point(
-    points: list[RateResult], name: str, slo_ttft_p99_s: float | None, by_sessions: bool
-) -> RateResult | None:
-    """The heaviest of ``points`` (lightest first) before the first that ``name`` does not
-    serve: saturated or over the SLO (:func:`_holds`), or, on the sessions axis, served less
-    than ``GROWTH_STOP`` more than at the previous point. A closed loop throttles itself instead
-    of saturating: more sessions then only wait longer (the whole Claude Code trace, flat: 1.12
-    req/s served at 352 sessions, 1.10 at 710, mean TTFT 7 s then 38 s)."""
-    from fcctl.analyzers.replay.sweep import GROWTH_STOP
-
-    last: RateResult | None = None
-    before: float | None = None
-    for p in points:
-        if not _holds(p, name, slo_ttft_p99_s):
-            break
-        got = p.policies[name].achieved_rate
-        now = got.central or got.whole
-        if by_sessions and before and (now is None or now < before * (1 + GROWTH_STOP)):
-            break
-        last, before = p, now
-    return last
+def _decided_at(v: Verdict, load: float) -> str:
+    """The Verdict's rule read at a heavier load: while the same layouts hold the SLO there as at
+    its operating point, its decision stands; when fewer do, the one that holds it furthest (the
+    capacity rule); when none does, ``none``."""
+    holders = _holders(v, load)
+    if holders == _holders(v, v.load):
+        return v.best
+    if not holders:
+        return "none"
+    return max(holders, key=lambda n: v.capacity[n].median)
 
 
-def _at(multiple: float | None) -> str:
-    return "" if multiple is None else f"{multiple:.2g}x today's load, "
+def growth_lines(replay: ReplayResult) -> list[str]:
+    """The growth answer (issue #33, item 3), rendered from the run's one decision
+    (``replay.decision``, analyzers/replay/verdict.py): the range swept (in multiples of
+    today's load where the replay has one), each policy's capacity at SLO in the Verdict's
+    words (in sessions too on the sessions axis), and the first heavier load swept at which the
+    Verdict's capacities change the decision (:func:`_decided_at`). [] without a Verdict."""
+    from fcctl.analyzers.replay.verdict import capacity_words
 
-
-def _decision_change(
-    points: list[RateResult], ref: RateResult, ref_words: str, where: Callable[[RateResult], str]
-) -> str:
-    """Where the decision differs from ``ref``'s (``ref_words``: today's load, else the lightest
-    point) among ``points`` (lightest first): the first heavier point naming another layout,
-    and the heaviest lighter one (``where``: a point in words)."""
-    key = (ref.concurrency, ref.rate)
-    at_ref = next((i for i, p in enumerate(points) if (p.concurrency, p.rate) == key), 0)
-    best = ref.decision.best
-    heavier = next((p for p in points[at_ref + 1 :] if p.decision.best != best), None)
-    lighter = [p for p in points[:at_ref] if p.decision.best != best]
-    said = []
-    if heavier is not None:
-        said.append(f"it changes at {where(heavier)}: {best} -> {heavier.decision.best}")
-    if lighter:
-        said.append(f"lighter, {lighter[-1].decision.best} at {where(lighter[-1])}")
-    if not said:
-        return f"the decision ({best}) does not change within it"
-    return f"the decision at {ref_words} is {best}; " + "; ".join(said)
-
-
-def growth_lines(replay: ReplayResult, slo_ttft_p99_s: float | None = None) -> list[str]:
-    """The growth answer (issue #33, item 3), read from the per-point results: the range swept
-    (in multiples of today's load where the replay has one), each policy's capacity (the
-    highest load swept it serves: :func:`_holds`) in sessions and requests/s served, and the
-    multiple of today's load at which the decision changes, if it does. Until the typed
-    decision (analyzers/replay/decision.py) carries capacity with its spread, this is the one
-    place plan's first lines get it from."""
-    from fcctl.analyzers.replay.achieved import served_rate
-
+    v = replay.decision
     points = _node_points(replay)
-    if not points:
+    if v is None or not v.loads_swept:
         return []
-    by_sessions = replay.load.get("axis") == "concurrency"
-    today = replay.operating_point
+    by_sessions = replay.load.get("axis") == "concurrency" and len(points) == len(v.loads_swept)
     sessions = replay.trace.sessions
+    today = replay.operating_point
+    # Today's load in the Verdict's unit: its operating point is today's when one was given.
+    base = v.load if today is not None and v.operating_point == "given" else None
 
-    def load(p: RateResult, name: str | None = None) -> str:
-        """A point by its sessions and what was served (``name``'s, else the leading's)."""
-        own = p.policies[name].achieved_rate if name is not None and name in p.policies else None
-        got = served_rate(p) if own is None else own.central or own.whole
-        served = "no request" if got is None else f"{got:.3g} req/s"
-        return (
-            f"{p.concurrency:,} sessions ({served} served)" if by_sessions else f"{served} served"
+    def times(i: int) -> float | None:
+        if by_sessions and sessions and today is not None:
+            return (points[i].concurrency or 0) / sessions
+        return v.loads_swept[i] / base if base else None
+
+    def where(i: int) -> str:
+        m = times(i)
+        at = "" if m is None else f"{m:.2g}x today's load, "
+        n = points[i].concurrency or 0
+        cc = f"{n:,} session{'' if n == 1 else 's'}, " if by_sessions else ""
+        return f"{at}{cc}{v.loads_swept[i]:.3g} {v.load_unit}"
+
+    # The ends of the range: by sessions on that axis, else by load achieved (an offered rate
+    # past what the node serves can be served less than a lighter one).
+    swept = range(len(v.loads_swept))
+    low, high = (
+        (0, len(points) - 1)
+        if by_sessions
+        else (min(swept, key=v.loads_swept.__getitem__), max(swept, key=v.loads_swept.__getitem__))
+    )
+    span = f"swept {where(low)} to {where(high)}"
+    ref = "today's load" if base is not None else f"{v.load:.3g} {v.load_unit}"
+    change = next(
+        (i for i, x in enumerate(v.loads_swept) if x > v.load and _decided_at(v, x) != v.best),
+        None,
+    )
+    if change is None:
+        holds = "" if _holders(v, v.load) else "; no layout holds the SLO at it"
+        said = f"the decision at {ref} ({v.best}) does not change within it{holds}"
+    else:
+        said = (
+            f"the decision at {ref} ({v.best}) changes at {where(change)}: "
+            f"{_decided_at(v, v.loads_swept[change])}"
         )
 
-    def times(p: RateResult) -> float | None:
-        if by_sessions and sessions:
-            return (p.concurrency or 0) / sessions
-        # On the rate axis a multiple of today's load is of what was served, as every label.
-        base = served_rate(today) if today is not None else None
-        got = served_rate(p)
-        return got / base if base and got is not None else None
+    def nearest(name: str, load: float) -> str:
+        """On the sessions axis, the point whose own served load is the capacity's."""
+        if not by_sessions or load <= 0:
+            return ""
+        own = [p.policies[name].achieved_rate for p in points]
+        i = min(range(len(own)), key=lambda k: abs((own[k].central or own[k].whole or 0) - load))
+        n = points[i].concurrency or 0
+        return f", about {n:,} session{'' if n == 1 else 's'}"
 
-    lo, hi = points[0], points[-1]
-    served = [got for p in points if (got := served_rate(p)) is not None] or [0.0]
-    span = (
-        f"{lo.concurrency:,}-{hi.concurrency:,} sessions"
-        if by_sessions
-        else f"{min(served):.3g}-{max(served):.3g} req/s served"
-    )
-    m_lo, m_hi = times(lo), times(hi)
-    if not by_sessions and m_lo is not None and today is not None:
-        base = served_rate(today) or 1.0
-        m_lo, m_hi = min(served) / base, max(served) / base
-    if m_lo is not None and m_hi is not None:
-        of = f": all {sessions:,} of the trace's sessions" if by_sessions else ""
-        span += f" ({m_lo:.2g}x-{m_hi:.2g}x today's load{of})"
-    ref = today if today is not None else lo
-    ref_words = "today's load" if today is not None else "the lightest load"
-    changes = _decision_change(points, ref, ref_words, lambda p: _at(times(p)) + load(p))
-    grows = ", its served rate still growing 10 % or more" if by_sessions else ""
-    held = (
-        f"without saturating{grows}, p99 TTFT within the {slo_ttft_p99_s:g} s SLO"
-        if slo_ttft_p99_s is not None
-        else f"without saturating{grows} (no SLO given)"
-    )
-    caps = []
-    for name in ref.policies:
-        held_last = _capacity_point(points, name, slo_ttft_p99_s, by_sessions)
-        if held_last is None:
-            caps.append(f"{name} below the lightest load swept")
-            continue
-        at_least = "at least " if held_last is hi else ""
-        caps.append(f"{name} {at_least}{load(held_last, name)}")
+    caps = [
+        f"{n} {capacity_words(c, v.load_unit, v.loads_swept)}{nearest(n, c.median)}"
+        for n, c in v.capacity.items()
+    ]
     return [
-        f"  growth: swept {span}; {changes}",
-        f"  capacity (the highest load swept that each layout serves {held}): " + ", ".join(caps),
+        f"  growth: {span}; {said}",
+        f"  capacity at SLO (p99 TTFT <= {v.slo_ttft_p99_s:g} s, staging cancels <= "
+        f"{100 * v.max_cancel_share:g} %): " + "; ".join(caps),
     ]
 
 
@@ -564,8 +527,10 @@ def summary_lines(
     recommend: RecommendResult | None,
     analyze_doc: Mapping[str, Any] | None,
     decision: Mapping[str, Any],
+    first_lines: Sequence[str] = (),
 ) -> list[str]:
-    """The terminal summary, decision first, then the requests the replay rejected (if any)."""
+    """The terminal summary: the decision block first, then the requests the replay rejected
+    (if any), then ``first_lines`` (plan's model and growth lines), then the detail."""
     from fcctl.reports.replay_report import REJECTED_SHARE_STATED, rejected_share
 
     at = f" at {decision['at']}" if decision["at"] else ""
@@ -576,15 +541,18 @@ def summary_lines(
         else ""
     )
     lines = [f"decision{at}: {decision['best']} ({decision['why']}{excluded})"]
-    detail: list[str] = []
     if replay.decision is not None:  # the same words as replay's summary and the report
         from fcctl.analyzers.replay import verdict_sentences
 
         head, *detail = verdict_sentences(replay.decision).splitlines()
-        lines = [head + excluded]
+        lines = [head + excluded, *detail]
+    # What the figures exclude, then the model and growth answers: the first lines after the
+    # decision block (issue #33 items 3-4), before the per-load detail.
     if rejected is not None:
         lines.append(f"  {rejected.line()}")
-    lines += detail
+    if replay.sampling:
+        lines.append(_sampled_line(replay.sampling))
+    lines += first_lines
     loads = ", ".join(f"{load}: {best}" for load, best in decision["by_load"])
     if loads:
         lines.append(f"  per load: {loads}")
@@ -612,8 +580,6 @@ def summary_lines(
             else ""
         )
         lines.append(f"  analyze (no load): {layout}{at_size}{differs}")
-    if replay.sampling:
-        lines.insert(1 + (rejected is not None), _sampled_line(replay.sampling))
     return lines
 
 

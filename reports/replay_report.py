@@ -174,11 +174,13 @@ def render_summary(result: ReplayResult, console: Console) -> None:
         console.print(f"amplified {amplify}x: {result.trace.sessions:,} sessions", highlight=False)
     if result.decision is not None:  # the run's one decision first; per-load ones are detail
         console.print(verdict_sentences(result.decision), highlight=False)
-    for line in decision_lines(result):
-        console.print(f"decision {line}")
+    # What the figures exclude belongs in the first lines (issue #33 item 4): right under the
+    # decision, before the per-load detail.
     rejected = rejected_share(result)
     if rejected is not None:
         console.print(rejected.line(), highlight=False)
+    for line in decision_lines(result):
+        console.print(f"decision {line}")
     tr = result.trace
     hw = result.hardware
     scope = ""

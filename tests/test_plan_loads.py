@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fcctl.analyzers.replay import ReplayResult
+from fcctl.analyzers.replay.verdict import Capacity, capacity_words
 from fcctl.cli import app
 from fcctl.planning import growth_lines, longest_context_preset, model_lines
 from tests.conftest import SAMPLES
@@ -58,13 +59,13 @@ def test_a_self_paced_trace_sweeps_sessions_up_to_todays_load(
     assert replay.operating_point is not None and replay.operating_point.concurrency == sessions
     # The first lines: the decision at today's load by sessions and what they were served,
     # then the growth answer with its range in multiples of today's load, and capacity.
-    assert re.match(rf"decision at {sessions:,} sessions active, [0-9.]+ req/s served: ", lines[0])
-    growth = next(line for line in lines[:4] if line.startswith("  growth: "))
-    assert f"swept {ran[0]:,}-{ran[-1]:,} sessions" in growth
-    assert f"x-8x today's load: all {sessions:,} of the trace's sessions" in growth
-    capacity = next(line for line in lines[:5] if line.startswith("  capacity "))
+    assert re.match(r"decision: \S+ \([^,]+, at [0-9.]+ requests/s served: given\)", lines[0])
+    growth = next(line for line in lines[:14] if line.startswith("  growth: "))
+    assert f"x today's load, {ran[0]:,} session" in growth
+    assert f"to 8x today's load, {ran[-1]:,} sessions, " in growth
+    capacity = next(line for line in lines[:15] if line.startswith("  capacity at SLO "))
     assert all(name in capacity for name in ("memory-only", "tiered", "flat"))
-    assert "req/s served" in capacity
+    assert "requests/s served" in capacity
     by_load = json.loads((out / "plan.json").read_text())["decision"]["by_load"]
     assert by_load and all(re.match(r"[0-9,]+ sessions? active, ", s) for s, _ in by_load)
     assert not any("offered" in label for label, _ in by_load)
@@ -82,49 +83,79 @@ def test_a_timed_trace_sweeps_offered_rates_named_by_what_was_served(tmp_path: P
     marked = [s for s, _ in by_load if "not reached" in s]
     assert all(s.endswith("req/s: not reached)") for s in marked)
     growth = next(line for line in lines if line.startswith("  growth: "))
-    assert "req/s served" in growth and "sessions" not in growth
+    assert "requests/s served" in growth and "sessions" not in growth
 
 
-def test_the_decision_change_is_found_at_its_multiple_of_todays_load(
+def _with_capacities(replay: ReplayResult, best: str, **caps: Capacity) -> ReplayResult:
+    """``replay`` whose run-level decision names ``best`` at today's (lightest) load, with
+    ``caps`` as the capacities: the growth lines must read only these."""
+    v = replay.decision
+    assert v is not None
+    low = min(v.loads_swept)
+    verdict = dataclasses.replace(
+        v, best=best, load=low, operating_point="given", capacity={**v.capacity, **caps}
+    )
+    points = sorted(replay.rates, key=lambda p: p.concurrency or 0)
+    return dataclasses.replace(replay, decision=verdict, operating_point=points[0])
+
+
+def test_the_decision_change_is_read_from_the_verdicts_capacities(
     claude_plan: tuple[Path, list[str]],
 ) -> None:
     out, _ = claude_plan
     replay = _replay(out)
-    sessions = replay.trace.sessions
-    # Today's load made the lightest point, and the heaviest's decision made another layout's:
-    # the growth line names where the decision changes, in multiples of today's load.
-    points = sorted(replay.rates, key=lambda p: p.concurrency or 0)
-    lightest, heaviest = points[0], points[-1]
-    other = "flat" if lightest.decision.best != "flat" else "tiered"
-    changed = dataclasses.replace(
-        heaviest, decision=dataclasses.replace(heaviest.decision, best=other)
-    )
-    moved = dataclasses.replace(
+    v = replay.decision
+    assert v is not None
+    loads = v.loads_swept
+    order = sorted(range(len(loads)), key=loads.__getitem__)
+    low, second, top = loads[order[0]], loads[order[1]], loads[order[-1]]
+    # memory-only holds the SLO only at the lightest load, flat to the second, tiered past the
+    # heaviest: above the lightest load fewer layouts hold it, and tiered holds it furthest.
+    moved = _with_capacities(
         replay,
-        rates=tuple(changed if p is heaviest else p for p in replay.rates),
-        operating_point=lightest,
+        "memory-only",
+        **{
+            "memory-only": Capacity(low, low, low, False),
+            "flat": Capacity(second, low, second, False),
+            "tiered": Capacity(top, top, top, True),
+        },
     )
-    (growth, _capacity) = growth_lines(moved)
-    multiple = f"{(heaviest.concurrency or 0) / sessions:.2g}x today's load"
-    assert f"it changes at {multiple}, {heaviest.concurrency:,} sessions (" in growth
-    assert f"{lightest.decision.best} -> {other}" in growth
-    # Today's load the heaviest again, the lighter change is named from there.
-    back = dataclasses.replace(moved, operating_point=changed)
-    (growth, _capacity) = growth_lines(back)
-    assert (
-        f"the decision at today's load is {other}; lighter, {lightest.decision.best} at " in growth
-    )
-    assert "does not change" in growth_lines(replay)[0]
+    growth, capacity = growth_lines(moved)
+    assert "the decision at today's load (memory-only) changes at " in growth
+    first_heavier = next(x for x in loads if x > low)  # the first point swept past today's
+    assert growth.endswith(f"{first_heavier:.3g} requests/s served: tiered")
+    assert "tiered at least " in capacity and "(the highest load swept)" in capacity
+    # Every layout holding the SLO across the range: the decision does not change.
+    held = Capacity(top, top, top, True)
+    same = _with_capacities(replay, "flat", **{n: held for n in v.capacity})
+    assert "the decision at today's load (flat) does not change within it" in growth_lines(same)[0]
+    # None holding it at today's load: said so.
+    none = Capacity(0.0, 0.0, 0.0, False)
+    failed = _with_capacities(replay, "none", **{n: none for n in v.capacity})
+    assert growth_lines(failed)[0].endswith("no layout holds the SLO at it")
 
 
-def test_capacity_reads_the_slo(claude_plan: tuple[Path, list[str]]) -> None:
-    out, _ = claude_plan
+def test_capacity_lines_render_the_verdicts_capacities(
+    claude_plan: tuple[Path, list[str]],
+) -> None:
+    out, lines = claude_plan
     replay = _replay(out)
-    _, tight = growth_lines(replay, 1e-9)
-    assert "within the 1e-09 s SLO" in tight
-    assert tight.count("below the lightest load swept") == 3
-    _, loose = growth_lines(replay, 1e9)
-    assert "below the lightest" not in loose and loose.count("at least") == 3
+    v = replay.decision
+    assert v is not None
+    _, capacity = growth_lines(replay)
+    assert f"p99 TTFT <= {v.slo_ttft_p99_s:g} s" in capacity
+    for name, c in v.capacity.items():
+        assert f"{name} {capacity_words(c, v.load_unit, v.loads_swept)}" in capacity
+        # The decision block prints the same words: one capacity, two places.
+        words = f"  {name}: capacity {capacity_words(c, v.load_unit, v.loads_swept)};"
+        assert any(line.startswith(words) for line in lines)
+    # On the sessions axis a capacity names the sessions that served it.
+    top = max(v.loads_swept)
+    moved = _with_capacities(replay, "flat", flat=Capacity(top * 0.99, top, top, False))
+    _, capacity = growth_lines(moved)
+    assert re.search(
+        r"flat [0-9.]+ requests/s served \(95 % [^)]*\), about [0-9,]+ sessions", capacity
+    )
 
 
 def test_a_model_that_rejects_over_5_percent_names_the_preset_that_serves_it(
@@ -170,29 +201,3 @@ def test_the_reports_load_free_verdict_states_its_size_and_why_it_may_differ(
     assert "Verdict: " not in html
     after = html[heading.end() : heading.end() + 600]
     assert "without load" in after and "the one to follow" in after
-
-
-def test_capacity_ends_where_more_sessions_stop_reaching_the_node(
-    claude_plan: tuple[Path, list[str]],
-) -> None:
-    """A closed loop throttles itself rather than saturate: a point whose served rate grew
-    under 10 % over the lighter one is past the layout's capacity."""
-    out, _ = claude_plan
-    replay = _replay(out)
-    points = sorted(replay.rates, key=lambda p: p.concurrency or 0)
-    second, heaviest = points[-2], points[-1]
-    flat = second.policies["flat"]
-    stalled = dataclasses.replace(
-        heaviest.policies["flat"],
-        achieved_rate=dataclasses.replace(flat.achieved_rate, central=flat.achieved_rate.central),
-    )
-    policies = {**heaviest.policies, "flat": stalled}
-    moved = dataclasses.replace(
-        replay,
-        rates=tuple(
-            dataclasses.replace(p, policies=policies) if p is heaviest else p for p in replay.rates
-        ),
-    )
-    _, capacity = growth_lines(moved)
-    assert f"flat {second.concurrency:,} sessions (" in capacity
-    assert f"memory-only at least {heaviest.concurrency:,} sessions" in capacity

@@ -66,10 +66,13 @@ def test_plan_summary_states_the_share_its_reason_and_flag(
     count, requests, reasons = _rejected(json.loads((out / "replay.json").read_text()))
     assert set(reasons) == {"kv_exceeds_gpu_pool"} and count / requests > 0.05
     share = f"{100 * count / requests:.3g} %"
-    first, second = stdout.splitlines()[:2]
+    lines = stdout.splitlines()
+    first = lines[0]
     # Above 5 % the decision itself says its figures leave those requests out.
     assert first.startswith("decision: ") and "requests/s served: given" in first
     assert f"the figures exclude the {share} of requests rejected" in first
+    # The rejected share comes right after the decision block (its SLO line ends it).
+    second = lines[next(i for i, line in enumerate(lines) if line.startswith("  SLO: ")) + 1]
     assert second.startswith(f"  rejected: {share} of requests ({count:,} of {requests:,})")
     assert "--gpu-kv" in second and "larger than one worker's GPU KV pool" in second
 
@@ -104,8 +107,10 @@ def test_replay_summary_names_the_context_and_its_flag(tmp_path: Path) -> None:
     assert count > 0 and set(reasons) == {"exceeds_max_context"}
     r = _invoke("replay", CLAUDE, "--policies", "tiered", "--rates", "0.5", "--jobs", "1")
     lines = r.stdout.splitlines()
-    decisions = [i for i, line in enumerate(lines) if line.startswith("decision ")]
-    rejected = lines[decisions[-1] + 1]
+    # Right after the run's decision block (its SLO line ends it), before the per-load detail.
+    block_end = next(i for i, line in enumerate(lines) if line.startswith("  SLO: "))
+    rejected = lines[block_end + 1]
+    assert lines[block_end + 2].startswith("decision at ")
     assert rejected.startswith(
         f"rejected: {100 * count / requests:.3g} % of requests ({count:,} of {requests:,})"
     )
@@ -113,7 +118,8 @@ def test_replay_summary_names_the_context_and_its_flag(tmp_path: Path) -> None:
     # Under 5 % plan states the share but does not qualify the decision.
     typed = ReplayResult.from_json(doc)
     summary = summary_lines(typed, None, None, decision_of(typed))
-    assert summary[1].startswith("  rejected: ") and "exclude" not in summary[0]
+    block_end = next(i for i, line in enumerate(summary) if line.startswith("  SLO: "))
+    assert summary[block_end + 1].startswith("  rejected: ") and "exclude" not in summary[0]
 
 
 def test_nothing_is_added_without_rejections(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 from fcctl.analyzers.replay import ReplayConfig
 from fcctl.analyzers.replay.result import ReplayResult
 from fcctl.analyzers.replay.run import simulate
+from fcctl.analyzers.replay.verdict import RequestTable, figure_draws
 from fcctl.analyzers.replay.workload import build_workload
 from fcctl.cli import app
 from fcctl.layout.geometry import ModelInfo
@@ -48,6 +50,20 @@ def test_served_and_all_shares_by_hand() -> None:
     assert p.gpu_hit_share == pytest.approx(8 / 23)
     # The hand-computed gap: 8/13 - 8/23, about 26.8 pp.
     assert p.gpu_hit_share_served - p.gpu_hit_share == pytest.approx(8 / 13 - 8 / 23)
+
+
+def test_the_decision_share_is_the_served_share() -> None:
+    # The run's decision (verdict.py) reads the same requests: with unit weights its GPU hit
+    # share is gpu_hit_share_served exactly, not the share over all requests.
+    trace = trace_of(ROWS, timestamps=[0.0, 10.0, 20.0, 30.0])
+    config = ReplayConfig(geometry=SHORT, hardware=tiny_node(gpus=1, gpu_kv=1000), keep_tables=True)
+    p = simulate(build_workload(trace, SHORT, 1), config, "tiered", 1.0)
+    assert p.table is not None
+    table = RequestTable.of(p.table)
+    fig = figure_draws(table, np.ones((1, int(table.session.max()) + 1)))
+    assert p.rejected_requests.count == 1
+    assert fig.gpu_hit_share[0] == p.gpu_hit_share_served
+    assert fig.gpu_hit_share[0] != p.gpu_hit_share
 
 
 def test_without_rejections_the_two_are_equal() -> None:

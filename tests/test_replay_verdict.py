@@ -14,6 +14,7 @@ from fcctl.analyzers.replay.verdict import (
     RequestTable,
     VerdictInputs,
     capacity_draws,
+    capacity_words,
     check_replicas,
     check_slo,
     decide_run,
@@ -41,7 +42,8 @@ TABLE = _table(
 
 def test_unit_weights_give_the_plain_figures() -> None:
     fig = figure_draws(TABLE, np.ones((1, 3)))
-    assert fig.gpu_hit_share[0] == pytest.approx(6 / 16)  # the rejected request's 6 accesses count
+    # Over the requests that ran: the rejected request's 6 accesses do not count.
+    assert fig.gpu_hit_share[0] == pytest.approx(6 / 10)
     assert fig.ttft_mean_s[0] == pytest.approx(2.0)
     assert fig.ttft_p99_s[0] == 3.0  # the largest of three equally weighted values
     assert fig.cancel_share[0] == pytest.approx(1 / 3)
@@ -50,7 +52,7 @@ def test_unit_weights_give_the_plain_figures() -> None:
 def test_session_weights_reweight_every_figure() -> None:
     # Session 0 dropped, session 1 counted twice: only request 2 (and the rejected one) remain.
     fig = figure_draws(TABLE, np.array([[0.0, 2.0, 1.0]]))
-    assert fig.gpu_hit_share[0] == pytest.approx(0 / (2 * 2 + 6))
+    assert fig.gpu_hit_share[0] == 0.0  # request 2 (2 accesses, twice weighted) delivered none
     assert fig.ttft_mean_s[0] == pytest.approx(2.0)
     assert fig.ttft_p99_s[0] == 2.0
     assert fig.cancel_share[0] == 0.0
@@ -126,7 +128,27 @@ def test_the_policy_holding_the_slo_longest_leads_on_capacity() -> None:
     assert (v.load, v.operating_point) == (1.0, "highest load every candidate meets the SLO")
     text = verdict_sentences(v)
     assert text.startswith("decision: flat (capacity at SLO, at 1 requests/s served")
-    assert "at least 3 [3, 3] requests/s served (the highest load swept)" in text
+    assert "flat: capacity at least 3 requests/s served (the highest load swept);" in text
+    assert "memory-only: capacity 1 requests/s served (95 % interval 1-1);" in text
+    assert v.loads_swept == (1.0, 2.0, 3.0)
+
+
+def test_a_capacity_of_zero_reads_as_below_the_lowest_load_swept() -> None:
+    unit = "requests/s served"
+    # Most draws fail at the lowest point, a few hold it: the interval reaches that load.
+    some = Capacity(0.0, 0.0, 0.0778, False)
+    assert capacity_words(some, unit, (0.0778, 0.2)) == (
+        "below the lowest load swept (0.0778 requests/s served) in most draws; "
+        "95 % interval 0-0.0778"
+    )
+    every = Capacity(0.0, 0.0, 0.0, False)
+    assert capacity_words(every, unit, (0.5,)) == (
+        "below the lowest load swept (0.5 requests/s served) in every draw"
+    )
+    assert capacity_words(Capacity(3.0, 2.0, 3.0, True), unit, (1.0, 3.0)) == (
+        "at least 3 requests/s served (the highest load swept)"
+    )
+    assert "[" not in capacity_words(Capacity(2.0, 1.0, 3.0, False), unit, (1.0, 3.0))
 
 
 def test_a_lead_on_mean_contradicted_by_p99_is_a_trade_off() -> None:

@@ -94,14 +94,13 @@ def test_the_decision_is_replays_at_the_operating_point(
 ) -> None:
     replay = json.loads(docs["replay"].read_text())
     analyze = json.loads(docs["analyze"].read_text())
-    best = replay["operating_point"]["decision"]["best"]
+    best = replay["decision"]["best"]
     out = tmp_path / "r.html"
     r = runner.invoke(app, ["report", str(docs["analyze"]), str(docs["replay"]), "-o", str(out)])
     assert r.exit_code == 0, r.output
     text = _decision(out.read_text())
-    # Named by the load served, the offered rate as detail (issue #33, item 3).
-    assert re.match(r"At your operating point, [0-9.]+ req/s served \(offered 3", text), text
-    assert f"the layout to choose is {best}" in text
+    # The run's one decision, at the load served at the user's operating point (issue #33).
+    assert re.match(rf"decision: {best} \([^,]+, at [0-9.]+ requests/s served: given\)", text)
     # analyze's load-free verdict is not stated beside it (it may contradict the replay's).
     assert analyze["verdict"]["layout"] == "flat" and best != "flat"
     assert "Verdict" not in text and "flat at" not in text

@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fcctl.analyzers.replay import ReplayResult, verdict_sentences
+from fcctl.analyzers.replay.verdict import capacity_words
 from fcctl.cli import app
 from tests.conftest import SAMPLES
 
@@ -48,9 +49,17 @@ def test_every_rendering_names_the_same_decision(plan_run: tuple[Path, str]) -> 
     summary = stdout.splitlines()
     start = next(i for i, line in enumerate(summary) if line.startswith("decision: "))
     assert summary[start].startswith(head)
-    # The rest follow in order (plan puts its rejected-requests line right under the headline).
-    rest = [line for line in summary[start + 1 :] if not line.startswith("  rejected: ")]
-    assert rest[: len(text) - 1] == text[1:]
+    # The rest follow in order, then what the figures exclude (the rejected share).
+    assert summary[start + 1 : start + len(text)] == text[1:]
+    assert summary[start + len(text)].startswith("  rejected: ")
+    # The growth lines render the same capacities, in the same words, and the same SLO.
+    assert plan_doc["decision"]["capacity"] == replay_doc["decision"]["capacity"]
+    capacity = next(line for line in summary if line.startswith("  capacity at SLO "))
+    assert f"p99 TTFT <= {verdict.slo_ttft_p99_s:g} s" in capacity
+    for name, c in verdict.capacity.items():
+        words = capacity_words(c, verdict.load_unit, verdict.loads_swept)
+        assert f"{name} {words}" in capacity
+        assert f"  {name}: capacity {words};" in "\n".join(text)
     if verdict.ratio is not None:
         flag = "inside the spread" if verdict.inside_spread else "beyond the spread"
         ratio_line = next(line for line in text if line.lstrip().startswith("ratio over"))

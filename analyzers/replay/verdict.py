@@ -10,7 +10,8 @@ another tool can recompute it (docs/simulator.md, "The decision"):
   the same sessions) and recomputes each figure with each request weighted by its session's
   weight. The interval is the draws' 2.5th-97.5th percentiles.
 * **Figures** (per policy, per load point, per draw): GPU hit share = weighted delivered blocks /
-  weighted block accesses (rejected requests count their accesses, as ``gpu_hit_share`` does);
+  weighted block accesses over the requests that ran (rejected ones excluded, as
+  ``gpu_hit_share_served``: with unit weights the two are equal);
   mean and p99 TTFT over the requests that ran (p99: the smallest TTFT whose cumulative weight
   reaches 99 % of the total); staging-cancel share = weighted cancelled tiered prefetches /
   weighted requests that ran.
@@ -167,9 +168,11 @@ def figure_draws(table: RequestTable, weights: np.ndarray) -> FigureDraws:
     """The figures of one table under each draw's session weights (``weights`` from
     :func:`session_weights`, over every session index the table names)."""
     w = weights[:, table.session]  # (draws, requests)
-    accesses = w @ table.blocks.astype(np.float64)
-    hits = w @ table.delivered_blocks.astype(np.float64)
     w_ran = w[:, table.ran]
+    # Over served requests only, as the per-load ``gpu_hit_share_served``: a layout cannot
+    # deliver hits to a request the model refused, so the run's figure must not count them.
+    accesses = w_ran @ table.blocks[table.ran].astype(np.float64)
+    hits = w_ran @ table.delivered_blocks[table.ran].astype(np.float64)
     ttft = table.ttft_s[table.ran]
     ran_total = w_ran.sum(axis=1)
     served = w_ran @ table.blocks[table.ran].astype(np.float64)
@@ -270,6 +273,9 @@ class Verdict:
     max_cancel_share: float
     replicas: int
     draws: int
+    #: The achieved load of each point swept (``load_unit``, the points in increasing offered
+    #: load): the axis the capacities are read on, so a rendering can name its ends.
+    loads_swept: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -351,6 +357,7 @@ def decide_run(
         max_cancel_share=max_cancel_share,
         replicas=inp.replicas,
         draws=int(next(iter(caps.values())).shape[0]) if caps else 0,
+        loads_swept=tuple(float(x) for x in inp.loads),
     )
     if len(names) < 2:
         return base
@@ -441,11 +448,21 @@ def _load(v: float, unit: str) -> str:
     return f"{v:.3g} {unit}"
 
 
-def _cap(c: Capacity, unit: str) -> str:
-    if c.below_lowest and c.high == 0.0:
-        return "below the lowest load swept"
-    core = f"{c.median:.3g} [{c.low:.3g}, {c.high:.3g}] {unit}"
-    return f"at least {core} (the highest load swept)" if c.censored else core
+def capacity_words(c: Capacity, unit: str, loads_swept: Sequence[float] = ()) -> str:
+    """A capacity at SLO in words, the one rendering of it (replay, plan's summary and growth
+    lines, the report): a median of 0 means the lowest load swept already failed in most draws,
+    and a censored one is a lower bound, never a measured capacity."""
+    lowest = f" ({min(loads_swept):.3g} {unit})" if loads_swept else ""
+    if c.below_lowest:
+        if c.high == 0.0:
+            return f"below the lowest load swept{lowest} in every draw"
+        return (
+            f"below the lowest load swept{lowest} in most draws; "
+            f"95 % interval {c.low:.3g}-{c.high:.3g}"
+        )
+    if c.censored:
+        return f"at least {c.median:.3g} {unit} (the highest load swept)"
+    return f"{c.median:.3g} {unit} (95 % interval {c.low:.3g}-{c.high:.3g})"
 
 
 def verdict_sentences(v: Verdict) -> str:
@@ -464,9 +481,9 @@ def verdict_sentences(v: Verdict) -> str:
     for n, c in v.capacity.items():
         p = v.at_point[n]
         lines.append(
-            f"  {n}: capacity {_cap(c, v.load_unit)}; GPU hit share "
-            f"{100 * p.gpu_hit_share.median:.1f} %, TTFT mean {p.ttft_mean_s.median:.3g} s, "
-            f"p99 {p.ttft_p99_s.median:.3g} s"
+            f"  {n}: capacity {capacity_words(c, v.load_unit, v.loads_swept)}; GPU hit share "
+            f"(served) {100 * p.gpu_hit_share.median:.1f} %, TTFT mean "
+            f"{p.ttft_mean_s.median:.3g} s, p99 {p.ttft_p99_s.median:.3g} s"
         )
     lines.append(
         f"  SLO: p99 TTFT <= {v.slo_ttft_p99_s:g} s, staging cancels <= "
