@@ -182,12 +182,26 @@ def _per_policy(doc: Node, *keys: str) -> dict[str, tuple[list[float], list[floa
             continue
         for name, p in pt.policies:
             v = number_at(p, *keys)
-            x = number_at(p, "achieved_rate", "central") if by_rate else pt.load
+            x = pt.load
+            if by_rate and _served_axis(doc):
+                x = number_at(p, "achieved_rate", "central")
             if v is not None and x is not None:
                 xs, ys = out.setdefault(name, ([], []))
                 xs.append(x)
                 ys.append(v)
     return out
+
+
+def _served_axis(doc: Node) -> bool:
+    """Whether the rate axis is the load served: every policy at the node's sizes states its
+    central achieved rate. An older or hand-written document without it is charted against the
+    offered rate, named as such, rather than drawn empty."""
+    return all(
+        number_at(p, "achieved_rate", "central") is not None
+        for pt in load_points(doc)
+        if not pt.sizes
+        for _, p in pt.policies
+    )
 
 
 def rate_charts(doc: Node, prefix: str) -> str:
@@ -200,6 +214,10 @@ def rate_charts(doc: Node, prefix: str) -> str:
         svg.Axis("sessions kept active (closed loop)", fmt=lambda v: f"{v:g}")
         if closed_loop(doc)
         else svg.Axis("served load (requests/s, steady-state window)", fmt=lambda v: f"{v:.3g}")
+        if _served_axis(doc)
+        else svg.Axis(
+            "offered load (requests/s; no served rate recorded)", fmt=lambda v: f"{v:.3g}"
+        )
     )
     ideal = served_ideal(doc)
     hits = _per_policy(doc, served_key(doc))
