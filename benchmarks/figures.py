@@ -142,10 +142,11 @@ def at_rate(run: Run, rate: float) -> dict[str, Any]:
 
 def divergence(run: Run) -> float:
     """The plan's divergence rate: the lowest load swept whose decision is not ``none``."""
-    for label, best in run.doc("plan.json")["decision"]["by_load"]:
-        if best != "none":
-            return float(label.split()[0])
-    raise LookupError(f"no load in {run.out / 'plan.json'} decides a layout")
+    # The offered rate: plan.json's by_load names loads by what was served (issue #33).
+    rate = run.doc("replay.json")["divergence_rate"]
+    if rate is None:
+        raise LookupError(f"no load in {run.out / 'replay.json'} decides a layout")
+    return float(rate)
 
 
 def above_divergence(run: Run) -> float:
@@ -274,7 +275,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "quickstart-divergence",
         "plan-quickstart",
-        "plan.json: the lowest load of decision.by_load that is not none",
+        "replay.json: divergence_rate (the lowest offered load whose decision is not none)",
         divergence,
     ),
     Figure(
