@@ -576,25 +576,19 @@ def replay(
     pace themselves, rates otherwise); ``slo_ttft_p99_s``: the auto sweep stops past it.
     ``gpu_kv_sweep``/``host_memory_sweep``/``staging_sweep``: more sizes to run besides the node's
     (every combination); ``host_memory_auto``: add the trace's working-set sizes to host memory.
-    ``amplify``: K copies of each session (docs/simulator.md 1.3). ``source`` may be a dataset (a
-    directory or glob of canonical Parquet parts) that fits ``memory_budget_bytes`` (default 30 % of
-    the machine's memory). ``think_time``: a :class:`~fcctl.ThinkTime` (default the recorded gaps:
-    ``ThinkTime("original")``; ``"none"``, ``("capped", S)``, ``("scale", K)``: the gap between a
-    session's turns; analyzers/replay/load.py). ``cancel``: what a cancelled tiered prefetch's bytes
-    become, ``discard`` (recomputed) or ``credit`` (delivered). ``router``: ``kv-aware`` (Dynamo's
-    cost: prefill blocks to compute plus decoding blocks held), ``sticky`` (the session's worker),
-    ``round-robin`` or ``least-loaded``. ``decision_margin_pp``/``decision_ttft_margin``: the
-    decision's margins. ``model``...``kv_dtype``: as :func:`geometry`. ``hardware``: the node
-    (:func:`hardware`; default the h200-8x preset). ``short_reply_tokens``/``agent_context_tokens``:
-    the placement thresholds (tokens; default the placement rule's). ``seed``: the session
-    schedule's. ``keep_tables``: keep the per-request polars DataFrames (``write_out_dir`` needs
-    them). ``sample_sessions``: replay only the whole sessions whose id hash falls in this share (0
-    < R <= 1; the hash of ``fcctl convert --partition-by session-hash``), at the same per-node load;
-    the result's ``sampling`` says what was kept and the error measured at that rate
-    (docs/simulator.md). ``jobs``: simulations run at once in worker processes (default: the CPUs
-    available, at most one per worker's memory footprint within the memory budget; 1: in this
-    process); ``engine="dask"`` runs them on the Dask cluster at ``scheduler`` (default a local one)
-    as :func:`analyze` does. The figures are the same wherever they run.
+    ``amplify``: K copies of each session (docs/simulator.md 1.3). ``source`` may be a dataset
+    (a directory or glob of canonical Parquet parts) that fits ``memory_budget_bytes`` (default
+    30 % of the machine's memory). ``think_time``: a :class:`~fcctl.ThinkTime` (default the
+    recorded gaps). ``cancel``, ``router``, ``decision_margin_pp``/``decision_ttft_margin``: as
+    the flags (docs/cli.md). ``model``...``kv_dtype``: as :func:`geometry`. ``hardware``: the
+    node (:func:`hardware`; default the h200-8x preset).
+    ``short_reply_tokens``/``agent_context_tokens``: the placement thresholds (tokens; default
+    the placement rule's). ``seed``: the session schedule's; ``replicas``: runs at seeds
+    ``seed``..``seed + R - 1`` (docs/simulator.md 6.2). ``keep_tables``: keep the per-request
+    DataFrames. ``sample_sessions``: replay the whole sessions whose id hash falls in this
+    share, at the same per-node load (docs/simulator.md). ``jobs``: worker processes (default:
+    the CPUs the memory budget holds; 1: this process); ``engine="dask"``: on the Dask cluster
+    at ``scheduler``. The figures are the same wherever they run.
     """
     from fcctl.analyzers.replay import Execution, check_execution
     from fcctl.analyzers.replay.parallel import start_worker_server
@@ -952,20 +946,17 @@ def recommend_thresholds(
     ``short_reply_grid``/``agent_context_grid``: thresholds to sweep (tokens; a list such
     as ``[256, 512, 1024]``; default from the trace's percentiles). ``objective``: ``"hit"``
     (highest GPU hit share, ties by p99 TTFT) or ``"ttft-p99"``. ``target_rate``: the rate
-    (requests/s) the pick is made at (default the highest of ``rates``). ``jobs``: simulations run
-    in parallel processes (default the CPUs available, at most one per worker's memory footprint
-    within 30 % of the machine's memory); ``engine="dask"``: on the Dask cluster at
-    ``scheduler`` (default a local one). ``decision_margin_pp`` (percentage points
+    (requests/s) the pick is made at (default the highest of ``rates``). ``jobs``/``engine``:
+    as :func:`replay`. ``decision_margin_pp`` (percentage points
     of GPU hit share) and ``decision_ttft_margin`` (a fraction of mean TTFT): pairs closer than
     both are equal, and when all are, the thresholds do not matter (the default pair is
     recommended). ``sample_sessions``: sweep on sampled sessions (as :func:`replay`).
     ``spec``: a :class:`~fcctl.RunSpec` instead of ``model``...``kv_dtype``, ``hardware`` and
     ``seed`` (its geometry, node and seed; each cell sets its own placement, and the sweep runs
     the default cancel mode, router and think time, so a spec with others is refused).
-    ``amplify``: sweep on K copies of every session (as :func:`replay`).
-    ``replicas``: sweeps run, replica ``i`` with seed ``seed + i``; beyond one the result's
-    ``replicas`` says whether each recommends the same pair and each cell's range across them
-    (the figures are the first replica's). Other parameters as :func:`replay`.
+    ``replicas``: sweeps run at seeds ``seed + i``; the result's ``replicas`` says whether each
+    picks the same pair, and each cell's range (figures: the first replica's). Others (``amplify``
+    too) as :func:`replay`.
     """
     import dataclasses
 
@@ -1179,18 +1170,12 @@ def plan(
     progress: Progress | bool = False,
 ) -> PlanResult:
     """Analyze, replay at the automatic loads and the user's point, recommend thresholds,
-    optionally emit, and write one report into ``out`` (module docstring). ``hardware``: a
-    :func:`fcctl.hardware` node (default the h200-8x preset). ``sample_sessions``: replay and
-    recommend on sampled sessions (analyze reads the whole trace). ``amplify``: replay and
-    recommend on K copies of every session (analyze reads the trace as it is; with ``load``,
-    its ``amplify``). ``jobs``, ``engine`` and
-    ``scheduler`` say where the replay's and the recommendation's simulations run (the
-    analysis runs here). ``spec``: a :class:`~fcctl.RunSpec` instead of ``model``...``kv_dtype``,
-    ``hardware`` and ``think_time`` (the recommendation runs its geometry, node and seed, as
-    :func:`recommend_thresholds` takes it); ``load``: the replay step's :class:`~fcctl.LoadPlan`
-    instead of ``rate``, ``concurrency``, ``slo_ttft_p99_s`` and the host memory sweep (plan's
-    own: every policy, ``auto_rates``). ``replicas``: the replay step's runs (default
-    :data:`PLAN_REPLICAS`; docs/simulator.md §6.2). Other parameters as :func:`fcctl.replay`."""
+    optionally emit, and write one report into ``out`` (module docstring). ``sample_sessions``,
+    ``amplify``: replay and recommend on sampled or copied sessions (analyze reads the trace as
+    it is). ``spec``/``load``: a :class:`~fcctl.RunSpec` and the replay step's
+    :class:`~fcctl.LoadPlan` instead of their keywords (the recommendation runs the spec's
+    geometry, node and seed). ``replicas``: the replay step's runs (default
+    :data:`PLAN_REPLICAS`, docs/simulator.md 6.2). Other parameters as :func:`fcctl.replay`."""
     given = dict(locals())
     from fcctl.analyzers.recommend.emit import check_name
     from fcctl.analyzers.replay import Execution, check_amplify_value, check_execution

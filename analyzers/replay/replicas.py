@@ -28,6 +28,7 @@ from .verdict import (
     DEFAULT_BOOTSTRAP_DRAWS,
     DEFAULT_SLO_TTFT_P99_S,
     SPREAD_FIGURES,
+    SPREAD_SOURCES,
     FigureDraws,
     Interval,
     PolicySpread,
@@ -231,7 +232,9 @@ def with_spread(
     figures = _draws_of(by_replica, keys, names, draws, seed)
     spreads = {
         key: {
-            n: PolicySpread(*(Interval.of(getattr(figures[n][k], f)) for f in SPREAD_FIGURES))
+            n: PolicySpread(
+                *(Interval.of(getattr(figures[n][k], SPREAD_SOURCES[f])) for f in SPREAD_FIGURES)
+            )
             for n in names
         }
         for k, key in enumerate(keys)

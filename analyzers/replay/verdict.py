@@ -56,6 +56,9 @@ _P99 = 0.99
 _FIELDS = ("gpu_hit_share", "ttft_mean_s", "ttft_p99_s", "cancel_share")
 #: The figures of the per-load spread (:class:`PolicySpread`), in its order.
 SPREAD_FIGURES = ("gpu_hit_share_served", *_FIELDS)
+#: The :class:`FigureDraws` field each of :data:`SPREAD_FIGURES` is read from: the spread's
+#: ``gpu_hit_share`` is over every request, as the per-load figure of that name.
+SPREAD_SOURCES = {f: "gpu_hit_share_all" if f == "gpu_hit_share" else f for f in SPREAD_FIGURES}
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,9 @@ class FigureDraws:
     #: Σ w·delivered / Σ w·blocks over the requests that ran (the per-load spread's; the
     #: decision reads ``gpu_hit_share``); None where a caller built the draws without it.
     gpu_hit_share_served: np.ndarray | None = None
+    #: Σ w·delivered / Σ w·blocks over every request, rejected ones as misses (the per-load
+    #: spread's ``gpu_hit_share``, as the per-load ``gpu_hit_share``); None as above.
+    gpu_hit_share_all: np.ndarray | None = None
 
 
 def check_replicas(replicas: object) -> int:
@@ -177,6 +183,8 @@ def figure_draws(table: RequestTable, weights: np.ndarray) -> FigureDraws:
     ran_total = w_ran.sum(axis=1)
     served = w_ran @ table.blocks[table.ran].astype(np.float64)
     served_hits = w_ran @ table.delivered_blocks[table.ran].astype(np.float64)
+    every = w @ table.blocks.astype(np.float64)
+    every_hits = w @ table.delivered_blocks.astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         return FigureDraws(
             gpu_hit_share=np.where(accesses > 0, hits / accesses, np.nan),
@@ -184,6 +192,7 @@ def figure_draws(table: RequestTable, weights: np.ndarray) -> FigureDraws:
             ttft_p99_s=_weighted_p99(ttft, w_ran),
             cancel_share=(w_ran @ table.cancelled[table.ran].astype(np.float64)) / ran_total,
             gpu_hit_share_served=np.where(served > 0, served_hits / served, np.nan),
+            gpu_hit_share_all=np.where(every > 0, every_hits / every, np.nan),
         )
 
 
@@ -192,10 +201,11 @@ def replica_figure_draws(tables: Sequence[RequestTable], weights: np.ndarray) ->
 
     The replicas ran the same sessions (only seeds differ), so one weight array serves them."""
     draws = weights.shape[0]
-    out = {f: np.empty(draws) for f in SPREAD_FIGURES}
+    fields = (*SPREAD_FIGURES, "gpu_hit_share_all")
+    out = {f: np.empty(draws) for f in fields}
     for r, table in enumerate(tables):
         part = figure_draws(table, weights[r :: len(tables)])
-        for f in SPREAD_FIGURES:
+        for f in fields:
             out[f][r :: len(tables)] = getattr(part, f)
     return FigureDraws(**out)
 

@@ -182,7 +182,7 @@ def _per_policy(doc: Node, *keys: str) -> dict[str, tuple[list[float], list[floa
             continue
         for name, p in pt.policies:
             v = number_at(p, *keys)
-            x = pt.load
+            x: float | None = pt.load
             if by_rate and _served_axis(doc):
                 x = number_at(p, "achieved_rate", "central")
             if v is not None and x is not None:
