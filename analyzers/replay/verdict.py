@@ -177,17 +177,15 @@ def figure_draws(table: RequestTable, weights: np.ndarray) -> FigureDraws:
     w_ran = w[:, table.ran]
     # Over served requests only, as the per-load ``gpu_hit_share_served``: a layout cannot
     # deliver hits to a request the model refused, so the run's figure must not count them.
-    accesses = w_ran @ table.blocks[table.ran].astype(np.float64)
-    hits = w_ran @ table.delivered_blocks[table.ran].astype(np.float64)
-    ttft = table.ttft_s[table.ran]
-    ran_total = w_ran.sum(axis=1)
     served = w_ran @ table.blocks[table.ran].astype(np.float64)
     served_hits = w_ran @ table.delivered_blocks[table.ran].astype(np.float64)
+    ttft = table.ttft_s[table.ran]
+    ran_total = w_ran.sum(axis=1)
     every = w @ table.blocks.astype(np.float64)
     every_hits = w @ table.delivered_blocks.astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         return FigureDraws(
-            gpu_hit_share=np.where(accesses > 0, hits / accesses, np.nan),
+            gpu_hit_share=np.where(served > 0, served_hits / served, np.nan),
             ttft_mean_s=(w_ran @ ttft) / ran_total,
             ttft_p99_s=_weighted_p99(ttft, w_ran),
             cancel_share=(w_ran @ table.cancelled[table.ran].astype(np.float64)) / ran_total,
