@@ -63,3 +63,15 @@ def test_fast_equals_reference_with_a_host_pool_per_worker(
     # sessions between workers, so blocks miss in one pool and are duplicated in another.
     hw = with_values(NODES[node], {"host_scope": "worker"}, "test")
     _fast_equals_reference(seed, hw, policy, router)
+
+
+def test_flat_read_cost_gap_rule_is_the_planners_threshold() -> None:
+    """read_cost merges a hole exactly when plan_reads itself would (the limit is found by
+    bisection; here asked at every hole around it and at a spread of others)."""
+    from fcctl.analyzers.replay.flatcost import GAP_BYTES, merge_limit, planner_merges
+
+    limit = merge_limit()
+    assert limit == GAP_BYTES  # plan_reads merges a hole strictly below its gap
+    holes = [*range(0, 4 * 4096), *range(limit - 4096, limit + 4096), 3 * GAP_BYTES]
+    assert all(planner_merges(h) == (h < limit) for h in holes)
+    assert merge_limit(1) == 1 and merge_limit(0) == 1  # touching extents always merge

@@ -9,7 +9,8 @@ by :func:`fcctl.layout.planner.plan_reads` (64 KiB gap, 4096 alignment).
 :func:`read_cost` gives the same figures as planning every layer, without building the
 extents: runs are sorted by (file, offset), which is their order at every layer, and two
 consecutive runs of one file merge at layer ``l`` exactly when the planner's gap rule
-merges their hole (asked of ``plan_reads`` itself, once per distinct hole, cached) or when
+merges their hole (the hole is below the gap rule's limit, found by asking ``plan_reads`` itself:
+:func:`merge_limit`) or when
 their 4096-aligned ranges touch. ``reference.ReferenceStore`` plans every layer with
 ``plan_reads``; the tests require equal results.
 """
@@ -27,11 +28,28 @@ ALIGN = PAGE_BYTES
 GAP_BYTES = DEFAULT_GAP_BYTES
 
 
-@functools.lru_cache(maxsize=65536)
 def planner_merges(hole_bytes: int, gap_bytes: int = GAP_BYTES) -> bool:
     """Whether ``plan_reads`` reads across a hole of ``hole_bytes`` between two extents."""
     probe = [Extent("probe", 0, 1), Extent("probe", 1 + hole_bytes, 1)]
     return plan_reads(probe, gap_bytes=gap_bytes).read_commands == 1
+
+
+@functools.lru_cache(maxsize=16)
+def merge_limit(gap_bytes: int = GAP_BYTES) -> int:
+    """The smallest hole ``plan_reads`` does not read across: it reads across every hole
+    below it and none from it on (the gap rule is a threshold; :func:`planner_merges` is asked
+    at the two holes either side of the limit found by bisection, and a test asks it at every
+    hole up to twice the gap)."""
+    lo, hi = 0, gap_bytes + 1  # planner_merges(lo) holds for a gap >= 1; never at hi
+    if not planner_merges(lo, gap_bytes):
+        return 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if planner_merges(mid, gap_bytes):
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 class SegmentTable:
@@ -93,11 +111,7 @@ def read_cost(
         a_hole = a_start[:, 1:] - a_end[:, :-1]
         merge = (a_hole <= 0) & same[None, :]
         candidates = same[None, :] & ~merge & (hole > 0)
-        if candidates.any():
-            values = np.unique(hole[candidates])
-            yes = np.array([v for v in values.tolist() if planner_merges(v)], dtype=np.int64)
-            if yes.shape[0]:
-                merge |= candidates & np.isin(hole, yes)
+        merge |= candidates & (hole < merge_limit())
         commands -= int(merge.sum())
         total_bytes += int(a_hole[merge].sum())
     return commands, total_bytes
