@@ -75,6 +75,17 @@ def _run_s(k: int, a: float, b: float) -> float:
     return k * a + b * k * (k - 1) / 2.0
 
 
+def admission_order(starts: np.ndarray, seed: int) -> np.ndarray:
+    """The order a concurrency run admits sessions (their first requests, ``starts``): the
+    trace's own order for seed 0, so a run without replicas replays what the trace records;
+    for any other seed a permutation drawn from ``numpy.random.default_rng(seed)``, so
+    replicas at seeds ``s, s + 1, ...`` vary which sessions are active together
+    (docs/simulator.md, "Replicas")."""
+    if seed == 0:
+        return starts
+    return starts[np.random.default_rng(seed).permutation(starts.shape[0])]
+
+
 class Policy(Protocol):
     """One storage policy (one module under ``policies/``; registered in ``POLICIES``)."""
 
@@ -331,7 +342,10 @@ class Simulation:
             self.next_in_session = None
             starts = np.arange(w.requests)
         if self.concurrency is not None:
-            # Closed loop over sessions: the first N start at t = 0, the rest as slots free.
+            # Closed loop over sessions: the first N start at t = 0, the rest as slots free,
+            # in the trace's order (seed 0) or a seeded shuffle of it (which sessions overlap
+            # is what a self-paced trace does not record: the replicas' randomness).
+            starts = admission_order(starts, self.spec.seed)
             head = starts[: self.concurrency].tolist()
             self.pending_sessions = deque(starts[self.concurrency :].tolist())
             for r in head:

@@ -26,6 +26,7 @@ from .sampling import NOT_MEASURED, SampleError, session_sampling
 from .spec import RunSpec
 from .verdict import (
     DEFAULT_BOOTSTRAP_DRAWS,
+    DEFAULT_MAX_CANCEL_SHARE,
     DEFAULT_SLO_TTFT_P99_S,
     SPREAD_FIGURES,
     SPREAD_SOURCES,
@@ -35,9 +36,11 @@ from .verdict import (
     RequestTable,
     VerdictInputs,
     decide_run,
+    meets_slo,
     replica_figure_draws,
     session_weights,
 )
+from .workload import Workload
 
 
 def _without_tables(point: RateResult) -> RateResult:
@@ -54,34 +57,50 @@ def replay_decided(
     draws: int = DEFAULT_BOOTSTRAP_DRAWS,
     samples: Sequence[tuple[Trace, SessionSample]] = (),
 ) -> ReplayResult:
-    """:func:`~.run.replay_trace` ``plan.replicas`` times, and the decision over the replicas.
+    """:func:`~.run.replay_trace` as ``plan.replicas`` replicas, and the decision over them.
 
-    ``samples``: replica ``i``'s own sampled trace and what it kept (one per replica, salts
-    ``seed + i``), replayed instead of ``trace``; the result's ``sampling`` then states the
-    error measured across them (:func:`replica_error`)."""
+    Replica 0 (seed ``spec.seed``) runs the whole plan; the others replay only the load points
+    the decision reads (:func:`replica_points`), each as one batch on the workload replica 0
+    built, and not at all where the seed changes nothing (:func:`seed_free`). ``samples``:
+    replica ``i``'s own sampled trace and what it kept (one per replica, salts ``seed + i``),
+    replayed instead of ``trace``; the result's ``sampling`` then states the error measured
+    across them (:func:`replica_error`)."""
     kept = replace(spec, keep_tables=True)
     traces = [t for t, _ in samples] if samples else [trace] * plan.replicas
     if len(traces) != plan.replicas:
         raise ValueError("replay_decided: give one sample per replica")
-    runs = [
-        replay_trace(
-            t, replace(kept, seed=spec.seed + i), plan, progress=progress, execution=execution
-        )
-        for i, t in enumerate(traces)
-    ]
+    built: list[Workload] = []
+    first = replay_trace(traces[0], kept, plan, progress=progress, execution=execution, built=built)
     slo = plan.slo_ttft_p99_s if plan.slo_ttft_p99_s is not None else DEFAULT_SLO_TTFT_P99_S
+    runs, notes = [first], list(first.notes)
+    if not first.load.get("closed_loop") and len(samples) < 2:
+        notes.append(
+            "decision spread: an open-loop trace replays the same schedule under every seed, so "
+            "the bootstrap over sessions is the whole spread"
+        )
+    if plan.replicas > 1 and seed_free(first, plan, samples):
+        notes.append(f"replicas: 1 run of {plan.replicas} (the others would repeat it)")
+    elif plan.replicas > 1:
+        keys = replica_points(first, slo, draws=draws, seed=spec.seed)
+        again = fixed_plan(plan, keys)
+        for i in range(1, plan.replicas):
+            runs.append(
+                replay_trace(
+                    traces[i],
+                    replace(kept, seed=spec.seed + i),
+                    again,
+                    progress=progress,
+                    execution=execution,
+                    workload=None if samples else built[0],
+                )
+            )
+        notes.append(_replicas_note(first, keys, plan.replicas, spec.seed))
     verdict = decide_run(
         inputs_of(runs, draws=draws, seed=spec.seed),
         slo_ttft_p99_s=slo,
         ttft_margin=plan.decision_ttft_margin,
     )
     first = with_spread(runs, draws=draws, seed=spec.seed)
-    notes = list(first.notes)
-    if not first.load.get("closed_loop") and len(samples) < 2:
-        notes.append(
-            "decision spread: an open-loop trace replays the same schedule under every seed, so "
-            "the bootstrap over sessions is the whole spread"
-        )
     sampling = first.sampling
     if len(samples) > 1:
         kept_sessions = ", ".join(f"{s.sessions_kept:,}" for _, s in samples)
@@ -100,6 +119,85 @@ def replay_decided(
             ),
         )
     return replace(first, decision=verdict, notes=tuple(notes), sampling=sampling)
+
+
+def seed_free(
+    first: ReplayResult, plan: LoadPlan, samples: Sequence[tuple[Trace, SessionSample]]
+) -> bool:
+    """Whether every replica would replay exactly what replica 0 did: an open-loop trace at
+    offered rates (its requests arrive at their own scaled timestamps; the seed draws nothing),
+    unamplified, every replica on the same sessions. Its replicas' per-request tables would
+    be equal, and a bootstrap split over equal tables is the bootstrap of one, so running one
+    changes no figure of the decision."""
+    return (
+        not samples
+        and plan.amplify == 1
+        and first.load.get("axis") == "rate"
+        and not first.load.get("closed_loop")
+    )
+
+
+def replica_points(
+    first: ReplayResult,
+    slo_ttft_p99_s: float,
+    *,
+    max_cancel_share: float = DEFAULT_MAX_CANCEL_SHARE,
+    draws: int = DEFAULT_BOOTSTRAP_DRAWS,
+    seed: int = 0,
+) -> list[tuple[float, int]]:
+    """The load points (at the node's sizes, as :func:`_point_key`) the other replicas replay:
+    those the decision reads. A policy's capacity is the highest load of its leading run of
+    points that meet the SLO (:func:`~.verdict.capacity_draws`), so per policy every point of
+    the longest leading run over replica 0's bootstrap draws, the first point past it (where
+    the run ends) and the one after (where another seed's run would end if it went one
+    further); and the operating point. Points above those move no capacity, and keep the
+    bootstrap spread of replica 0 alone."""
+    keys = sorted(_node_points(first))
+    inp = inputs_of([first], draws=draws, seed=seed)
+    picked: set[tuple[float, int]] = set()
+    for figures in inp.figures.values():
+        meets = np.stack([meets_slo(f, slo_ttft_p99_s, max_cancel_share) for f in figures])
+        lead = int(np.cumprod(meets, axis=0).sum(axis=0).max(initial=0))
+        picked.update(keys[: lead + 2])
+    if inp.operating_index is not None:
+        picked.add(keys[inp.operating_index])
+    return sorted(picked)
+
+
+def fixed_plan(plan: LoadPlan, keys: Sequence[tuple[float, int]]) -> LoadPlan:
+    """``plan`` at exactly the load points ``keys`` (:func:`_point_key`), at the node's own
+    sizes, nothing swept: what a replica past the first replays."""
+    base = replace(
+        plan,
+        auto_rates=False,
+        auto_concurrency=False,
+        amplify_growth=False,
+        size_lists={},
+        host_memory_auto=False,
+        replicas=1,
+    )
+    if any(c for _, c in keys):
+        return replace(base, concurrency=tuple(c for _, c in keys), operating_rate=None)
+    rates = tuple(r for r, _ in keys)
+    op = plan.operating_rate if plan.operating_rate in rates else None
+    return replace(base, concurrency=None, rates=rates, operating_rate=op)
+
+
+def _replicas_note(
+    first: ReplayResult, keys: Sequence[tuple[float, int]], replicas: int, seed: int
+) -> str:
+    axis = first.load.get("axis")
+    shown = ", ".join(
+        f"{c:,} sessions" if axis == "concurrency" else f"{r:g} req/s" for r, c in keys
+    )
+    every = len(keys) == len(_node_points(first))
+    where = (
+        "every load point"
+        if every
+        else f"the load points the decision reads ({shown}); elsewhere the spread is seed "
+        f"{seed}'s bootstrap over sessions alone"
+    )
+    return f"replicas: seeds {seed}..{seed + replicas - 1} at {where}"
 
 
 def _relative_range(values: Sequence[float | None]) -> float | None:
@@ -193,7 +291,8 @@ def _draws_of(
     tables: dict[str, list[list[RequestTable]]] = {n: [] for n in names}
     for key in keys:
         for n in names:
-            per = [pts[key].policies[n].table for pts in by_replica]
+            # The replicas that ran this point (replica 0 ran every one: replay_decided).
+            per = [pts[key].policies[n].table for pts in by_replica if key in pts]
             if any(t is None for t in per):
                 raise ValueError("inputs_of: replay with keep_tables=True (the spread needs them)")
             tables[n].append([RequestTable.of(t) for t in per if t is not None])
@@ -214,16 +313,19 @@ def _draws_of(
 def _shared_points(
     replicas: Sequence[ReplayResult],
 ) -> tuple[list[dict[tuple[float, int], RateResult]], list[tuple[float, int]]]:
+    """Per replica its points at the node's sizes, and the points of the first (the one that
+    ran the whole plan; the others ran some of its points: :func:`replica_points`)."""
     by_replica = [_node_points(r) for r in replicas]
-    return by_replica, sorted(set.intersection(*(set(p) for p in by_replica)))
+    return by_replica, sorted(by_replica[0])
 
 
 def with_spread(
     replicas: Sequence[ReplayResult], *, draws: int = DEFAULT_BOOTSTRAP_DRAWS, seed: int = 0
 ) -> ReplayResult:
-    """The first of ``replicas`` with every policy's ``spread`` at the load points every
-    replica ran at the node's sizes: the median and 95 % interval of each figure over the same
-    bootstrap the decision reads (docs/simulator.md §6.2, "Per-load spread"); None elsewhere."""
+    """The first of ``replicas`` with every policy's ``spread`` at its load points at the
+    node's sizes: the median and 95 % interval of each figure over the same bootstrap the
+    decision reads, over the replicas that ran the point (docs/simulator.md §6.2, "Per-load
+    spread"); None at other sizes."""
     by_replica, keys = _shared_points(replicas)
     first = replicas[0]
     if not keys:
@@ -260,9 +362,10 @@ def inputs_of(
     replicas: Sequence[ReplayResult], *, draws: int = DEFAULT_BOOTSTRAP_DRAWS, seed: int = 0
 ) -> VerdictInputs:
     """The decision's inputs from ``replicas`` (the same replay run with seeds ``seed + i``,
-    each with its per-request tables kept: ``RunSpec.keep_tables``). Load points are those at
-    the node's own sizes that every replica ran, in increasing offered load; a point's load is
-    the central achieved rate (requests/s served), a policy's own for its capacity."""
+    each with its per-request tables kept: ``RunSpec.keep_tables``). Load points are the
+    first's at the node's own sizes, in increasing offered load, each over the replicas that
+    ran it (:func:`replay_decided`); a point's load is the central achieved rate (requests/s
+    served, the mean over those replicas), a policy's own for its capacity."""
     if not replicas:
         raise ValueError("inputs_of: give at least one replay result")
     by_replica, keys = _shared_points(replicas)
@@ -270,7 +373,10 @@ def inputs_of(
     figures = _draws_of(by_replica, keys, names, draws, seed)
     policy_loads = {
         n: np.array(
-            [np.mean([_central_rate(pts[k].policies[n]) for pts in by_replica]) for k in keys]
+            [
+                np.mean([_central_rate(pts[k].policies[n]) for pts in by_replica if k in pts])
+                for k in keys
+            ]
         )
         for n in names
     }
