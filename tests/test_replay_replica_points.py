@@ -105,3 +105,14 @@ def test_an_open_loop_trace_at_offered_rates_runs_one_replica(replicas: int) -> 
     assert said == (
         [f"replicas: 1 run of {replicas} (the others would repeat it)"] if replicas > 1 else []
     )
+
+
+def test_a_run_too_short_for_a_window_is_named_by_its_whole_runs_rate(tmp_path) -> None:
+    """Two requests: the steady-state window is empty, so the decision's load is the whole
+    run's served rate (as the per-load labels), not "0 requests/s served"."""
+    trace = tmp_path / "two.jsonl"
+    line = '{"timestamp": %d, "input_length": 1024, "output_length": 10, "hash_ids": [1, 2]}\n'
+    trace.write_text(line % 0 + line % 1000)
+    r = fcctl.replay(str(trace), jobs=1)
+    assert r.decision is not None and r.decision.load > 0
+    assert all(x > 0 for x in r.decision.loads_swept)

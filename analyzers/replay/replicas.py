@@ -274,8 +274,10 @@ def _node_points(result: ReplayResult) -> dict[tuple[float, int], RateResult]:
 
 
 def _central_rate(p: PolicyResult) -> float:
+    """Requests/s served in the steady-state window; the whole run's when the window is empty
+    (a handful of requests: its rate is 0 or undefined), as :func:`.achieved.served_rate`."""
     r = p.achieved_rate
-    return float(r.central if r.central is not None else r.whole or 0.0)
+    return float(r.central if r.central else r.whole or 0.0)
 
 
 def _draws_of(
