@@ -86,6 +86,8 @@ def test_fixed_plan_replays_exactly_the_points() -> None:
     fixed = fixed_plan(sweep, [(0.0, 44), (0.0, 710)])
     assert fixed.concurrency == (44, 710) and not fixed.sweeps_sessions
     assert fixed.replicas == 1 and fixed.fixed_points(710) == [(None, 44), (None, 710)]
+    both = LoadPlan(auto_rates=True, auto_concurrency=True, replicas=3)  # plan's: the trace picks
+    assert fixed_plan(both, [(0.0, 1), (0.0, 5)]).concurrency == (1, 5)
     rates = LoadPlan(auto_rates=True, operating_rate=2.0, replicas=3)
     fixed = fixed_plan(rates, [(0.5, 0), (2.0, 0)])
     assert fixed.fixed_points(10) == [(2.0, None), (0.5, None)]

@@ -167,20 +167,21 @@ def replica_points(
 def fixed_plan(plan: LoadPlan, keys: Sequence[tuple[float, int]]) -> LoadPlan:
     """``plan`` at exactly the load points ``keys`` (:func:`_point_key`), at the node's own
     sizes, nothing swept: what a replica past the first replays."""
-    base = replace(
-        plan,
-        auto_rates=False,
-        auto_concurrency=False,
-        amplify_growth=False,
-        size_lists={},
-        host_memory_auto=False,
-        replicas=1,
-    )
+    fixed: dict[str, object] = {
+        "auto_rates": False,
+        "auto_concurrency": False,
+        "amplify_growth": False,
+        "size_lists": {},
+        "host_memory_auto": False,
+        "replicas": 1,
+    }
     if any(c for _, c in keys):
-        return replace(base, concurrency=tuple(c for _, c in keys), operating_rate=None)
-    rates = tuple(r for r, _ in keys)
-    op = plan.operating_rate if plan.operating_rate in rates else None
-    return replace(base, concurrency=None, rates=rates, operating_rate=op)
+        fixed.update(concurrency=tuple(c for _, c in keys), operating_rate=None)
+    else:
+        rates = tuple(r for r, _ in keys)
+        op = plan.operating_rate if plan.operating_rate in rates else None
+        fixed.update(concurrency=None, rates=rates, operating_rate=op)
+    return replace(plan, **fixed)  # type: ignore[arg-type]
 
 
 def _replicas_note(
