@@ -96,13 +96,16 @@ def test_resume_skips_unchanged_steps_and_reruns_from_a_change(planned: Path, tr
 def test_plan_replays_three_replicas_by_default_and_resumes_at_the_same_count(
     trace: str, tmp_path: Path
 ) -> None:
-    """The default 3 (fcctl.api.PLAN_REPLICAS): the replay step's decision reads three runs; a
-    resume at another count runs the replay step again, at the same count reuses it."""
+    """The default 3 (fcctl.api.PLAN_REPLICAS); a resume at another count runs the replay step
+    again, at the same count reuses it. This open-loop trace at offered rates draws nothing
+    from the seed, so the decision reads the one run the others would repeat, and says so."""
     out = tmp_path / "p"
     r = _plan(trace, "-o", str(out), "--jobs", "1", "--rate", "2")
     assert r.exit_code == 0, r.output
-    assert json.loads((out / "replay.json").read_text())["decision"]["replicas"] == 3
-    assert "3 replica(s)" in r.stdout
+    replayed = json.loads((out / "replay.json").read_text())
+    assert replayed["decision"]["replicas"] == 1
+    assert "replicas: 1 run of 3 (the others would repeat it)" in replayed["notes"]
+    assert "1 replica(s)" in r.stdout
     r = _plan(trace, "-o", str(out), "--jobs", "1", "--rate", "2", "--replicas", "3", "--resume")
     assert r.exit_code == 0, r.output
     assert {s["status"] for s in read_plan(out)["steps"]} == {"reused"}
