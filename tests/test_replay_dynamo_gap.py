@@ -13,12 +13,14 @@ things these cases compute by hand:
 * how long a request runs (fcctl's time model keeps requests about four times longer than
   Dynamo's mocker) then decides how long the blocks it references stay pinned.
 
-A third rule differs by design and is computed here too: when a session's next turn is sent.
-fcctl sends it at max(previous send + the recorded send-to-send gap, previous end), Dynamo at
+A third rule is computed here too: when a session's next turn is sent. Dynamo sends it at
 max(the recorded send time, previous end + the recorded think time): like a real client it
-never thinks less than recorded after a slow response. Measured on the 100 sessions, Dynamo's
-rule in fcctl lowers fcctl's GPU-only share (docs/simulator.md), so pacing is not why fcctl
-sits under Dynamo.
+never thinks less than recorded after a slow response. fcctl sent it at max(previous send +
+the recorded send-to-send gap, previous end) until the canonical table kept the client's
+think time (``think_time_s``); where the trace records one it now paces by the client's rule
+too, and keeps the old one where none is recorded. Measured on the 100 sessions, the client's
+rule lowers fcctl's GPU-only share (docs/simulator.md), so pacing is not why fcctl sat under
+Dynamo.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pytest
 
 from fcctl.analyzers.replay import ReplayConfig
@@ -161,9 +165,10 @@ _B0, _B1 = [100], [100, *range(200, 208)]
 _THINK_A, _THINK_B = 50.0, 119.0
 
 
-def _paced_run(t_a1: float, t_b1: float):  # type: ignore[no-untyped-def]
+def _paced_run(t_a1: float, t_b1: float, *, think: bool = False):  # type: ignore[no-untyped-def]
     # One worker, a 10-block shared pool, a slow decode (KV read at 10 kB/s): A's first turn
     # (16 output tokens) runs about 110 s, much longer than the 1 s the trace recorded.
+    # ``think``: the table keeps each turn's client think time, as the Claude Code reader does.
     hw = tiny_node(gpus=1, gpu_kv=10, gpu_running_kv_bytes=None, hbm_bytes_per_s=1e4)
     config = ReplayConfig(geometry=TINY, hardware=hw, keep_tables=True)
     trace = trace_of(
@@ -172,6 +177,9 @@ def _paced_run(t_a1: float, t_b1: float):  # type: ignore[no-untyped-def]
         timestamps=[0.0, t_a1, 0.0, t_b1],
         output_tokens=[BLOCK_TOKENS, 1, 1, 1],
     )
+    if think:
+        column = pl.Series("think_time_s", [None, _THINK_A, None, _THINK_B], dtype=pl.Float64)
+        trace = replace(trace, requests=trace.requests.with_columns(column))
     p = simulate(build_workload(trace, TINY, 1), config, "memory-only", None, concurrency=2)
     assert p.table is not None and p.rejected_requests.count == 0
     return p.table.sort("request_index")
@@ -190,9 +198,12 @@ def test_pacing_decides_whether_a_slow_sessions_prefix_survives() -> None:
       max(51, E + 50) = E + 50, after B's. B's 10 blocks fill the pool and evict all of
       A's: A's next turn finds 0.
 
-    fcctl is run with its rule, then fed Dynamo's rule's arrivals as the trace's times (each
-    then falls after the previous turn's end, so fcctl's max() keeps them as given): its store
-    gives the hand counts both times, so the two counts differ by pacing alone.
+    fcctl is run on a table without think times (its old rule, still the rule where a trace
+    records none), then fed Dynamo's rule's arrivals as the trace's times (each then falls
+    after the previous turn's end, so the max() keeps them as given): its store gives the hand
+    counts both times, so the two counts differ by pacing alone. Then on the recorded schedule
+    with the client's think times kept (``think_time_s``): fcctl's own rule gives Dynamo's
+    arrivals and Dynamo's count.
     """
     fcctl_rule = _paced_run(51.0, 120.0)
     end_a0, end_b0 = fcctl_rule["end_s"][0], fcctl_rule["end_s"][2]
@@ -206,6 +217,11 @@ def test_pacing_decides_whether_a_slow_sessions_prefix_survives() -> None:
     assert dynamo_rule["end_s"][0] == end_a0 and dynamo_rule["end_s"][2] == end_b0
     assert dynamo_rule["arrival_s"].to_list() == [0.0, t_a1, 0.0, t_b1]
     assert dynamo_rule["gpu_blocks"].to_list() == [0, 0, 0, 1]
+
+    client_rule = _paced_run(51.0, 120.0, think=True)
+    assert client_rule["end_s"][0] == end_a0 and client_rule["end_s"][2] == end_b0
+    assert client_rule["arrival_s"].to_list() == [0.0, t_a1, 0.0, t_b1]
+    assert client_rule["gpu_blocks"].to_list() == [0, 0, 0, 1]
 
 
 _DYNAMO_PYTHON = Path(os.environ.get("FCCTL_DYNAMO_PYTHON", "/tmp/dynvenv/bin/python"))

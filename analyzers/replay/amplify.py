@@ -10,7 +10,8 @@ The rule (docs/simulator.md, "Session amplification"):
   fresh block id in place of each of its session's own blocks (a bijection per copy, so reuse
   within the session is kept exactly) and the very same id for every shared block, so all
   copies of all sessions still share what the trace shares. Turns, input and output tokens,
-  per-session timestamps and think gaps are the original's.
+  per-session timestamps, think gaps and recorded client think times (``think_time_s``) are
+  the original's.
 * **Order.** Request ``r``'s copy ``j`` is request ``r * K + j``, session ``s``'s copy ``j`` is
   session ``s * K + j``: sessions interleave (original, copy 1, ..., copy K-1, next session),
   so a concurrency of ``c`` starts a mix of originals and copies, and a rate schedule starts
@@ -192,6 +193,7 @@ def amplify_workload(w: Workload, k: int, *, seed: int = 0) -> Workload:
         prev_request=prev,
         worker=session % w.workers,
         timestamps_s=timestamps,
+        think_time_s=None if w.think_time_s is None else np.repeat(w.think_time_s, k),
     )
 
 

@@ -21,7 +21,9 @@ Per request ``r`` on its worker ``w``:
 4. **decode**: one token an iteration for ``output_tokens - 1`` iterations; then ``r`` ends,
    releases its references to its blocks (they become evictable, tail first) and its GPU
    pool share. For per-session clocks the
-   session's next turn arrives at ``max(this arrival + the trace's gap, this end)``.
+   session's next turn arrives as its client sends it: ``max(its scheduled time, this end +
+   its recorded think time)``, or ``max(this arrival + the trace's gap, this end)`` where the
+   trace records no think time (:meth:`analyzers.replay.load.ThinkTime.next_arrival`).
 
 An iteration takes the fitted prefill polynomial's constant, its linear term for every token
 in the batch, its attention term for each prefill chunk (``k**2 + 2 k c`` after ``c`` tokens),
@@ -202,6 +204,14 @@ class Simulation:
         self.pending_sessions: deque[int] = deque()
         #: The next turn of each request's session (-1: the last); None on one clock.
         self.next_in_session: list[int] | None = None
+        #: Each turn's time on its session's recorded schedule (NaN until known; a first
+        #: turn's is its arrival), and its client's think time (NaN: not recorded).
+        self.scheduled_s: list[float] = [math.nan] * workload.requests
+        self.client_think_s: list[float] = (
+            [math.nan] * workload.requests
+            if workload.think_time_s is None
+            else workload.think_time_s.tolist()
+        )
         self.base = (
             workload.timestamps_s
             if self.concurrency is not None
@@ -371,15 +381,22 @@ class Simulation:
         firsts = np.ones(len(nxt), dtype=np.bool_)
         chained = np.asarray(nxt, dtype=np.int64)
         firsts[chained[chained >= 0]] = False
+        think = self.client_think_s
         for r in np.flatnonzero(firsts).tolist():
             q = nxt[r]
+            scheduled = float(out[r])
             while q >= 0:
-                out[q] = out[r] + self.think.apply(float(ts[q] - ts[r]))
+                # Served instantly: the response is out at the arrival.
+                out[q], scheduled = self.think.next_arrival(
+                    scheduled, float(out[r]), float(ts[q] - ts[r]), think[q], float(out[r])
+                )
                 r, q = q, nxt[q]
         return out
 
     def _arrive(self, now: float, r: Any) -> None:
         self.log.arrival_s[r] = now
+        if math.isnan(self.scheduled_s[r]):  # a session's first turn: its schedule starts here
+            self.scheduled_s[r] = now
         reason = self._reject_reason(r)
         if reason:
             self._reject(r, reason, now)
@@ -432,10 +449,22 @@ class Simulation:
             return
         q = self.next_in_session[r]
         if q >= 0:
-            gap = self.think.apply(float(self.w.timestamps_s[q] - self.w.timestamps_s[r]))
-            self.events.push(now + gap, self._arrive, q)
+            self.events.push(self._next_turn_arrival(r, q, now), self._arrive, q)
         elif self.concurrency is not None and self.pending_sessions:
             self._arrive(now, self.pending_sessions.popleft())
+
+    def _next_turn_arrival(self, r: int, q: int, response_s: float) -> float:
+        """When ``q``, the turn after ``r`` in its session, arrives; ``r``'s response (its
+        decode end, or its rejection) was out at ``response_s``."""
+        ts = self.w.timestamps_s
+        arrival, self.scheduled_s[q] = self.think.next_arrival(
+            self.scheduled_s[r],
+            self.log.arrival_s[r],
+            float(ts[q] - ts[r]),
+            self.client_think_s[q],
+            response_s,
+        )
+        return arrival
 
     def make_ready(self, r: int, now: float) -> None:
         """The policy says ``r``'s loads are over; start its worker if idle."""
@@ -664,8 +693,7 @@ class Simulation:
             q = self.next_in_session[r]
             if q >= 0:
                 # The next turn needs this turn's output: not before it ends.
-                gap = self.think.apply(float(self.w.timestamps_s[q] - self.w.timestamps_s[r]))
-                self.events.push(max(log.arrival_s[r] + gap, now), self._arrive, q)
+                self.events.push(self._next_turn_arrival(r, q, now), self._arrive, q)
             elif self.concurrency is not None and self.pending_sessions:
                 # The session's last turn is done: its slot goes to the next session waiting.
                 self.events.push(now, self._arrive, self.pending_sessions.popleft())

@@ -18,6 +18,17 @@
   follow each other in a closed loop (per-session clocks, or concurrency mode); a one-clock
   trace replayed at a rate keeps its timestamps, so a think time other than ``original`` is
   refused there.
+* **Client pacing** (:meth:`ThinkTime.next_arrival`): where the trace records the client's
+  think time before a turn (the canonical ``think_time_s``: Claude Code), the turn arrives as
+  the client sends it, at ``max(its scheduled time, the previous turn's response + think
+  time)``: its scheduled time is the session's first arrival plus its turns' recorded gaps
+  (arrival to arrival), so at ``original`` the session's start plus the turn's offset on the
+  trace's per-session clock, Dynamo 1.6.1's rule; the response is the previous turn's decode
+  end (its arrival if it was rejected). The think-time mode transforms both the recorded gaps
+  and the think time alike: ``none`` sends at the response, ``capped:S`` caps both at S,
+  ``scale:K`` multiplies both by K. Where none is recorded (Mooncake, synthetic traces, a
+  session's first turn) the turn arrives at ``max(previous arrival + recorded gap, previous
+  response)``, as before.
 """
 
 from __future__ import annotations
@@ -46,6 +57,27 @@ class ThinkTime:
         if self.mode == "scale" and self.value is not None:
             return gap_s * self.value
         return gap_s
+
+    def next_arrival(
+        self,
+        prev_scheduled_s: float,
+        prev_arrival_s: float,
+        gap_s: float,
+        think_s: float,
+        response_s: float,
+    ) -> tuple[float, float]:
+        """``(arrival, scheduled)`` of a session's next turn (module docstring, client pacing).
+
+        ``prev_scheduled_s``/``prev_arrival_s``: the previous turn's scheduled time and actual
+        arrival; ``gap_s``: the trace's time between the two turns' sends; ``think_s``: the
+        client's recorded think time before the next turn (NaN: not recorded); ``response_s``:
+        when the previous turn's response was out. Seconds throughout.
+        """
+        gap = self.apply(gap_s)
+        scheduled = prev_scheduled_s + gap
+        if math.isnan(think_s):
+            return max(prev_arrival_s + gap, response_s), scheduled
+        return max(scheduled, response_s + self.apply(think_s)), scheduled
 
     def __str__(self) -> str:
         return self.mode if self.value is None else f"{self.mode}:{self.value:g}"

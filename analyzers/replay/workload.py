@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,6 +72,9 @@ class Workload:
     timestamps_s: np.ndarray  # the trace's own (per-session clocks for closed_loop)
     closed_loop: bool
     workers: int
+    #: The client's think time before each request (float64 seconds, NaN where the trace
+    #: records none; canonical ``think_time_s``); None: the trace records none at all.
+    think_time_s: np.ndarray | None = None
 
     @property
     def requests(self) -> int:
@@ -221,7 +225,18 @@ def build_workload(trace: Trace, geometry: KvGeometry, workers: int) -> Workload
         timestamps_s=timestamps,
         closed_loop=trace.order == "session" and not inferred,
         workers=workers,
+        think_time_s=client_think_times(req),
     )
+
+
+def client_think_times(requests: pl.DataFrame) -> np.ndarray | None:
+    """The table's ``think_time_s`` as float64 with NaN for null; None without the column or a
+    value in it."""
+    if "think_time_s" not in requests.columns or requests["think_time_s"].null_count() == (
+        requests.height
+    ):
+        return None
+    return requests["think_time_s"].cast(pl.Float64).fill_null(math.nan).to_numpy()
 
 
 def trace_duration_s(trace: Trace) -> float | None:

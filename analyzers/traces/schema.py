@@ -26,6 +26,11 @@ column               dtype           meaning
 ===================  ==============  ===========================================================
 type                 String, null    the request's kind as the trace labels it (Bailian/Qwen
                                      ``type``: text, search, image, file, thinking, coder, ...)
+think_time_s         Float64, null   the client's think time before this request, seconds: the
+                                     gap between the response to the session's previous request
+                                     and this request's send (:data:`THINK_TIME_DEFINITION`);
+                                     finite and >= 0; null where the trace does not record it
+                                     (a session's first request, formats without it)
 ===================  ==============  ===========================================================
 
 Analysis order: requests by timestamp (stable) for ``order == "time"``; for ``order ==
@@ -54,7 +59,28 @@ SCHEMA: dict[str, pl.DataType] = {
     "hash_ids": pl.List(pl.UInt64()),
 }
 COLUMNS: tuple[str, ...] = tuple(SCHEMA)
-OPTIONAL_COLUMNS: dict[str, pl.DataType] = {"type": pl.String()}
+OPTIONAL_COLUMNS: dict[str, pl.DataType] = {"type": pl.String(), "think_time_s": pl.Float64()}
+
+#: How a reader derives ``think_time_s`` from a trace that records the server's time per
+#: request (Claude Code's ``api_time``), the rule Dynamo 1.6.1's offline replay paces by
+#: (docs/simulator.md, "Dynamo 1.6.1 on the Claude Code sessions"): this request's ``t`` minus
+#: the session's previous request's ``t``, minus that previous request's ``api_time`` (the
+#: whole difference where it has none), floored at 0 (the trace rounds times to about 1 s, so
+#: the difference can fall a little under ``api_time``). Null for a session's first request.
+THINK_TIME_DEFINITION = "t - previous t - previous api_time (whole difference without it), >= 0"
+
+
+def first_bad_think_time(think_time_s: pl.Series) -> int | None:
+    """Row of the first ``think_time_s`` that is set and not finite >= 0 (NaN is bad, null is
+    not: null means "not recorded")."""
+    bad = (~(think_time_s.is_finite() & (think_time_s >= 0))).fill_null(False)
+    hits = np.flatnonzero(bad.to_numpy())
+    return int(hits[0]) if len(hits) else None
+
+
+def think_time_rule(value: float) -> str:
+    return f"must be a finite number of seconds >= 0 (or null); got {value!r}"
+
 
 # The largest |timestamp_s| any reader, ``convert`` or the Parquet reader accepts: 2**53 s (285
 # million years) keeps whole seconds exact in a float64 and every day index (``--partition-by

@@ -31,7 +31,9 @@ from fcctl.common.progress import Progress, Task
 from ..schema import (
     OPTIONAL_COLUMNS,
     SCHEMA,
+    first_bad_think_time,
     first_bad_timestamp,
+    think_time_rule,
     timestamp_rule,
 )
 
@@ -495,6 +497,22 @@ def finite_number(record: dict[str, Any], name: str, path: Path, place: str | No
     return float(value)
 
 
+def optional_seconds(
+    record: dict[str, Any], name: str, path: Path, place: str | None
+) -> float | None:
+    """Field ``name``: absent or null -> None; else a finite number of seconds >= 0."""
+    value = record.get(name)
+    if value is None:
+        return None
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        raise fail(
+            path,
+            place,
+            f"field {name!r} must be a finite number of seconds >= 0; got {show(value)}",
+        )
+    return float(value)
+
+
 def hash_list(record: dict[str, Any], name: str, path: Path, place: str | None) -> list[Any]:
     value = require(record, name, path, place)
     if not isinstance(value, list):
@@ -615,23 +633,21 @@ def build_frame(
     turn: np.ndarray | Sequence[int | None] | None = None,
     parent_request: np.ndarray | Sequence[int | None] | None = None,
     request_type: pl.Series | Sequence[str | None] | None = None,
+    think_time_s: pl.Series | None = None,
     path: Path | None = None,
 ) -> pl.DataFrame:
     """The canonical table, rows already in analysis order; ``request_index`` is 0..n-1.
 
     ``request_type`` (the trace's own label of each request) becomes the optional ``type``
-    column; without it the table has only the nine canonical columns.
+    column and ``think_time_s`` (the client's think time, null where not recorded) the optional
+    column of that name; without them the table has only the nine canonical columns.
     """
     n = len(timestamp_s)
     timestamp_s = np.asarray(timestamp_s, dtype=np.float64)
     bad = first_bad_timestamp(timestamp_s)
     if bad is not None:
-        # Every reader's rows are still in file order here, so "request N" finds the record.
-        raise fail(
-            path or "trace",
-            f"request {bad + 1} in file order",
-            f"timestamp (as timestamp_s) {timestamp_rule(float(timestamp_s[bad]))}",
-        )
+        rule = timestamp_rule(float(timestamp_s[bad]))
+        raise _bad_request(path, bad, f"timestamp (as timestamp_s) {rule}")
     columns = {
         "request_index": pl.Series(np.arange(n, dtype=np.int64)),
         "session_id": pl.Series(session_id if session_id is not None else [None] * n),
@@ -647,8 +663,19 @@ def build_frame(
     }
     if request_type is not None:
         columns["type"] = pl.Series(request_type)
+    if think_time_s is not None:
+        bad = first_bad_think_time(think_time_s)
+        if bad is not None:
+            rule = think_time_rule(float(think_time_s[bad]))
+            raise _bad_request(path, bad, f"think time (as think_time_s) {rule}")
+        columns["think_time_s"] = think_time_s
     schema = {**SCHEMA, **{k: v for k, v in OPTIONAL_COLUMNS.items() if k in columns}}
     return pl.DataFrame([columns[name].cast(dtype).alias(name) for name, dtype in schema.items()])
+
+
+def _bad_request(path: Path | None, row: int, message: str) -> TraceFormatError:
+    # Every reader's rows are still in file order in build_frame, so "request N" finds it.
+    return fail(path or "trace", f"request {row + 1} in file order", message)
 
 
 def gather_segments(

@@ -16,6 +16,13 @@ Mapping to the canonical table (``order == "session"``):
   (null for its first): each call resends the conversation so far, so the previous call is
   the one it extends. Subagent requests are part of the parent session;
 * ``timestamp_s`` is the session clock (seconds since the session started);
+* ``think_time_s`` is the client's think time before the request, derived as Dynamo 1.6.1's
+  offline replay paces (:data:`~analyzers.traces.schema.THINK_TIME_DEFINITION`): its
+  ``timestamp_s`` minus the previous request's (in the order above, subagents' requests
+  included), minus the previous request's ``api_time`` (server seconds; the whole difference
+  where it has none), floored at 0; null for a session's first request. ``api_time``, where
+  present, must be a finite number >= 0. (The trace's own ``think_time`` field is not used:
+  Dynamo paces by this difference, and the two agree within the trace's 1 s rounding.)
 * **hash id namespacing**: upstream ids are local to a session (``hash_id_scope: "local"``),
   so equal ids in two sessions are unrelated. Each id becomes
   ``(session_ordinal + 1) << 40 | local_id`` where ``session_ordinal`` is the 0-based position
@@ -26,6 +33,7 @@ Mapping to the canonical table (``order == "session"``):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,6 +63,7 @@ from ._common import (
     mib,
     non_negative_int,
     open_regular,
+    optional_seconds,
     reading_task,
     require,
     show,
@@ -69,10 +78,32 @@ def namespace_base(session_ordinal: int) -> int:
     return (session_ordinal + 1) << LOCAL_ID_BITS
 
 
+def client_think_times(times_s: np.ndarray, api_times_s: np.ndarray) -> np.ndarray:
+    """Each request's client think time (module docstring; NaN for the first: not recorded).
+
+    ``times_s`` are one session's send times in order, ``api_times_s`` each request's server
+    time (NaN where it has none).
+    """
+    think = np.full(len(times_s), np.nan)
+    if len(times_s) > 1:
+        gaps = np.diff(times_s) - np.nan_to_num(api_times_s[:-1], nan=0.0)
+        think[1:] = np.maximum(gaps, 0.0)
+    return think
+
+
 class _Session:
     """One session's requests, time-ordered, with namespaced hash ids."""
 
-    __slots__ = ("block_size", "inputs", "offsets", "outputs", "session_id", "times", "values")
+    __slots__ = (
+        "block_size",
+        "inputs",
+        "offsets",
+        "outputs",
+        "session_id",
+        "think_times",
+        "times",
+        "values",
+    )
 
     def __init__(
         self,
@@ -96,6 +127,7 @@ class _Session:
         times: list[float] = []
         inputs: list[int] = []
         outputs: list[int] = []
+        api_times: list[float] = []  # NaN: the request records none
         hashes = HashIdBuffer()
 
         def add(requests: list[Any], t0: float, prefix: str) -> None:
@@ -115,6 +147,8 @@ class _Session:
                 times.append(t0 + t)
                 inputs.append(non_negative_int(request, "in", path, where))
                 outputs.append(non_negative_int(request, "out", path, where))
+                api_time = optional_seconds(request, "api_time", path, where)
+                api_times.append(math.nan if api_time is None else api_time)
                 hashes.add(request, "hash_ids", path, where)
 
         add(requests, 0.0, "requests")
@@ -131,9 +165,10 @@ class _Session:
         times_s = np.asarray(times, dtype=np.float64)
         ins = np.asarray(inputs, dtype=np.int64)
         outs = np.asarray(outputs, dtype=np.int64)
+        apis = np.asarray(api_times, dtype=np.float64)
         if not is_sorted(times_s):
             order = np.argsort(times_s, kind="stable")
-            times_s, ins, outs = times_s[order], ins[order], outs[order]
+            times_s, ins, outs, apis = times_s[order], ins[order], outs[order], apis[order]
             flat, offsets = gather_segments(flat, offsets, order)
         else:
             flat = flat.copy()  # detach from the array('Q') buffer so it can be freed
@@ -144,6 +179,7 @@ class _Session:
         self.times = times_s
         self.inputs = ins
         self.outputs = outs
+        self.think_times = client_think_times(times_s, apis)
         self.values = flat
         self.offsets = offsets
 
@@ -262,7 +298,7 @@ class ClaudeCodeReader:
         pos_values = 0
         pos_rows = 0
         # Copy session by session and drop each as it is copied, to keep the peak near 1x.
-        parts: dict[str, list[np.ndarray]] = {"t": [], "in": [], "out": [], "turn": []}
+        parts: dict[str, list[np.ndarray]] = {"t": [], "in": [], "out": [], "turn": [], "think": []}
         for k in range(len(sessions)):
             s = sessions[k]
             n = len(s.times)
@@ -274,6 +310,7 @@ class ClaudeCodeReader:
             parts["in"].append(s.inputs)
             parts["out"].append(s.outputs)
             parts["turn"].append(np.arange(n, dtype=np.int32))
+            parts["think"].append(s.think_times)
             s.values = s.offsets = None  # type: ignore[assignment]
         session_ids = pl.Series([s.session_id for s in sessions], dtype=pl.String())
         frame = build_frame(
@@ -285,6 +322,7 @@ class ClaudeCodeReader:
             hash_ids=hash_column(values, offsets),
             session_id=session_ids.gather(np.repeat(np.arange(len(sessions)), counts)),
             turn=np.concatenate(parts["turn"]),
+            think_time_s=pl.Series(np.concatenate(parts["think"])).fill_nan(None),
         )
         frame = frame.with_columns(
             pl.when(pl.col("turn") == 0)

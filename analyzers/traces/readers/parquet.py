@@ -2,7 +2,9 @@
 
 A Parquet file is input like any other, so it is checked like any other: the canonical
 columns with compatible dtypes (cast to the schema), plus optionally the columns of
-``OPTIONAL_COLUMNS`` (``type``: String, Categorical or all-null, nulls allowed; any other column
+``OPTIONAL_COLUMNS`` (``type``: String, Categorical or all-null, nulls allowed;
+``think_time_s``: a number type or all-null, each value null or finite >= 0, NaN refused; a
+file written before the column existed reads with none; any other column
 is the user's own: dropped, and named once in the trace's notes), then every value rule the readers
 enforce, each violation one line naming the file, the row (0-based, as polars and pyarrow
 number rows: the ``request_index`` of a canonical file) and the column:
@@ -51,7 +53,9 @@ from ..schema import (
     Order,
     SourceTrace,
     Trace,
+    first_bad_think_time,
     first_bad_timestamp,
+    think_time_rule,
     timestamp_rule,
 )
 from ..trace_metadata import (
@@ -500,7 +504,8 @@ class ParquetReader:
                 raise ParquetReader._uncastable(path, frame[name], dtype) from None
         for name, dtype in OPTIONAL_COLUMNS.items():
             if name in frame.columns:
-                columns.append(_optional_text(path, frame[name], dtype))
+                check = _optional_seconds if dtype == pl.Float64() else _optional_text
+                columns.append(check(path, frame[name], dtype))
         return pl.DataFrame(columns)
 
     @staticmethod
@@ -544,6 +549,19 @@ def _optional_text(path: Path, column: pl.Series, dtype: pl.DataType) -> pl.Seri
     if not (got == pl.String() or got == pl.Null() or isinstance(got, pl.Categorical | pl.Enum)):
         raise fail(path, None, f"column {column.name!r} must be {dtype} (nullable); got {got}")
     return column.cast(dtype)
+
+
+def _optional_seconds(path: Path, column: pl.Series, dtype: pl.DataType) -> pl.Series:
+    """An optional seconds column (``think_time_s``): numbers or all-null; each null or finite
+    >= 0."""
+    got = column.dtype
+    if not (got.is_numeric() or got == pl.Null()):
+        raise fail(path, None, f"column {column.name!r} must be {dtype} (nullable); got {got}")
+    seconds = column.cast(dtype)
+    bad = first_bad_think_time(seconds)
+    if bad is not None:
+        raise _row_error(path, bad, column.name, think_time_rule(float(seconds[bad])))
+    return seconds
 
 
 def check_order(
