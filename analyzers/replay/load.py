@@ -3,13 +3,13 @@
 * **Rate** (``--rates R,...``): R requests/s offered. Traces on one clock keep their own
   timestamps, time-scaled to R (open loop). Traces on per-session clocks (Claude Code) start
   sessions as a seeded Poisson process sized to R
-  (:func:`fcctl.analyzers.traces.schedule.schedule_by_rate`); each later turn arrives its think
-  time after the previous turn's arrival, and never before the previous turn's output is out.
+  (:func:`fcctl.analyzers.traces.schedule.schedule_by_rate`); each later turn arrives as
+  "Client pacing" below says, never before the previous turn's output is out.
 * **Concurrency** (``--concurrency N,...|all``): a closed loop, as kv-cache-tester runs a
   fixed number of users: N sessions are active at once; a session starts at t = 0 or when an
   active one ends (its last turn's decode done), sessions in trace order; ``all`` starts every
   session at t = 0 (as Dynamo's replay of the Claude Code trace does). Each later turn arrives
-  its think time after the previous turn's arrival, never before the previous turn's output.
+  as "Client pacing" below says, never before the previous turn's output.
   Any trace with sessions (ids, or inferred from prefix chains) can run this way.
 * **Think time** (``--think-time``) is the gap between a session's consecutive turns as the
   trace records it (arrival to arrival), transformed: ``original`` keeps it, ``none`` makes it
