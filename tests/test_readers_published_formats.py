@@ -52,8 +52,9 @@ def _typed_trace() -> Trace:
 
 
 def test_optional_columns_schema() -> None:
-    assert OPTIONAL_COLUMNS == {"type": pl.String()}
+    assert OPTIONAL_COLUMNS == {"type": pl.String(), "think_time_s": pl.Float64()}
     assert table_columns(["hash_ids", "type", "x"]) == [*COLUMNS, "type"]
+    assert table_columns(["think_time_s", "type"]) == [*COLUMNS, "type", "think_time_s"]
     assert table_columns(COLUMNS) == list(COLUMNS)
 
 
