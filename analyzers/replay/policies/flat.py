@@ -83,7 +83,7 @@ class Flat:
         sim = self.sim
         wl = sim.w
         w = sim.worker_of[r]
-        blk = wl.blocks_of(r)
+        blk = sim.blocks[r]
         sim.store.add_refs(blk, 1)
         owner = int(wl.session[r])
         self.mems[sim.store.host_pool(w)].touch(owner, now)
@@ -105,7 +105,7 @@ class Flat:
         ranks = sim.stored_ranks
         log.ssd_read_commands[r] = commands * ranks
         log.ssd_read_bytes[r] = nbytes * ranks
-        owners = tuple(sorted({int(o) for o in self.segs.owner[runs[:, 0]]}))
+        owners = tuple(np.unique(self.segs.owner[runs[:, 0]]).tolist())  # sorted, each once
         window = min(2 * n_s * self.piece * ranks, n_s * sim.block_bytes)
         self.prefetch[r] = (sim.ssd_work_s(nbytes * ranks, commands * ranks), window, owners)
         self.sched[w].submit(r, now, n_s * sim.block_bytes, now)
@@ -147,7 +147,7 @@ class Flat:
         wl = sim.w
         w = sim.worker_of[r]
         pool = sim.store.host_pool(w)
-        new = sim.store.unstored_flat(wl.blocks_of(r), w)
+        new = sim.store.unstored_flat(sim.blocks[r], w)
         if new.shape[0] == 0:
             return
         refs = sim.store.refs_of(new)
@@ -204,7 +204,7 @@ class Flat:
                 self.file_of.pop(o, None)
 
     def on_decode_done(self, r: int, now: float) -> None:
-        self.sim.store.add_refs(self.sim.w.blocks_of(r), -1)
+        self.sim.store.add_refs(self.sim.blocks[r], -1)
 
     def peaks(self) -> dict[str, int]:
         return {
