@@ -37,6 +37,7 @@ Blocks found at lookup are delivered even if evicted meanwhile: engines pin what
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable
@@ -297,7 +298,7 @@ class Simulation:
         # times a request (lookup, routing, pin, unpin, writes).
         bounds = workload.offsets.tolist()
         block = workload.block
-        self.blocks: list[np.ndarray] = [block[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        self.blocks: list[np.ndarray] = [block[a:b] for a, b in itertools.pairwise(bounds)]
         self.output_tokens: list[int] = workload.output_tokens.tolist()
         info = workload.geometry.info
         self.max_context = info.max_context_tokens if info is not None else 0
