@@ -432,9 +432,7 @@ def _lookup_flat(  # pragma: no cover - numba
     s_seg: np.ndarray,
     s_idx: np.ndarray,
     codes: np.ndarray,
-    run_seg: np.ndarray,
-    run_first: np.ndarray,
-    run_len: np.ndarray,
+    run_rows: np.ndarray,
     buf: np.ndarray,
 ) -> tuple[int, int, int, int, int]:
     n = blk.shape[0]
@@ -460,14 +458,14 @@ def _lookup_flat(  # pragma: no cover - numba
             if (
                 runs > 0
                 and last_ssd == i - 1
-                and run_seg[runs - 1] == sg
-                and run_first[runs - 1] + run_len[runs - 1] == ix
+                and run_rows[runs - 1, 0] == sg
+                and run_rows[runs - 1, 1] + run_rows[runs - 1, 2] == ix
             ):
-                run_len[runs - 1] += 1
+                run_rows[runs - 1, 2] += 1
             else:
-                run_seg[runs] = sg
-                run_first[runs] = ix
-                run_len[runs] = 1
+                run_rows[runs, 0] = sg
+                run_rows[runs, 1] = ix
+                run_rows[runs, 2] = 1
                 runs += 1
             last_ssd = i
         else:
@@ -599,9 +597,8 @@ class FastStore:
         self.refs = np.zeros(n, dtype=np.int32)
         m = max(max_request_blocks, 1)
         self.codes = np.zeros(m, dtype=np.int8)
-        self.run_seg = np.zeros(m, dtype=np.int32)
-        self.run_first = np.zeros(m, dtype=np.int32)
-        self.run_len = np.zeros(m, dtype=np.int32)
+        # The last flat lookup's SSD runs, rows (segment, first, len), written in place.
+        self.run_rows = np.zeros((m, 3), dtype=np.int64)
         self.out = np.zeros(m, dtype=np.int32)
 
     def host_pool(self, worker: int) -> int:
@@ -761,17 +758,12 @@ class FastStore:
             self.s_seg,
             self.s_idx,
             self.codes,
-            self.run_seg,
-            self.run_first,
-            self.run_len,
+            self.run_rows,
             self.out,
         )
         if runs == 0:
             return p, n_g, n_m, n_s, _NO_RUNS
-        rows = np.stack(
-            [self.run_seg[:runs], self.run_first[:runs], self.run_len[:runs]], axis=1
-        ).astype(np.int64)
-        return p, n_g, n_m, n_s, rows
+        return p, n_g, n_m, n_s, self.run_rows[:runs].copy()
 
     def unstored_flat(self, blk: np.ndarray, worker: int) -> np.ndarray:
         """The request's blocks neither in ``worker``'s memory pool nor on SSD, in order, each
