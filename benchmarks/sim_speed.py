@@ -76,9 +76,7 @@ def child(trace_path: Path, cases: list[str], reps: int) -> None:
     spec = RunSpec(geometry=geometry, hardware=node)
     out: dict[str, Any] = {"fcctl": str(Path(fcctl.__file__).resolve().parent), "cases": {}}
     for case in cases:
-        policy, point = case.split("@")
-        rate = float(point[1:]) if point[0] == "r" else None
-        concurrency = int(point[1:]) if point[0] == "c" else None
+        policy, rate, concurrency = parse_case(case)
         seconds = []
         canonical = ""
         for rep in range(reps):
@@ -93,6 +91,25 @@ def child(trace_path: Path, cases: list[str], reps: int) -> None:
         out["cases"][case] = {"seconds": seconds, "result": canonical}
         print(f"  {case}: {', '.join(f'{s:.2f}' for s in seconds)} s", file=sys.stderr)
     print(json.dumps(out))
+
+
+def parse_case(case: str) -> tuple[str, float | None, int | None]:
+    """``POLICY@cN`` or ``POLICY@rX`` as (policy, rate, concurrency); ValueError naming the
+    rule and the value otherwise."""
+    from fcctl.analyzers.replay import POLICIES
+
+    policy, _, point = case.partition("@")
+    try:
+        if policy in POLICIES and point[:1] == "c" and int(point[1:]) > 0:
+            return policy, None, int(point[1:])
+        if policy in POLICIES and point[:1] == "r" and float(point[1:]) > 0:
+            return policy, float(point[1:]), None
+    except ValueError:
+        pass
+    raise ValueError(
+        f"--cases: each case must be POLICY@cN (N > 0 sessions) or POLICY@rX (X > 0 "
+        f"requests/s), POLICY one of {', '.join(POLICIES)}; got {case!r}"
+    )
 
 
 def _export(commit: str, dest: Path) -> None:
@@ -131,6 +148,13 @@ def main() -> int:
         return 0
     if not args.base:
         ap.error("--base: a commit to compare with is required")
+    try:
+        for case in args.cases.split(","):
+            parse_case(case)
+    except ValueError as e:
+        ap.error(str(e))
+    if args.reps < 1:
+        ap.error(f"--reps: must be at least 1; got {args.reps!r}")
     with tempfile.TemporaryDirectory(prefix="sim-speed-") as tmp:
         base_tree = Path(tmp)
         _export(args.base, base_tree)
@@ -138,21 +162,29 @@ def main() -> int:
         before = _run_side(base_tree, args.trace, args.cases, args.reps)
     print(f"after: {REPO}", file=sys.stderr)
     after = _run_side(REPO, args.trace, args.cases, args.reps)
+    lines, same = compare(before["cases"], after["cases"], args.reps)
+    print("\n".join(lines))
+    return 0 if same else 1
+
+
+def compare(before: dict[str, Any], after: dict[str, Any], reps: int) -> tuple[list[str], bool]:
+    """The table's lines (per case: medians, ratio before / after, whether the results are
+    identical) and whether every case's results are."""
     header = f"{'case':<18} {'before s':>9} {'after s':>9} {'ratio':>7}  identical"
-    print(f"{header}  (median of {args.reps})")
+    lines = [f"{header}  (median of {reps})"]
     same_everywhere = True
-    for case, b in before["cases"].items():
-        a = after["cases"][case]
+    for case, b in before.items():
+        a = after[case]
         mb, ma = statistics.median(b["seconds"]), statistics.median(a["seconds"])
         same = a["result"] == b["result"]
         same_everywhere &= same
         spread_b = f"{min(b['seconds']):.2f}-{max(b['seconds']):.2f}"
         spread_a = f"{min(a['seconds']):.2f}-{max(a['seconds']):.2f}"
-        print(
+        lines.append(
             f"{case:<18} {mb:>9.2f} {ma:>9.2f} {mb / ma:>6.2f}x  {'yes' if same else 'NO':<9}"
             f"  (before {spread_b}, after {spread_a})"
         )
-    return 0 if same_everywhere else 1
+    return lines, same_everywhere
 
 
 if __name__ == "__main__":
