@@ -123,7 +123,20 @@ COMMANDS: dict[str, Command] = {
     "context-shares-cc-whole": Command(
         (sys.executable, "benchmarks/model_context_shares.py", "{shared}/" + CLAUDE_CODE), "whole"
     ),
+    "plan-cc-whole": Command(
+        (*FCCTL, "fcctl", "plan", "{shared}/" + CLAUDE_CODE, "-o", "{out}"), "whole"
+    ),
 }
+
+
+def decision_lines(run: Run) -> str:
+    """plan.json's summary from the decision down to the capacity line (the decision, why, its
+    ratio, each layout's capacity with its spread, the SLO, what was rejected, the model, the
+    growth answer and the capacities in one line); the per-load detail and after are left
+    out."""
+    summary = run.doc("plan.json")["summary"]
+    end = next((i for i, line in enumerate(summary) if line.startswith("  per load:")), None)
+    return "\n".join(summary[:end])
 
 
 def points(run: Run) -> list[dict[str, Any]]:
@@ -343,6 +356,13 @@ FIGURES: tuple[Figure, ...] = (
         "context-shares-cc-whole",
         "the longest request's tokens (prompt + output)",
         longest_request,
+    ),
+    Figure(
+        "cc-whole-plan-decision",
+        "plan-cc-whole",
+        "plan.json summary from the decision to the capacity line, one line each",
+        decision_lines,
+        block=True,
     ),
     *(
         Figure(

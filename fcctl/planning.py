@@ -398,6 +398,7 @@ def growth_lines(replay: ReplayResult) -> list[str]:
     )
     if change is None:
         holds = "" if _holders(v, v.load) else "; no layout holds the SLO at it"
+        holds += _slo_out_of_reach(v, points)
         said = f"the decision at {ref} ({v.best}) does not change within it{holds}"
     else:
         said = (
@@ -423,6 +424,25 @@ def growth_lines(replay: ReplayResult) -> list[str]:
         f"  capacity at SLO (p99 TTFT <= {v.slo_ttft_p99_s:g} s, staging cancels <= "
         f"{100 * v.max_cancel_share:g} %): " + "; ".join(caps),
     ]
+
+
+def _slo_out_of_reach(v: Verdict, points: Sequence[RateResult]) -> str:
+    """When every layout misses the SLO already at the lightest load swept in most draws, the
+    words that say so with the lowest p99 there (its own run's, replica 0's), and the flag that
+    sets a reachable bound: no load is light enough for a capacity at this SLO, so the
+    decision fell to TTFT at the operating point. "" otherwise."""
+    if not points or not v.capacity or not all(c.below_lowest for c in v.capacity.values()):
+        return ""
+    lightest = points[0].policies
+    p99 = {n: lightest[n].ttft_s.p99 for n in v.capacity if n in lightest}
+    known = {n: x for n, x in p99.items() if x is not None}
+    if not known or min(known.values()) <= v.slo_ttft_p99_s:
+        return ""  # some layout's own run held it there: the draws' median is what missed
+    best = min(known, key=known.__getitem__)
+    return (
+        f"; even the lightest load swept misses it (lowest p99 TTFT there {known[best]:.3g} s, "
+        f"{best}), so no capacity exists at this SLO: --slo-ttft-p99 sets the team's bound"
+    )
 
 
 def longest_context_preset() -> tuple[str, int]:

@@ -133,6 +133,20 @@ def test_the_decision_change_is_read_from_the_verdicts_capacities(
     none = Capacity(0.0, 0.0, 0.0, False)
     failed = _with_capacities(replay, "none", **{n: none for n in v.capacity})
     assert growth_lines(failed)[0].endswith("no layout holds the SLO at it")
+    # And an SLO below every layout's own p99 at the lightest load: no capacity can exist.
+    lightest = min(
+        (p for p in replay.rates if p.concurrency is not None), key=lambda p: p.concurrency or 0
+    )
+    low = min(q.ttft_s.p99 for q in lightest.policies.values() if q.ttft_s.p99 is not None)
+    assert failed.decision is not None
+    tight = dataclasses.replace(
+        failed, decision=dataclasses.replace(failed.decision, slo_ttft_p99_s=low / 2)
+    )
+    assert growth_lines(tight)[0].endswith(
+        f"even the lightest load swept misses it (lowest p99 TTFT there {low:.3g} s, "
+        f"{next(n for n in tight.decision.capacity if lightest.policies[n].ttft_s.p99 == low)}), "
+        "so no capacity exists at this SLO: --slo-ttft-p99 sets the team's bound"
+    )
 
 
 def test_capacity_lines_render_the_verdicts_capacities(

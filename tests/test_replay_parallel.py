@@ -184,6 +184,17 @@ def test_replay_auto_rates_and_sizes_on_dask_equal_local(mooncake: Any, schedule
     assert len(local.rates) > 4  # several rounds ran
 
 
+def test_replicas_on_dask_equal_local(claude: Any, scheduler: str) -> None:
+    """Plan's replay step: the sessions sweep, then replicas 1 and 2 at the points the decision
+    reads, each a batch of tasks on the cluster; the same figures and decision as here."""
+    kwargs: dict[str, Any] = {"concurrency": [1, 2, 5], "replicas": 3, "seed": 4}
+    local = fcctl.replay(claude, jobs=1, **kwargs)
+    dask = fcctl.replay(claude, engine="dask", scheduler=scheduler, **kwargs)
+    assert _figures(dask) == _figures(local)
+    assert dask.decision == local.decision and dask.decision is not None
+    assert dask.decision.replicas == 3
+
+
 def test_cli_recommend_on_dask_equals_local(scheduler: str) -> None:
     args = [
         "recommend-thresholds",

@@ -75,3 +75,52 @@ def test_flat_read_cost_gap_rule_is_the_planners_threshold() -> None:
     holes = [*range(0, 4 * 4096), *range(limit - 4096, limit + 4096), 3 * GAP_BYTES]
     assert all(planner_merges(h) == (h < limit) for h in holes)
     assert merge_limit(1) == 1 and merge_limit(0) == 1  # touching extents always merge
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_flat_read_cost_equals_planning_every_layer(seed: int) -> None:
+    """The compiled read cost gives the commands and bytes of planning every layer's real
+    extents with plan_reads (the reference store's way), on random restores: segments laid
+    out one after another in a few files as flat writes them (with holes below, at and above
+    the gap between them; pieces not page multiples, so aligned ranges touch or overlap), and
+    runs (at most two, apart, per segment) given in any order."""
+    import numpy as np
+
+    from fcctl.analyzers.replay.flatcost import GAP_BYTES, SegmentTable, read_cost
+
+    rng = np.random.default_rng(seed)
+    layers = int(rng.integers(1, 6))
+    piece = int(rng.choice([100, 4096, 5000, 40960]))
+    record = int(rng.choice([0, 512, 4096]))
+    segs = SegmentTable()
+    sizes = []
+    file_end = [0, 0, 0, 0]
+    for _ in range(int(rng.integers(1, 2000))):  # > 1024: the table grows too
+        blocks = int(rng.integers(1, 9))
+        stride = blocks * piece + int(rng.choice([0, 96, 4000, GAP_BYTES]))
+        hole = int(rng.choice([0, 1, 4095, GAP_BYTES - 1, GAP_BYTES, GAP_BYTES + 1, 10**6]))
+        f = int(rng.integers(0, 4))
+        offset = file_end[f] + hole
+        file_end[f] = offset + record + layers * stride
+        segs.add(f, offset, stride, blocks, 0)
+        sizes.append(blocks)
+    rows = []
+    for s in rng.choice(segs.n, size=min(segs.n, int(rng.integers(1, 12))), replace=False):
+        n = sizes[int(s)]
+        cut = int(rng.integers(1, n + 1))  # a run in [0, cut), another maybe in [cut + 1, n)
+        first = int(rng.integers(0, cut))
+        rows.append((int(s), first, int(rng.integers(1, cut - first + 1))))
+        if cut + 1 < n and rng.random() < 0.5:
+            rows.append((int(s), cut + 1, int(rng.integers(1, n - cut))))
+    runs = np.array(rows, dtype=np.int64)[rng.permutation(len(rows))]
+    expected = ReferenceStore.flat_read_cost(
+        None,  # type: ignore[arg-type]  # the method reads no state of the store
+        runs,
+        segs,
+        layers=layers,
+        record_bytes=record,
+        piece_bytes=piece,
+    )
+    got = read_cost(runs, segs, layers=layers, record_bytes=record, piece_bytes=piece)
+    assert got == expected
+    assert all(isinstance(x, int) for x in got)

@@ -156,3 +156,23 @@ def test_an_older_recommendation_is_refused_in_one_line() -> None:
 
     with pytest.raises(InputError, match=r"^recommendation: schema_version must be 3; got 2$"):
         RecommendResult.from_json({"schema_version": 2})
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_served_ideal_share_counts_as_the_definition(seed: int) -> None:
+    """The compiled served ideal equals the definition computed plainly with numpy (the
+    served requests' accesses, less their distinct blocks, over their accesses) on random
+    workloads with random rejections; all served gives the ideal over every request."""
+    rng = np.random.default_rng(seed)
+    rows = [
+        [int(x) for x in rng.integers(0, 30, size=int(rng.integers(1, 12)))]
+        for _ in range(int(rng.integers(1, 25)))
+    ]
+    w = build_workload(trace_of(rows), TINY, 1)
+    served = rng.random(w.requests) < 0.6
+    mask = np.repeat(served, np.diff(w.offsets))
+    accesses = int(mask.sum())
+    distinct = np.unique(w.block[mask]).shape[0]
+    expected = (accesses - distinct) / accesses if accesses else None
+    assert w.served_ideal_hit_share(served) == expected
+    assert w.served_ideal_hit_share(np.ones(w.requests, dtype=np.bool_)) == w.ideal_hit_share

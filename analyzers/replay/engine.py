@@ -39,6 +39,7 @@ Blocks found at lookup are delivered even if evicted meanwhile: engines pin what
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable
@@ -266,6 +267,10 @@ class Simulation:
         self.max_batched_tokens = hardware.max_batched_tokens
         self.chunk_tokens = hardware.prefill_chunk_tokens
         self.kv_s_per_token = self.w.geometry.bytes_per_token_per_rank / hardware.hbm_bytes_per_s
+        # An iteration's constant and each token's seconds (the fitted model's, or 1 / rate).
+        rate = self.prefill_rate
+        self.iteration_base_s = 0.0 if rate is not None else PREFILL_BASE_MS / 1000.0
+        self.token_s = 1.0 / rate if rate is not None else PREFILL_LINEAR_MS / 1000
         nw = self.workers
         n = self.w.requests
         self.prefilling: list[list[int]] = [[] for _ in range(nw)]
@@ -310,6 +315,11 @@ class Simulation:
         # Per-request constants as Python ints: the hot paths read them once or more a request.
         self.prompt_blocks: list[int] = prompt.tolist()
         self.input_tokens: list[int] = workload.input_tokens.tolist()
+        # Each request's blocks as one view, made once: the store reads them three to five
+        # times a request (lookup, routing, pin, unpin, writes).
+        bounds = workload.offsets.tolist()
+        block = workload.block
+        self.blocks: list[np.ndarray] = [block[a:b] for a, b in itertools.pairwise(bounds)]
         self.output_tokens: list[int] = workload.output_tokens.tolist()
         info = workload.geometry.info
         self.max_context = info.max_context_tokens if info is not None else 0
@@ -407,7 +417,7 @@ class Simulation:
     def _route(self, r: int) -> None:
         """Choose ``r``'s worker (``sticky`` keeps the workload's: the session's worker)."""
         blocks = self.prompt_blocks[r]
-        blk = self.w.blocks_of(r)
+        blk = self.blocks[r]
         cached: list[int] | None = None
         if self.router == "round-robin":
             w = self._next_rr
@@ -520,10 +530,8 @@ class Simulation:
         """Start ``w``'s next run: one iteration carrying prefill chunks (the running decodes
         ride along), or decode-only iterations up to the first decode to finish."""
         decoders = len(self.dec_heap[w])
-        base = 0.0 if self.prefill_rate is not None else PREFILL_BASE_MS / 1000.0
-        per_token = (
-            1.0 / self.prefill_rate if self.prefill_rate is not None else PREFILL_LINEAR_MS / 1000
-        )
+        base = self.iteration_base_s
+        per_token = self.token_s
         # KV bytes read by the decodes of the next iteration (each rank its rank's bytes).
         context = self.ctx_base[w] + decoders * self.iters[w]
         kv_s = context * self.kv_s_per_token
@@ -660,11 +668,11 @@ class Simulation:
         self.pending_prefill[w] -= self.routed_new[r]
         if self.shared_pool:
             self._hold(w, -self.new_prompt[r])
-            self.store.gpu_pin(self.w.blocks_of(r), w, self._cache_cap(w))
+            self.store.gpu_pin(self.blocks[r], w, self._cache_cap(w))
         else:
             # A pool of its own: r's KV stays charged there until its last token, and the
             # prefix cache keeps a copy of its own (evictable).
-            self.store.gpu_insert(self.w.blocks_of(r), w, self._cache_cap(w))
+            self.store.gpu_insert(self.blocks[r], w, self._cache_cap(w))
         self.policy.on_prefill_done(r, now)
         self.done += 1
         if self.progress is not None and self.done % 1024 == 0:
@@ -686,7 +694,7 @@ class Simulation:
         w = self.worker_of[r]
         if self.shared_pool:
             self._hold(w, -self.out_blocks[r])
-            self.store.gpu_unpin(self.w.blocks_of(r), w, self._cache_cap(w))
+            self.store.gpu_unpin(self.blocks[r], w, self._cache_cap(w))
         else:
             self._hold(w, -(self.out_blocks[r] + self.new_prompt[r]))
         if self.next_in_session is not None:

@@ -4,7 +4,7 @@ block, dicts and ``OrderedDict`` LRUs, and flat restores planned layer by layer 
 
 The event loop, time model, policies and schedulers are shared; what this replaces is every
 part of the fast path that is fast by construction (numba kernels, arrays indexed by block,
-the vectorised read cost).
+the compiled read cost).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from fcctl.common.progress import Progress
 
 from ..traces.sampling import SessionSample
 from ..traces.schema import Trace
+from .achieved import served_rate
 from .decision import CANDIDATES
 from .loadplan import LoadPlan
 from .parallel import Execution
@@ -367,8 +368,10 @@ def inputs_of(
     """The decision's inputs from ``replicas`` (the same replay run with seeds ``seed + i``,
     each with its per-request tables kept: ``RunSpec.keep_tables``). Load points are the
     first's at the node's own sizes, in increasing offered load, each over the replicas that
-    ran it (:func:`replay_decided`); a point's load is the central achieved rate (requests/s
-    served, the mean over those replicas), a policy's own for its capacity."""
+    ran it (:func:`replay_decided`); a point's load is the one its label names (the leading
+    layout's served rate in the first replica, :func:`.achieved.served_rate`), and a policy's
+    capacity reads its own central achieved rate (requests/s served, the mean over the
+    replicas that ran the point)."""
     if not replicas:
         raise ValueError("inputs_of: give at least one replay result")
     by_replica, keys = _shared_points(replicas)
@@ -383,7 +386,9 @@ def inputs_of(
         )
         for n in names
     }
-    loads = np.mean(list(policy_loads.values()), axis=0) if names else np.zeros(len(keys))
+    # A point's load is the one its label names (.achieved.served_rate: the leading layout's
+    # served rate, replica 0's), so the decision's sentence and the per-load lines agree.
+    loads = np.array([served_rate(by_replica[0][k]) or 0.0 for k in keys], dtype=np.float64)
     op = replicas[0].operating_point
     return VerdictInputs(
         loads=loads,

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+from numba import njit
 
 from fcctl.common.errors import FcctlInputError
 from fcctl.layout.geometry import KvGeometry
@@ -42,6 +43,26 @@ from ..traces.schedule import (
     time_scaled,
 )
 from ..traces.schema import Trace
+
+
+@njit(cache=True)
+def _served_accesses(  # pragma: no cover - numba
+    block: np.ndarray, offsets: np.ndarray, served: np.ndarray, num_blocks: int
+) -> tuple[int, int]:
+    """(block accesses of the served requests, distinct blocks among them)."""
+    seen = np.zeros(max(num_blocks, 1), dtype=np.bool_)
+    accesses = 0
+    distinct = 0
+    for r in range(served.shape[0]):
+        if not served[r]:
+            continue
+        for i in range(offsets[r], offsets[r + 1]):
+            accesses += 1
+            b = block[i]
+            if not seen[b]:
+                seen[b] = True
+                distinct += 1
+    return accesses, distinct
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,16 +118,16 @@ class Workload:
         served"). A block counts as re-accessed only after a *served* access to it: a request
         that was rejected never put its blocks on a GPU, so the first served access to a block
         first touched by a rejected request is a miss for every layout, ideal included."""
-        mask = np.repeat(served, np.diff(self.offsets))
-        accesses = int(mask.sum())
+        # Distinct blocks by marking, in one compiled pass over the served requests' accesses
+        # (linear; no access-sized mask or copy: this runs once a simulation).
+        accesses, distinct = _served_accesses(
+            self.block, self.offsets, np.asarray(served, dtype=np.bool_), self.num_blocks
+        )
         if accesses == 0:
             return None
         if accesses == self.block_accesses:
             return self.ideal_hit_share
-        # Distinct blocks by marking (linear in the accesses; np.unique would sort them all).
-        seen = np.zeros(self.num_blocks, dtype=np.bool_)
-        seen[self.block[mask]] = True
-        return (accesses - int(seen.sum())) / accesses
+        return (accesses - distinct) / accesses
 
     @property
     def max_request_blocks(self) -> int:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from fcctl.layout.placement import Medium, PlacementRule, PlacementSignals
 from fcctl.layout.reclaim import SessionReclaimer
@@ -39,6 +40,19 @@ from ..engine import Simulation
 from ..flatcost import SegmentTable
 
 NAME = "flat"
+
+
+@njit(cache=True)
+def _shared_head(refs: np.ndarray) -> tuple[int, int]:  # pragma: no cover - numba
+    """(how many leading blocks have a reference count above 1, the least of those counts;
+    0 when there are none). One call instead of four numpy calls on a short array a write."""
+    n = 0
+    least = 0
+    while n < refs.shape[0] and refs[n] > 1:
+        if n == 0 or refs[n] < least:
+            least = refs[n]
+        n += 1
+    return n, least
 
 
 class Flat:
@@ -55,6 +69,10 @@ class Flat:
         self.layers = g.layers
         self.piece = g.bytes_per_block_per_layer(sim.w.block_tokens)  # one rank
         self.record = record_bytes(g.layers)
+        # Per-request facts as Python ints, read once or twice a request.
+        self.turn: list[int] = sim.w.turn.tolist()
+        self.prev_request: list[int] = sim.w.prev_request.tolist()
+        self.session: list[int] = sim.w.session.tolist()
         self.sched = [scheduler(hw.window_streams) for _ in range(sim.workers)]
         # One memory reclaimer per host pool (the node's, or each worker's share).
         self.mems = [
@@ -81,11 +99,10 @@ class Flat:
     # reads --------------------------------------------------------------------------------
     def on_arrival(self, r: int, now: float) -> None:
         sim = self.sim
-        wl = sim.w
         w = sim.worker_of[r]
-        blk = wl.blocks_of(r)
+        blk = sim.blocks[r]
         sim.store.add_refs(blk, 1)
-        owner = int(wl.session[r])
+        owner = self.session[r]
         self.mems[sim.store.host_pool(w)].touch(owner, now)
         self.ssd.touch(owner, now)
         p, n_g, n_m, n_s, runs = sim.store.lookup_flat(blk, w)
@@ -105,7 +122,7 @@ class Flat:
         ranks = sim.stored_ranks
         log.ssd_read_commands[r] = commands * ranks
         log.ssd_read_bytes[r] = nbytes * ranks
-        owners = tuple(sorted({int(o) for o in self.segs.owner[runs[:, 0]]}))
+        owners = tuple(np.unique(self.segs.owner[runs[:, 0]]).tolist())  # sorted, each once
         window = min(2 * n_s * self.piece * ranks, n_s * sim.block_bytes)
         self.prefetch[r] = (sim.ssd_work_s(nbytes * ranks, commands * ranks), window, owners)
         self.sched[w].submit(r, now, n_s * sim.block_bytes, now)
@@ -144,30 +161,27 @@ class Flat:
     # writes -------------------------------------------------------------------------------
     def on_prefill_done(self, r: int, now: float) -> None:
         sim = self.sim
-        wl = sim.w
         w = sim.worker_of[r]
         pool = sim.store.host_pool(w)
-        new = sim.store.unstored_flat(wl.blocks_of(r), w)
+        new = sim.store.unstored_flat(sim.blocks[r], w)
         if new.shape[0] == 0:
             return
-        refs = sim.store.refs_of(new)
-        single = refs <= 1
-        shared = int(np.argmax(single)) if single.any() else int(new.shape[0])
-        prev = int(wl.prev_request[r])
+        shared, least_ref = _shared_head(sim.store.refs_of(new))
+        prev = self.prev_request[r]
         for piece, ref in ((new[:shared], 2), (new[shared:], 1)):
             if piece.shape[0] == 0:
                 continue
             signals = PlacementSignals(
-                turn=int(wl.turn[r]),
+                turn=self.turn[r],
                 context_tokens=sim.input_tokens[r],
                 previous_reply_tokens=sim.output_tokens[prev] if prev >= 0 else None,
-                prefix_ref_count=int(refs[:shared].min()) if ref > 1 else 1,
+                prefix_ref_count=least_ref if ref > 1 else 1,
                 memory_free_bytes=self.mems[pool].free_bytes,
                 bytes_to_write=piece.shape[0] * sim.block_bytes,
             )
             placement = self.rule.place(signals)
             self.placed[placement.reason.value] += int(piece.shape[0])
-            self._write(int(wl.session[r]), piece, placement.medium == Medium.SSD, now, pool)
+            self._write(self.session[r], piece, placement.medium == Medium.SSD, now, pool)
 
     def _write(self, owner: int, blocks: np.ndarray, on_ssd: bool, now: float, pool: int) -> None:
         sim = self.sim
@@ -204,7 +218,7 @@ class Flat:
                 self.file_of.pop(o, None)
 
     def on_decode_done(self, r: int, now: float) -> None:
-        self.sim.store.add_refs(self.sim.w.blocks_of(r), -1)
+        self.sim.store.add_refs(self.sim.blocks[r], -1)
 
     def peaks(self) -> dict[str, int]:
         return {

@@ -27,7 +27,7 @@ class MemoryOnly:
 
     def on_arrival(self, r: int, now: float) -> None:
         sim = self.sim
-        p, n_g, n_h, _ = sim.store.lookup_lru(sim.w.blocks_of(r), sim.worker_of[r], False)
+        p, n_g, n_h, _ = sim.store.lookup_lru(sim.blocks[r], sim.worker_of[r], False)
         log = sim.log
         log.delivered_blocks[r] = p
         log.gpu_blocks[r] = n_g
@@ -43,7 +43,7 @@ class MemoryOnly:
         pass
 
     def on_prefill_done(self, r: int, now: float) -> None:
-        self.sim.store.host_insert(self.sim.w.blocks_of(r), self.tiered, self.sim.worker_of[r])
+        self.sim.store.host_insert(self.sim.blocks[r], self.tiered, self.sim.worker_of[r])
 
     def on_decode_done(self, r: int, now: float) -> None:
         pass

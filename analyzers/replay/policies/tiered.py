@@ -76,7 +76,7 @@ class Tiered:
     def on_arrival(self, r: int, now: float) -> None:
         sim = self.sim
         w = sim.worker_of[r]
-        p, n_g, n_h, n_s = sim.store.lookup_lru(sim.w.blocks_of(r), w, True)
+        p, n_g, n_h, n_s = sim.store.lookup_lru(sim.blocks[r], w, True)
         log = sim.log
         log.delivered_blocks[r] = p
         log.gpu_blocks[r] = n_g
@@ -176,7 +176,7 @@ class Tiered:
     def on_prefill_done(self, r: int, now: float) -> None:
         store = self.sim.store
         written = store.ssd_written_blocks
-        store.host_insert(self.sim.w.blocks_of(r), True, self.sim.worker_of[r])
+        store.host_insert(self.sim.blocks[r], True, self.sim.worker_of[r])
         # Host evictions of blocks not yet on SSD are written to it now, on the read drives.
         self.sim.ssd_write((store.ssd_written_blocks - written) * self.sim.block_bytes, now)
 
