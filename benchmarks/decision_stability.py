@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from fcctl import api
 from fcctl.analyzers.replay.replicas import inputs_of
@@ -38,14 +39,10 @@ def _trace_arg(text: str) -> tuple[str, str, list[float] | None]:
 
 def _plan_sweep(path: str, seed: int, replicas: int, slo: float) -> tuple[object, str]:
     """The decision of plan's replay step at ``seed`` (its settings: both axes automatic)."""
+    # Both axes "auto", as plan's replay step passes them (the trace then picks one).
+    automatic: dict[str, Any] = {"rates": "auto", "concurrency": "auto"}
     r = api.replay(
-        path,
-        policies=POLICIES,
-        rates="auto",
-        concurrency="auto",
-        replicas=replicas,
-        seed=seed,
-        slo_ttft_p99_s=slo,
+        path, policies=POLICIES, replicas=replicas, seed=seed, slo_ttft_p99_s=slo, **automatic
     )
     where = ", ".join(n for n in r.notes if n.startswith(("replicas", "concurrency auto")))
     return r.decision, where

@@ -45,7 +45,7 @@ def _sampler() -> type:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.TreeSampler  # type: ignore[no-any-return]
+    return module.TreeSampler
 
 
 def main() -> int:
