@@ -4,9 +4,11 @@ of load points by what they achieved (analyzers/replay/achieved.py)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
+import fcctl
 from fcctl.analyzers.replay import LoadPlan, RateResult, RunSpec, replay_trace
 from fcctl.analyzers.replay.achieved import is_reached, load_label, load_words, served_rate
 from fcctl.analyzers.replay.operating import SATURATION_TOLERANCE
@@ -201,3 +203,35 @@ def test_the_budget_limits_growth_once_per_worker_process() -> None:
     assert growth_within_budget(w, plan, Execution(jobs=1, memory_budget_bytes=1)) == 1
     no_growth = dataclasses.replace(plan, amplify_growth=False)
     assert growth_within_budget(w, no_growth, Execution(jobs=1, memory_budget_bytes=room)) is None
+
+
+def test_requests_rejected_for_their_length_do_not_make_a_light_load_not_reached(
+    tmp_path: Path,
+) -> None:
+    """Half the requests are longer than llama-3.1-8b's context: at a light offered rate the
+    node serves every request that ran, so the rate is reached, though what was served is half
+    of what was offered (the saturation rule holds served to the part of the offered rate that
+    ran; the label reads that rule, not the raw numbers)."""
+    import json
+
+    lines = [
+        json.dumps(
+            {
+                "timestamp": 1000 * i,
+                "input_length": 200_000 if i % 2 else 1024,
+                "output_length": 10,
+                "hash_ids": [10 * i + k for k in range(2 if i % 2 == 0 else 400)],
+            }
+        )
+        for i in range(400)
+    ]
+    trace = tmp_path / "half_too_long.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    r = fcctl.replay(str(trace), rates=[0.5], policies=["flat"], jobs=1)
+    point = r.rates[0]
+    served = served_rate(point)
+    assert served is not None and served < 0.6 * 0.5  # half of the offered rate was rejected
+    assert not is_reached(0.5, served)  # by the raw numbers it would read "not reached"
+    assert not point.policies["flat"].saturated
+    assert "not reached" not in load_label(point)
+    assert load_label(point) == f"{served:.3g} req/s served (offered 0.5)"

@@ -9,9 +9,12 @@ req/s served. So every load point shown to a reader is named by what was **achie
   when the window is empty. The leading policy is the point's decision's ``best``, else the
   candidate with the highest GPU hit share (:func:`.sweep.leading`): the layout whose figures
   the point's sentence is about.
-* **reached** (:func:`reached`): an offered rate is reached when ``served >= (1 -
-  SATURATION_TOLERANCE) x offered``, the tolerance :mod:`.operating` judges saturation by. An
-  offered rate not reached is shown as detail, marked ``not reached``, never as the load.
+* **reached** (:func:`reached`): an offered rate is reached when the leading policy was not
+  ``saturated`` there (:mod:`.operating`: served at least ``1 - SATURATION_TOLERANCE`` of the
+  part of the offered rate that ran, so requests rejected as too long for the model do not
+  make a light load "not reached"); from numbers alone (:func:`is_reached`, a document without
+  the flag) ``served >= (1 - SATURATION_TOLERANCE) x offered``. An offered rate not reached is
+  shown as detail, marked ``not reached``, never as the load.
 * a concurrency point is named by its sessions active and what they were served.
 """
 
@@ -38,26 +41,38 @@ def is_reached(offered: float | None, served: float | None) -> bool | None:
 
 
 def reached(point: RateResult) -> bool | None:
-    """:func:`is_reached` at ``point``, by its leading policy's served rate."""
-    return is_reached(point.rate, served_rate(point))
+    """Whether ``point``'s offered rate was reached (module docstring): its leading policy not
+    ``saturated``; None at a concurrency point or where nothing was served."""
+    if point.rate is None or served_rate(point) is None:
+        return None
+    return not point.policies[leading(point)].saturated
 
 
-def load_words(offered: float | None, concurrency: int | None, served: float | None) -> str:
+def load_words(
+    offered: float | None,
+    concurrency: int | None,
+    served: float | None,
+    was_reached: bool | None = None,
+) -> str:
     """A load point in words, by its achieved load (module docstring): ``12.4 req/s served
     (offered 16)``, ``0.078 req/s served (offered 1.6 req/s: not reached)``, or ``44 sessions
-    active, 0.078 req/s served``. The one wording of the terminal and the report."""
+    active, 0.078 req/s served``. The one wording of the terminal and the report.
+    ``was_reached``: :func:`reached` where the point's flags are known; None: judged from the
+    numbers (:func:`is_reached`)."""
     got = "no request served" if served is None else f"{served:.3g} req/s served"
     if offered is None:
         n = concurrency or 0
         return f"{n:,} session{'' if n == 1 else 's'} active, {got}"
-    if is_reached(offered, served):
+    if was_reached is None:
+        was_reached = is_reached(offered, served)
+    if was_reached:
         return f"{got} (offered {offered:.3g})"
     return f"{got} (offered {offered:.3g} req/s: not reached)"
 
 
 def load_label(point: RateResult) -> str:
     """:func:`load_words` of ``point``."""
-    return load_words(point.rate, point.concurrency, served_rate(point))
+    return load_words(point.rate, point.concurrency, served_rate(point), reached(point))
 
 
 __all__ = ["is_reached", "load_label", "load_words", "reached", "served_rate"]

@@ -15,7 +15,7 @@ from ..replay_report import REJECT_FLAGS, REJECT_WORDS, RejectedShare
 from ..report_inputs import Input, Node
 from .elements import link
 from .recommendation import tokens
-from .replay import number_at, policies_at, served_at
+from .replay import number_at, policies_at, reached_at, served_at
 
 
 def _policy(doc: Node, rate: float, name: str) -> Node | None:
@@ -34,6 +34,7 @@ def _load(point: Node) -> str:
         None if rate is None else rate.as_num(),
         None if concurrency is None else concurrency.as_int(),
         served_at(point),
+        reached_at(point),
     )
 
 

@@ -38,7 +38,7 @@ def load_points(doc: Node) -> list[LoadPoint]:
         rate = r.get("rate")
         active = None if rate is not None else r["concurrency"].as_int()
         load = rate.need_num() if rate is not None else float(active or 0)
-        label = load_words(None if rate is None else load, active, served_at(r))
+        label = load_words(None if rate is None else load, active, served_at(r), reached_at(r))
         sizes = r.get("sizes")
         named = ""
         if sizes is not None and sizes.value != base:
@@ -50,19 +50,36 @@ def load_points(doc: Node) -> list[LoadPoint]:
     return out
 
 
-def served_at(point: Node) -> float | None:
-    """Requests/s served at a load point by its leading policy (the decision's best, else the
-    highest GPU hit share: analyzers/replay/achieved), in the steady-state window (the whole
-    run's when the window is empty)."""
+def _lead(point: Node) -> Node | None:
+    """A load point's leading policy: the decision's best, else the highest GPU hit share
+    (analyzers/replay/achieved)."""
     policies = point["policies"].as_items()
     if not policies:
         return None
     best = point["decision"]["best"].as_str() if point.get("decision") is not None else ""
     named = dict(policies)
-    lead = named.get(best) or max(
+    return named.get(best) or max(
         named.values(), key=lambda p: number_at(p, "gpu_hit_share") or 0.0
     )
+
+
+def served_at(point: Node) -> float | None:
+    """Requests/s served at a load point by its leading policy, in the steady-state window (the
+    whole run's when the window is empty)."""
+    lead = _lead(point)
+    if lead is None:
+        return None
     return number_at(lead, "achieved_rate", "central") or number_at(lead, "achieved_rate", "whole")
+
+
+def reached_at(point: Node) -> bool | None:
+    """Whether a load point's offered rate was reached: its leading policy not ``saturated``
+    (analyzers/replay/achieved.reached); None where the document does not say."""
+    lead = _lead(point)
+    flag = None if lead is None else lead.get("saturated")
+    if flag is None or point.get("rate") is None or flag.value is None:
+        return None
+    return not bool(flag.value)
 
 
 def closed_loop(doc: Node) -> bool:
