@@ -23,7 +23,7 @@ from typing import Any
 
 from fcctl import api
 from fcctl.analyzers.replay.replicas import inputs_of
-from fcctl.analyzers.replay.verdict import decide_run, verdict_sentences
+from fcctl.analyzers.replay.verdict import DEFAULT_SLO_TTFT_P99_S, decide_run, verdict_sentences
 
 POLICIES = ("memory-only", "tiered", "flat")
 
@@ -37,8 +37,10 @@ def _trace_arg(text: str) -> tuple[str, str, list[float] | None]:
     return name, path, [float(r) for r in rates.split(",")]
 
 
-def _plan_sweep(path: str, seed: int, replicas: int, slo: float) -> tuple[object, str]:
-    """The decision of plan's replay step at ``seed`` (its settings: both axes automatic)."""
+def _plan_sweep(path: str, seed: int, replicas: int, slo: float | None) -> tuple[object, str]:
+    """The decision of plan's replay step at ``seed`` (its settings: both axes automatic, the
+    SLO only when given, so the sweep stops where plan's does; the decision reads the default
+    bound then)."""
     # Both axes "auto", as plan's replay step passes them (the trace then picks one).
     automatic: dict[str, Any] = {"rates": "auto", "concurrency": "auto"}
     r = api.replay(
@@ -60,7 +62,8 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--replicas", type=int, default=3)  # plan's default
     ap.add_argument("--draws", type=int, default=200)
-    ap.add_argument("--slo-ttft-p99", type=float, default=2.0)
+    # None: plan's default (the sweep's stop rules without an SLO, the decision at 2 s).
+    ap.add_argument("--slo-ttft-p99", type=float, default=None)
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     for name, path, rates in args.trace:
@@ -78,7 +81,8 @@ def main() -> None:
                     for i in range(args.replicas)
                 ]
                 inputs = inputs_of(runs, draws=args.draws, seed=seed)
-                verdict = decide_run(inputs, slo_ttft_p99_s=args.slo_ttft_p99)
+                slo = args.slo_ttft_p99 or DEFAULT_SLO_TTFT_P99_S
+                verdict = decide_run(inputs, slo_ttft_p99_s=slo)
                 shape = f"{len(rates)} rates x {len(POLICIES)} policies"
             took = time.perf_counter() - t0
             bests.append(verdict.best)  # type: ignore[attr-defined]
