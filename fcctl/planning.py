@@ -294,11 +294,8 @@ def _concurrency_target(replay: ReplayResult) -> tuple[float, str]:
     name = "flat" if "flat" in chosen.policies else next(iter(chosen.policies))
     got = chosen.policies[name].achieved_rate
     # A window of length 0 (a handful of requests) has no central rate: the whole run's then.
-    served, over = (
-        (got.central, "in the steady-state window")
-        if got.central
-        else (got.whole, "over the whole run")
-    )
+    served = got.served
+    over = "in the steady-state window" if got.central else "over the whole run"
     if not served:
         raise FcctlInputError(
             f"plan: {name} served no request at {chosen.concurrency:,} sessions to recommend "
@@ -411,7 +408,7 @@ def growth_lines(replay: ReplayResult) -> list[str]:
         if not by_sessions or load <= 0:
             return ""
         own = [p.policies[name].achieved_rate for p in points]
-        i = min(range(len(own)), key=lambda k: abs((own[k].central or own[k].whole or 0) - load))
+        i = min(range(len(own)), key=lambda k: abs((own[k].served or 0) - load))
         n = points[i].concurrency or 0
         return f", about {n:,} session{'' if n == 1 else 's'}"
 

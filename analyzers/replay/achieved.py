@@ -28,8 +28,7 @@ from .sweep import leading
 def served_rate(point: RateResult) -> float | None:
     """Requests/s the leading policy served at ``point`` (module docstring); None when it served
     none."""
-    got = point.policies[leading(point)].achieved_rate
-    return got.central if got.central else got.whole
+    return point.policies[leading(point)].achieved_rate.served
 
 
 def is_reached(offered: float | None, served: float | None) -> bool | None:

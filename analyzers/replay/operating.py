@@ -72,6 +72,12 @@ class AchievedRate:
     central: float | None
     unloaded: float | None = None
 
+    @property
+    def served(self) -> float | None:
+        """The rate a load point is named by: the steady-state window's, the whole run's when
+        the window holds none (0 or None: a run of a handful of requests)."""
+        return self.central if self.central else self.whole
+
 
 @dataclass(frozen=True)
 class Utilisation:

@@ -22,7 +22,7 @@ from .decision import CANDIDATES
 from .loadplan import LoadPlan
 from .parallel import Execution
 from .result import PolicyResult, RateResult, ReplayResult
-from .run import replay_trace
+from .run import replay_trace, simulation_workload
 from .sampling import NOT_MEASURED, SampleError, session_sampling
 from .spec import RunSpec
 from .verdict import (
@@ -41,7 +41,6 @@ from .verdict import (
     replica_figure_draws,
     session_weights,
 )
-from .workload import Workload
 
 
 def _without_tables(point: RateResult) -> RateResult:
@@ -70,8 +69,11 @@ def replay_decided(
     traces = [t for t, _ in samples] if samples else [trace] * plan.replicas
     if len(traces) != plan.replicas:
         raise ValueError("replay_decided: give one sample per replica")
-    built: list[Workload] = []
-    first = replay_trace(traces[0], kept, plan, progress=progress, execution=execution, built=built)
+    # One workload for every replica of one trace (a sampled replica has its own sessions).
+    shared = None if samples else simulation_workload(trace, spec.geometry, spec.hardware)
+    first = replay_trace(
+        traces[0], kept, plan, progress=progress, execution=execution, workload=shared
+    )
     slo = plan.slo_ttft_p99_s if plan.slo_ttft_p99_s is not None else DEFAULT_SLO_TTFT_P99_S
     runs, notes = [first], list(first.notes)
     if not first.load.get("closed_loop") and len(samples) < 2:
@@ -92,7 +94,7 @@ def replay_decided(
                     again,
                     progress=progress,
                     execution=execution,
-                    workload=None if samples else built[0],
+                    workload=shared,
                 )
             )
         notes.append(_replicas_note(first, keys, plan.replicas, spec.seed))
@@ -276,10 +278,8 @@ def _node_points(result: ReplayResult) -> dict[tuple[float, int], RateResult]:
 
 
 def _central_rate(p: PolicyResult) -> float:
-    """Requests/s served in the steady-state window; the whole run's when the window is empty
-    (a handful of requests: its rate is 0 or undefined), as :func:`.achieved.served_rate`."""
-    r = p.achieved_rate
-    return float(r.central if r.central else r.whole or 0.0)
+    """Requests/s served (:attr:`.operating.AchievedRate.served`; 0 when none was)."""
+    return float(p.achieved_rate.served or 0.0)
 
 
 def _draws_of(

@@ -580,7 +580,6 @@ def replay_trace(
     store_factory: StoreFactory = FastStore,
     execution: Execution | None = None,
     workload: Workload | None = None,
-    built: list[Workload] | None = None,
 ) -> ReplayResult:
     """Replay ``trace`` under every policy of ``plan`` at every load and size point, each
     simulation with ``config``'s settings (a :class:`~.spec.RunSpec` and its ``plan``, or a
@@ -589,16 +588,14 @@ def replay_trace(
     ``execution``: where the simulations run (:mod:`.parallel`; default one after another
     here; a reference store always runs here). Each round of :meth:`LoadPlan.rounds` is one
     batch; the result is the same wherever they run. ``workload``: ``trace``'s
-    :func:`simulation_workload` on this geometry and node, built by an earlier replay of it
-    (None: built here); ``built``: a list this one's is appended to, for the next replay."""
+    :func:`simulation_workload` on this geometry and node, when the caller built it for several
+    replays (None: built here)."""
     started = utc_now()
     spec, plan = config.split() if isinstance(config, ReplayConfig) else (config, plan)
     if plan is None:
         raise ValueError("replay_trace: give a LoadPlan with a RunSpec")
     if workload is None:
         workload = simulation_workload(trace, spec.geometry, spec.hardware)
-    if built is not None:
-        built.append(workload)
     plan = plan.for_workload(workload.closed_loop)
     workload = amplified_workload(
         workload, spec, plan, (execution or Execution()).memory_budget_bytes

@@ -79,8 +79,7 @@ def stop_reason(
     name = leading(point)
     before = served_rate(prev) if leading(prev) == name else None
     if before is None and name in prev.policies:
-        got = prev.policies[name].achieved_rate
-        before = got.central or got.whole
+        before = prev.policies[name].achieved_rate.served
     now = served_rate(point)
     if before and now is not None and now < before * (1 + GROWTH_STOP):
         return (
