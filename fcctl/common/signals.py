@@ -131,6 +131,16 @@ def held_signals(
 _interrupt_scope = threading.local()
 
 
+def _in_finalizer(frame: object) -> bool:
+    """Whether ``frame`` (where a signal handler was entered) runs inside a ``__del__``."""
+    f = frame
+    while f is not None:
+        if getattr(getattr(f, "f_code", None), "co_name", None) == "__del__":
+            return True
+        f = getattr(f, "f_back", None)
+    return False
+
+
 @contextlib.contextmanager
 def first_interrupt_raises(*, ignore_after: bool = False, label: str = "fcctl") -> Iterator[None]:
     """Within the block the first SIGINT, SIGTERM or SIGHUP raises (``KeyboardInterrupt``, or
@@ -152,6 +162,12 @@ def first_interrupt_raises(*, ignore_after: bool = False, label: str = "fcctl") 
         nonlocal raised
         if raised:
             _say_cleaning_up(label)
+            return
+        if _in_finalizer(frame):
+            # Python ignores an exception raised in a __del__ (numba's LLVM objects free
+            # themselves there): the interrupt would be lost and the run end with 0. Send the
+            # signal again once the finalizer has returned.
+            threading.Timer(0.05, signal.raise_signal, (signum,)).start()
             return
         raised = True
         raise interruption(signum)
